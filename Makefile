@@ -1,0 +1,39 @@
+# The two commands of the README: `make demo` and `make test`. Everything else is what they need.
+PYTHON ?= python3
+VENV ?= .venv
+# mongoeco (the MongoDB wire server the tests use in place of mongod) needs Python 3.13.
+PY313 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13) $(shell command -v python3.13))
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint bench services clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+.venv-mongo/.installed:
+	@test -n "$(PY313)" || { echo "Python 3.13 is needed for the MongoDB wire server (pyenv install 3.13)"; exit 1; }
+	$(PY313) -m venv .venv-mongo
+	.venv-mongo/bin/pip install -q 'mongoeco[wire]>=4.11'
+	touch $@
+
+services:
+	@scripts/services.sh
+
+demo: $(VENV)/.installed services
+	$(VENV)/bin/python example_project/fleet_demo.py
+
+test: $(VENV)/.installed .venv-mongo/.installed services
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+
+bench: $(VENV)/.installed .venv-mongo/.installed services
+	$(VENV)/bin/python bench/lock_overhead.py
+
+clean:
+	rm -rf .venv .venv313 .venv-mongo .pytest_cache .ruff_cache .hypothesis

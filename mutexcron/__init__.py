@@ -1,0 +1,44 @@
+"""mutexcron: cron jobs for apps that run many instances. Every instance fires, exactly one runs.
+
+Declare jobs with :func:`mutex_cron`; run a :class:`Scheduler` on every instance against a shared lock
+store (Redis, MongoDB, or the app's SQL database through ``mutexcron_django``).
+"""
+
+from .cron import CronSpec, next_fire_times, parse_cron
+from .errors import (
+    CronSpecError,
+    DuplicateJobError,
+    JobDefinitionError,
+    LockBusy,
+    MutexcronError,
+    StoreConfigError,
+    StoreUnavailable,
+    UnknownJobError,
+)
+from .records import JobContext, Outcome, RunRecord
+from .registry import Job, Registry, default_registry, mutex_cron
+from .scheduler import Scheduler
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CronSpec",
+    "CronSpecError",
+    "DuplicateJobError",
+    "Job",
+    "JobContext",
+    "JobDefinitionError",
+    "LockBusy",
+    "MutexcronError",
+    "Outcome",
+    "Registry",
+    "RunRecord",
+    "Scheduler",
+    "StoreConfigError",
+    "StoreUnavailable",
+    "UnknownJobError",
+    "default_registry",
+    "mutex_cron",
+    "next_fire_times",
+    "parse_cron",
+]

@@ -1,0 +1,340 @@
+"""Cron expressions: parse standard cron (5 or 6 fields) and turn them into APScheduler triggers.
+
+APScheduler does the matching and the waiting. This module only translates standard cron into its
+terms (0 and 7 are Sunday, the day-of-month/day-of-week OR rule) and maps local wall-clock times to
+instants so that DST changes neither repeat nor drop a fire (see :class:`CronTrigger`).
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.combining import OrTrigger
+from apscheduler.triggers.cron import CronTrigger as _APSCronTrigger
+
+from .errors import CronSpecError
+
+__all__ = [
+    "MACROS",
+    "CronSpec",
+    "CronTrigger",
+    "iter_fire_times",
+    "next_fire_times",
+    "parse_cron",
+    "resolve_timezone",
+]
+
+_ONE_MICROSECOND = timedelta(microseconds=1)
+# No spring-forward gap in the tz database is longer than a day (Samoa skipped 2011-12-30 whole).
+_LONGEST_GAP = timedelta(days=1)
+
+MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+_MONTH_NAMES = {name: i for i, name in enumerate(
+    ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], start=1)}
+_WEEKDAY_NAMES = {name: i for i, name in enumerate(["sun", "mon", "tue", "wed", "thu", "fri", "sat"])}
+# APScheduler's own weekday numbers start at Monday; naming the days avoids any numbering.
+_APS_WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+
+
+@dataclass(frozen=True)
+class _Field:
+    name: str
+    low: int
+    high: int
+    names: dict[str, int] | None = None
+
+
+_SECOND = _Field("second", 0, 59)
+_MINUTE = _Field("minute", 0, 59)
+_HOUR = _Field("hour", 0, 23)
+_DAY = _Field("day of month", 1, 31)
+_MONTH = _Field("month", 1, 12, _MONTH_NAMES)
+_WEEKDAY = _Field("day of week", 0, 7, _WEEKDAY_NAMES)
+_FIELDS = (_SECOND, _MINUTE, _HOUR, _DAY, _MONTH, _WEEKDAY)
+
+_ITEM = re.compile(r"^(?P<start>\*|[0-9a-z]+)(?:-(?P<end>[0-9a-z]+))?(?:/(?P<step>[0-9]+))?$")
+
+
+@dataclass(frozen=True)
+class CronSpec:
+    """A validated cron expression, each field expanded to the sorted values it allows.
+
+    ``weekdays`` uses cron numbering (0 = Sunday ... 6 = Saturday; a 7 in the text becomes 0).
+    """
+
+    expression: str
+    seconds: tuple[int, ...]
+    minutes: tuple[int, ...]
+    hours: tuple[int, ...]
+    days: tuple[int, ...]
+    months: tuple[int, ...]
+    weekdays: tuple[int, ...]
+
+    @property
+    def days_restricted(self) -> bool:
+        return len(self.days) != 31
+
+    @property
+    def weekdays_restricted(self) -> bool:
+        return len(self.weekdays) != 7
+
+    def __str__(self) -> str:
+        return self.expression
+
+
+class _SpecProblem(Exception):
+    """Internal: one field's problem, turned into a CronSpecError with the job's name added."""
+
+    def __init__(self, field: str, value: str, reason: str) -> None:
+        super().__init__(field, value, reason)
+        self.field, self.value, self.reason = field, value, reason
+
+
+def parse_cron(expression: str, *, job_name: str | None = None) -> CronSpec:
+    """Parse a 6-field (``sec min hour dom month dow``) or 5-field cron expression or a macro.
+
+    Raises :class:`CronSpecError` naming the job, the field and the bad value.
+    """
+    subject = f"job {job_name!r}" if job_name else "cron expression"
+    if not isinstance(expression, str):
+        raise CronSpecError(
+            f"{subject}: cron expression must be a string, not {type(expression).__name__} ({expression!r})"
+        )
+    text = " ".join(expression.split())
+    if not text:
+        raise CronSpecError(f"{subject}: cron expression is empty")
+    if text.startswith("@"):
+        macro = MACROS.get(text.lower())
+        if macro is None:
+            raise CronSpecError(f"{subject}: unknown cron macro {text!r}; use one of {', '.join(MACROS)}")
+        parts = ["0", *macro.split()]
+    else:
+        parts = text.split(" ")
+        if len(parts) == 5:
+            parts = ["0", *parts]
+        elif len(parts) != 6:
+            raise CronSpecError(
+                f"{subject}: cron expression {text!r} has {len(parts)} fields; expected 5 "
+                "(min hour dom month dow) or 6 (sec min hour dom month dow)"
+            )
+    try:
+        values = [_expand(field, part) for field, part in zip(_FIELDS, parts, strict=True)]
+    except _SpecProblem as problem:
+        raise CronSpecError(
+            f"{subject}: cron field {problem.field!r} has bad value {problem.value!r} "
+            f"in {text!r}: {problem.reason}"
+        ) from None
+    weekdays = tuple(sorted({day % 7 for day in values[5]}))
+    spec = CronSpec(text, *values[:5], weekdays)
+    if spec.days_restricted and not spec.weekdays_restricted and not _possible_days(spec):
+        raise CronSpecError(
+            f"{subject}: cron field {_DAY.name!r} has value {parts[3]!r} that no month in {parts[4]!r} has, "
+            f"so {text!r} never fires"
+        )
+    return spec
+
+
+def _possible_days(spec: CronSpec) -> tuple[int, ...]:
+    """The days of month in ``spec.days`` that some month in ``spec.months`` has (February 29 included)."""
+    longest_month = max(29 if month == 2 else calendar.monthrange(2001, month)[1] for month in spec.months)
+    return tuple(day for day in spec.days if day <= longest_month)
+
+
+def _expand(field: _Field, text: str) -> tuple[int, ...]:
+    """Expand one field's text; problems name the item as written (original case)."""
+    if text == "":
+        raise _SpecProblem(field.name, text, "empty field")
+    allowed: set[int] = set()
+    for item in text.split(","):
+        match = _ITEM.match(item.lower())
+        if not match:
+            raise _SpecProblem(field.name, item or text, "expected *, a number, a range a-b, a list a,b or a step */n")
+        start_text, end_text, step_text = match.group("start", "end", "step")
+        if start_text == "*":
+            if end_text is not None:
+                raise _SpecProblem(field.name, item, "'*' cannot start a range")
+            start, end = field.low, field.high
+        else:
+            start = _value(field, start_text, item)
+            end = _value(field, end_text, item) if end_text is not None else (
+                field.high if step_text is not None else start)
+            if end < start:
+                raise _SpecProblem(field.name, item, f"range is reversed ({start} > {end})")
+        step = 1
+        if step_text is not None:
+            step = int(step_text)
+            if not 1 <= step <= field.high:
+                raise _SpecProblem(field.name, item, f"step must be between 1 and {field.high}")
+        allowed.update(range(start, end + 1, step))
+    return tuple(sorted(allowed))
+
+
+def _value(field: _Field, text: str, item: str) -> int:
+    if text.isdigit():
+        number = int(text)
+    elif field.names is not None and text in field.names:
+        number = field.names[text]
+    else:
+        kind = f"a number or a name like {next(iter(field.names))!r}" if field.names else "a number"
+        raise _SpecProblem(field.name, item, f"{text!r} is not {kind}")
+    if not field.low <= number <= field.high:
+        raise _SpecProblem(field.name, item, f"{number} is outside {field.low}-{field.high}")
+    return number
+
+
+def _compact(values: tuple[int, ...], low: int, high: int) -> str:
+    """Write a value set the way APScheduler reads it: ``*`` or ranges and single values."""
+    if values == tuple(range(low, high + 1)):
+        return "*"
+    runs: list[str] = []
+    run_start = previous = values[0]
+    for value in (*values[1:], None):
+        if value is not None and value == previous + 1:
+            previous = value
+            continue
+        runs.append(str(run_start) if run_start == previous else f"{run_start}-{previous}")
+        if value is not None:
+            run_start = previous = value
+    return ",".join(runs)
+
+
+def resolve_timezone(value: str | tzinfo | None, *, default: str | tzinfo = "UTC", subject: str = "timezone") -> tzinfo:
+    """Turn a zone name or tzinfo into a tzinfo; an unknown name raises ``ValueError`` naming it."""
+    value = default if value is None else value
+    if isinstance(value, tzinfo):
+        return value
+    if isinstance(value, str):
+        try:
+            return ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            pass
+    raise ValueError(f"{subject}: unknown time zone {value!r}")
+
+
+class CronTrigger(BaseTrigger):
+    """An APScheduler trigger for a :class:`CronSpec` in a time zone, correct across DST changes.
+
+    APScheduler's own cron trigger matches the fields; we run it over *wall-clock* time (as if it
+    were UTC) and map each matching wall time to one instant. Each matching wall time fires once:
+    a time repeated when clocks go back fires at its first occurrence only; a time skipped when
+    clocks go forward fires shifted by the gap (01:30 during a 01:00->02:00 jump fires at 02:30),
+    and never twice if that instant also matches on its own.
+    """
+
+    def __init__(self, spec: CronSpec, timezone: tzinfo = UTC) -> None:
+        self.spec = spec
+        self.timezone = timezone
+        fields = {
+            "second": _compact(spec.seconds, 0, 59),
+            "minute": _compact(spec.minutes, 0, 59),
+            "hour": _compact(spec.hours, 0, 23),
+            "month": _compact(spec.months, 1, 12),
+        }
+        days = _compact(spec.days, 1, 31)
+        weekdays = "*" if not spec.weekdays_restricted else ",".join(_APS_WEEKDAYS[d] for d in spec.weekdays)
+        if spec.days_restricted and spec.weekdays_restricted:
+            # Classic cron: when both day fields are restricted, a day matches if either matches.
+            by_weekday = _APSCronTrigger(day="*", day_of_week=weekdays, timezone=UTC, **fields)
+            possible_days = _possible_days(spec)
+            if possible_days:
+                self._wall: BaseTrigger = OrTrigger([
+                    _APSCronTrigger(day=_compact(possible_days, 1, 31), day_of_week="*", timezone=UTC, **fields),
+                    by_weekday,
+                ])
+            else:
+                # Days no allowed month has (``30 2``) never match; APScheduler would search every year
+                # up to 9999 for them on each call, so leave that half out.
+                self._wall = by_weekday
+        else:
+            self._wall = _APSCronTrigger(day=days, day_of_week=weekdays, timezone=UTC, **fields)
+
+    def get_next_fire_time(self, previous_fire_time: datetime | None, now: datetime) -> datetime | None:
+        """The first fire strictly after ``previous_fire_time``, or at/after ``now`` when there is none."""
+        after = previous_fire_time if previous_fire_time is not None else now - _ONE_MICROSECOND
+        return self.next_after(after)
+
+    def next_after(self, instant: datetime) -> datetime | None:
+        """The first fire time strictly after the aware datetime ``instant``, in this trigger's zone."""
+        instant_utc = instant.astimezone(UTC)
+        naive_utc = instant_utc.replace(tzinfo=None)
+        # Search wall times after the wall time of `instant`, except that just after a spring-forward
+        # gap the skipped wall times (which fire shifted past the gap) start earlier on the clock.
+        offset_now = instant_utc.astimezone(self.timezone).utcoffset()
+        earlier = instant_utc - _LONGEST_GAP if instant_utc.year > 1 else instant_utc
+        offset_before = earlier.astimezone(self.timezone).utcoffset()
+        wall = naive_utc + min(offset_now, offset_before)
+        while True:
+            candidate = self._wall.get_next_fire_time(None, (wall + _ONE_MICROSECOND).replace(tzinfo=UTC))
+            if candidate is None:
+                return None
+            wall = candidate.replace(tzinfo=None)
+            local = wall.replace(tzinfo=self.timezone)  # fold=0: first occurrence, or shifted past a gap
+            fire = local.astimezone(UTC)
+            if fire > instant_utc:
+                return fire.astimezone(self.timezone)
+            # Every wall time up to `instant` + this offset fires at or before `instant` too; but a repeated
+            # hour's wall times use the earlier offset only until the hour ends.
+            skip_to = naive_utc + local.utcoffset()
+            if self._is_repeated(wall):
+                skip_to = min(skip_to, self._end_of_repeat(wall) - _ONE_MICROSECOND)
+            wall = max(wall, skip_to)
+
+    def _is_repeated(self, wall: datetime) -> bool:
+        """Whether the naive ``wall`` time happens twice (clocks went back over it)."""
+        first = wall.replace(tzinfo=self.timezone)
+        return first.utcoffset() != first.replace(fold=1).utcoffset()
+
+    def _end_of_repeat(self, wall: datetime) -> datetime:
+        """The first wall time after the repeated ``wall`` that happens only once (a binary search in seconds)."""
+        first = wall.replace(tzinfo=self.timezone)
+        offset_change = first.utcoffset() - first.replace(fold=1).utcoffset()
+        low, high = 0, max(1, int(abs(offset_change).total_seconds()))  # wall+low repeats, wall+high does not
+        while high - low > 1:
+            middle = (low + high) // 2
+            if self._is_repeated(wall + timedelta(seconds=middle)):
+                low = middle
+            else:
+                high = middle
+        return wall + timedelta(seconds=high)
+
+    def __str__(self) -> str:
+        return f"cron[{self.spec.expression}, {self.timezone}]"
+
+    def __repr__(self) -> str:
+        return f"<CronTrigger {self.spec.expression!r} timezone={self.timezone}>"
+
+
+def iter_fire_times(trigger: CronTrigger, after: datetime) -> Iterator[datetime]:
+    """Yield the trigger's fire times strictly after ``after``, in order."""
+    current: datetime | None = after
+    while (current := trigger.next_after(current)) is not None:
+        yield current
+
+
+def next_fire_times(
+    spec: str | CronSpec, *, after: datetime, count: int = 1, timezone: str | tzinfo = "UTC"
+) -> list[datetime]:
+    """The next ``count`` fire times strictly after the aware ``after``, exactly as the scheduler fires them."""
+    if after.tzinfo is None or after.utcoffset() is None:
+        raise ValueError(f"after={after!r} is naive; pass an aware datetime")
+    if count < 0:
+        raise ValueError(f"count={count!r} must not be negative")
+    parsed = spec if isinstance(spec, CronSpec) else parse_cron(spec)
+    trigger = CronTrigger(parsed, resolve_timezone(timezone))
+    times = iter_fire_times(trigger, after)
+    return [fire for _, fire in zip(range(count), times, strict=False)]

@@ -1,0 +1,43 @@
+"""Exceptions raised by mutexcron; each message names the job, field or value at fault."""
+
+from __future__ import annotations
+
+
+class MutexcronError(Exception):
+    """Base class for every error mutexcron raises on purpose."""
+
+
+class CronSpecError(MutexcronError, ValueError):
+    """A cron expression is invalid; raised when the job is declared, never at fire time."""
+
+
+class JobDefinitionError(MutexcronError, ValueError):
+    """A job's name, lease, timezone, busy policy or function signature is invalid."""
+
+
+class DuplicateJobError(JobDefinitionError):
+    """Two different functions were declared under the same job name."""
+
+
+class UnknownJobError(MutexcronError, KeyError):
+    """No job with that name is declared in the registry."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class LockBusy(MutexcronError):
+    """The job's lock is held by another run and the busy policy is ``"raise"``."""
+
+    def __init__(self, job_name: str, record: object | None = None) -> None:
+        super().__init__(f"job {job_name!r} is locked by another run")
+        self.job_name = job_name
+        self.record = record
+
+
+class StoreConfigError(MutexcronError, ValueError):
+    """A store URL or option is malformed; the message never contains a password."""
+
+
+class StoreUnavailable(MutexcronError):
+    """The lock store could not be reached or answered with an error."""

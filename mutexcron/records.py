@@ -1,0 +1,60 @@
+"""What a job body receives (:class:`JobContext`) and what every fire leaves behind (:class:`RunRecord`)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+__all__ = ["JobContext", "Outcome", "RunRecord"]
+
+
+class Outcome(StrEnum):
+    """How one fire of a job ended on one instance."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED_BUSY = "skipped_busy"
+    SKIPPED_ALREADY_RAN = "skipped_already_ran"
+    SKIPPED_STORE_ERROR = "skipped_store_error"
+
+    @property
+    def ran(self) -> bool:
+        """True if the body was run (whether it succeeded or not)."""
+        return self in (Outcome.SUCCEEDED, Outcome.FAILED)
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """Passed to a job body that takes one argument: which fire this is and which lock it holds."""
+
+    job_name: str
+    fire_time: datetime  # aware UTC; the nominal scheduled time (the request time for run_now)
+    instance_id: str
+    token: int  # fencing token: grows with every acquisition of this job's lock
+    _lost: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+
+    @property
+    def lock_lost(self) -> bool:
+        """True once a heartbeat found the lock taken away (the lease ran out and someone else took it)."""
+        return self._lost.is_set()
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One instance's account of one fire of one job: ran (and how it ended) or skipped (and why).
+
+    ``outcome`` is ``None`` only in the record given to "started" listeners while the body runs.
+    """
+
+    job_name: str
+    fire_time: datetime
+    instance_id: str
+    outcome: Outcome | None
+    started_at: datetime
+    finished_at: datetime | None
+    error: str | None = None  # the traceback of a failed body, or why a fire was skipped
+    token: int | None = None
+    lock_lost: bool = False
+    manual: bool = False  # True for run_now()

@@ -1,0 +1,197 @@
+"""Declaring jobs: the :func:`mutex_cron` decorator, :class:`Job` and the :class:`Registry` that holds them."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta, tzinfo
+from typing import Any, Literal, TypeVar
+
+from .cron import CronSpec, CronTrigger, parse_cron, resolve_timezone
+from .errors import DuplicateJobError, JobDefinitionError, UnknownJobError
+from .records import JobContext
+
+__all__ = ["BUSY_POLICIES", "Job", "Registry", "default_registry", "mutex_cron", "validate_job_name"]
+
+BusyPolicy = Literal["skip", "wait", "raise"]
+BUSY_POLICIES: tuple[str, ...] = ("skip", "wait", "raise")
+MAX_NAME_LENGTH = 200
+# Letters (any script), digits and a few separators. No spaces, quotes, "$" or braces: the name is a
+# Redis key part (braces would change its Cluster hash tag), a Mongo _id and a SQL primary key.
+_NAME_RE = re.compile(r"\w[\w.:@/<>+-]*")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def validate_job_name(name: object) -> str:
+    """Return ``name`` if it is a usable job name, else raise :class:`JobDefinitionError` naming it."""
+    if not isinstance(name, str):
+        raise JobDefinitionError(f"job name must be a string, not {type(name).__name__}")
+    shown = repr(name) if len(name) <= 60 else repr(name[:60]) + f"... ({len(name)} characters)"
+    if not name:
+        raise JobDefinitionError("job name must not be empty")
+    if len(name) > MAX_NAME_LENGTH:
+        raise JobDefinitionError(f"job name {shown} is longer than {MAX_NAME_LENGTH} characters")
+    if not _NAME_RE.fullmatch(name):
+        bad = next((ch for ch in name if not _NAME_RE.fullmatch("a" + ch)), name[0])
+        raise JobDefinitionError(
+            f"job name {shown} contains {bad!r}; start with a letter, digit or _ and use letters, digits "
+            "and . _ - : @ / < > + only"
+        )
+    return name
+
+
+def _as_duration(value: timedelta | float, *, job: str, field: str, allow_zero: bool) -> timedelta:
+    if isinstance(value, bool) or not isinstance(value, timedelta | int | float):
+        raise JobDefinitionError(f"job {job!r}: {field} must be a timedelta or seconds, not {value!r}")
+    duration = value if isinstance(value, timedelta) else timedelta(seconds=value)
+    if duration < timedelta(0) or (duration == timedelta(0) and not allow_zero):
+        raise JobDefinitionError(f"job {job!r}: {field} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    return duration
+
+
+@dataclass(frozen=True)
+class Job:
+    """A declared job: what to run, when, and how its lock behaves."""
+
+    name: str
+    func: Callable[..., Any]
+    spec: CronSpec
+    lease: timedelta
+    hold_at_least: timedelta
+    timezone: tzinfo | None  # None: the scheduler's time zone
+    on_busy: BusyPolicy
+    takes_context: bool
+
+    def trigger(self, default_timezone: tzinfo) -> CronTrigger:
+        return CronTrigger(self.spec, self.timezone or default_timezone)
+
+    def call(self, ctx: JobContext) -> Any:
+        """Run the body (an ``async def`` body runs in its own event loop)."""
+        args = (ctx,) if self.takes_context else ()
+        result = self.func(*args)
+        if inspect.isawaitable(result):
+            return asyncio.run(_await(result))
+        return result
+
+    @property
+    def location(self) -> str:
+        code = getattr(self.func, "__code__", None)
+        where = f" ({code.co_filename}:{code.co_firstlineno})" if code else ""
+        return f"{getattr(self.func, '__module__', '?')}.{getattr(self.func, '__qualname__', self.func)}{where}"
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _takes_context(func: Callable[..., Any], job: str) -> bool:
+    try:
+        parameters = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in parameters if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if len(required) > 1 or any(p.kind is p.KEYWORD_ONLY for p in required):
+        raise JobDefinitionError(
+            f"job {job!r}: the function must take no arguments or one (the JobContext), "
+            f"but requires {', '.join(p.name for p in required)}"
+        )
+    return bool(positional) or any(p.kind is p.VAR_POSITIONAL for p in parameters)
+
+
+class Registry:
+    """The jobs declared with :func:`mutex_cron`; a scheduler runs every job of its registry."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, Job] = {}
+        self._lock = threading.Lock()
+
+    def add(self, job: Job) -> None:
+        """Add ``job``; a different function under the same name raises :class:`DuplicateJobError`."""
+        with self._lock:
+            existing = self._jobs.get(job.name)
+            if existing is not None and existing.location != job.location:
+                raise DuplicateJobError(
+                    f"job name {job.name!r} is declared twice: by {existing.location} and by {job.location}; "
+                    "pass name= to one of them"
+                )
+            # The same function declared again (a module imported twice or reloaded) replaces itself.
+            self._jobs[job.name] = job
+
+    def get(self, name: str) -> Job:
+        try:
+            return self._jobs[name]
+        except KeyError:
+            known = ", ".join(sorted(self._jobs)) or "none"
+            raise UnknownJobError(f"no job named {name!r} is declared (declared jobs: {known})") from None
+
+    def remove(self, name: str) -> None:
+        with self._lock:
+            self._jobs.pop(name, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._jobs.clear()
+
+    def names(self) -> list[str]:
+        return sorted(self._jobs)
+
+    def __iter__(self) -> Iterator[Job]:
+        return iter([self._jobs[name] for name in sorted(self._jobs)])
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._jobs
+
+    def __repr__(self) -> str:
+        return f"<Registry jobs={self.names()!r}>"
+
+
+default_registry = Registry()
+
+
+def mutex_cron(
+    spec: str,
+    *,
+    name: str | None = None,
+    lease: timedelta | float = timedelta(minutes=10),
+    hold_at_least: timedelta | float = timedelta(0),
+    timezone: str | tzinfo | None = None,
+    on_busy: BusyPolicy = "skip",
+    registry: Registry | None = None,
+) -> Callable[[F], F]:
+    """Declare ``func`` as a job that fires on every instance at ``spec`` and runs on one.
+
+    The function is returned unchanged: calling it directly runs it without any lock.
+    Every problem (bad spec, name, lease, zone, policy) raises here, at declaration time.
+    """
+
+    def decorate(func: F) -> F:
+        if not callable(func):
+            raise JobDefinitionError(f"@mutex_cron({spec!r}) must decorate a function, not {func!r}")
+        job_name = validate_job_name(name if name is not None else f"{func.__module__}.{func.__qualname__}")
+        parsed = parse_cron(spec, job_name=job_name)
+        lease_duration = _as_duration(lease, job=job_name, field="lease", allow_zero=False)
+        hold = _as_duration(hold_at_least, job=job_name, field="hold_at_least", allow_zero=True)
+        if hold > lease_duration:
+            raise JobDefinitionError(
+                f"job {job_name!r}: hold_at_least ({hold}) must not exceed lease ({lease_duration})"
+            )
+        if on_busy not in BUSY_POLICIES:
+            raise JobDefinitionError(f"job {job_name!r}: on_busy must be one of {BUSY_POLICIES}, not {on_busy!r}")
+        try:
+            zone = None if timezone is None else resolve_timezone(timezone, subject=f"job {job_name!r}")
+        except ValueError as error:
+            raise JobDefinitionError(str(error)) from None
+        job = Job(job_name, func, parsed, lease_duration, hold, zone, on_busy, _takes_context(func, job_name))
+        (registry if registry is not None else default_registry).add(job)
+        return func
+
+    return decorate

@@ -1,0 +1,453 @@
+"""The scheduler: APScheduler fires every declared job on every instance; the lock store picks one to run it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import Any
+
+from apscheduler.executors.base import BaseExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.base import BaseTrigger
+
+from .cron import resolve_timezone
+from .errors import LockBusy, StoreUnavailable
+from .records import JobContext, Outcome, RunRecord
+from .registry import Job, Registry, default_registry
+from .stores import AcquireStatus, LockStore, store_from_url
+
+__all__ = ["Listener", "Scheduler"]
+
+logger = logging.getLogger("mutexcron.scheduler")
+UTC = UTC
+Listener = Callable[[RunRecord], Any]
+LISTENER_EVENTS = ("started", "finished")
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class _ShiftedTrigger(BaseTrigger):
+    """Fires as an instance whose clock is off by ``skew`` would: nominal time t fires at real t - skew."""
+
+    def __init__(self, trigger: BaseTrigger, skew: timedelta) -> None:
+        self.trigger, self.skew = trigger, skew
+
+    def get_next_fire_time(self, previous_fire_time: datetime | None, now: datetime) -> datetime | None:
+        previous = previous_fire_time + self.skew if previous_fire_time is not None else None
+        fire = self.trigger.get_next_fire_time(previous, now + self.skew)
+        return fire - self.skew if fire is not None else None
+
+    def __str__(self) -> str:
+        return f"{self.trigger} skewed by {self.skew}"
+
+
+def _run_by_locking_executor() -> None:
+    """The function APScheduler holds for each job; _LockingExecutor runs the job itself instead."""
+    raise RuntimeError("mutexcron jobs run through the scheduler's own executor")
+
+
+class _LockingExecutor(BaseExecutor):
+    """An APScheduler executor that hands each fire, with its scheduled time, to the scheduler.
+
+    APScheduler's own executors call the job function without the scheduled time; we need that time
+    because (job name, scheduled time) is the identity of a run across the fleet.
+    """
+
+    def __init__(self, fire: Callable[[str, datetime], None], max_workers: int) -> None:
+        super().__init__()
+        self._fire = fire
+        self._pool = ThreadPoolExecutor(max_workers, thread_name_prefix="mutexcron-job")
+
+    def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
+        future = self._pool.submit(self._fire, job.id, run_times[-1])
+        future.add_done_callback(lambda _: self._run_job_success(job.id, []))
+
+    def shutdown(self, wait: bool = True) -> None:
+        self._pool.shutdown(wait=wait, cancel_futures=not wait)
+
+
+@dataclass(eq=False)
+class _Beat:
+    job: Job
+    ctx: JobContext
+    due: float  # time.monotonic() of the next renewal
+    last_renewed: float
+    in_flight: bool = False
+
+
+class _Heartbeats:
+    """One thread per scheduler that renews every lock it holds every ``lease / 3``.
+
+    A run whose lock was taken away (its lease ran out and another instance took it) is marked lost
+    and logged. One shared thread instead of one per run keeps a short job's overhead low.
+    """
+
+    def __init__(self, store: LockStore) -> None:
+        self._store = store
+        self._changed = threading.Condition()
+        self._beats: set[_Beat] = set()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def add(self, job: Job, ctx: JobContext) -> _Beat:
+        now = time.monotonic()
+        beat = _Beat(job, ctx, now + job.lease.total_seconds() / 3, now)
+        with self._changed:
+            self._beats.add(beat)
+            if self._thread is None:
+                self._stopped = False
+                self._thread = threading.Thread(target=self._run, name="mutexcron-heartbeat", daemon=True)
+                self._thread.start()
+            self._changed.notify_all()
+        return beat
+
+    def remove(self, beat: _Beat) -> None:
+        """Stop renewing; waits for a renewal in flight so none lands after the lock's release."""
+        with self._changed:
+            self._changed.wait_for(lambda: not beat.in_flight)
+            self._beats.discard(beat)
+
+    def stop(self) -> None:
+        with self._changed:
+            self._stopped = True
+            thread, self._thread = self._thread, None
+            self._changed.notify_all()
+        if thread is not None:
+            thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while not self._stopped:
+                    now = time.monotonic()
+                    due = [beat for beat in self._beats if beat.due <= now]
+                    if due:
+                        break
+                    next_due = min((beat.due for beat in self._beats), default=None)
+                    self._changed.wait(None if next_due is None else next_due - now)
+                if self._stopped:
+                    return
+                for beat in due:
+                    beat.in_flight = True
+            for beat in due:
+                lost = self._renew(beat)
+                with self._changed:
+                    beat.in_flight = False
+                    beat.due = time.monotonic() + beat.job.lease.total_seconds() / 3
+                    if lost:
+                        self._beats.discard(beat)
+                    self._changed.notify_all()
+
+    def _renew(self, beat: _Beat) -> bool:
+        """Renew one lock; True if it is lost."""
+        job, ctx = beat.job, beat.ctx
+        try:
+            renewed = self._store.renew(job.name, token=ctx.token, lease=job.lease)
+        except StoreUnavailable as error:
+            if time.monotonic() - beat.last_renewed < job.lease.total_seconds():
+                logger.warning("job %r: could not renew its lock, will retry: %s", job.name, error)
+                return False
+            renewed = False
+        if renewed:
+            beat.last_renewed = time.monotonic()
+            return False
+        ctx._lost.set()
+        logger.error(
+            "job %r (fire %s, token %d): lock lost while the body runs: its lease ran out and it may now be "
+            "held by another instance", job.name, ctx.fire_time.isoformat(), ctx.token,
+        )
+        return True
+
+
+class Scheduler:
+    """Fires every job of ``registry`` on this instance and runs those whose lock this instance wins.
+
+    ``store`` is a URL (``redis://…``, ``mongodb://…``, ``memory://``), a dotted path, or a LockStore.
+    ``clock_skew`` is a testing hook: it makes this instance fire as if its clock were off by that much
+    (``timedelta(seconds=-2)``: two seconds late).
+    """
+
+    def __init__(
+        self,
+        store: str | LockStore,
+        *,
+        registry: Registry | None = None,
+        instance_id: str | None = None,
+        timezone: str | tzinfo = "UTC",
+        misfire_grace_time: timedelta = timedelta(seconds=60),
+        max_workers: int = 10,
+        shutdown_timeout: timedelta = timedelta(seconds=30),
+        clock_skew: timedelta = timedelta(0),
+    ) -> None:
+        self._owns_store = not isinstance(store, LockStore)
+        self.store = store_from_url(store)
+        self.registry = registry if registry is not None else default_registry
+        self._instance_id = instance_id
+        self.timezone = resolve_timezone(timezone, subject="Scheduler timezone")
+        self.misfire_grace_time = misfire_grace_time
+        self.max_workers = max_workers
+        self.shutdown_timeout = shutdown_timeout
+        self.clock_skew = clock_skew
+        self._listeners: list[tuple[Listener, frozenset[str]]] = []
+        self._heartbeats = _Heartbeats(self.store)
+        self._aps: BackgroundScheduler | None = None
+        self._state_lock = threading.Lock()
+        self._idle = threading.Condition(self._state_lock)
+        self._running: dict[int, JobContext] = {}
+        self._stopping = threading.Event()
+        self._store_down_since: datetime | None = None
+        self._skipped_while_down = 0
+
+    # -- public API ---------------------------------------------------------------------------
+
+    @property
+    def instance_id(self) -> str:
+        """This instance's name in lock documents and run records (default ``host:pid``, read at use,
+        so a scheduler created before a fork names the child)."""
+        return self._instance_id or f"{socket.gethostname()}:{os.getpid()}"
+
+    @property
+    def running(self) -> bool:
+        return self._aps is not None
+
+    def add_listener(self, callback: Listener, *, events: Collection[str] = ("finished",)) -> Listener:
+        """Call ``callback(record)`` on every ``"finished"`` run or skip (and, if asked, ``"started"``)."""
+        unknown = set(events) - set(LISTENER_EVENTS)
+        if unknown:
+            raise ValueError(f"unknown listener events {sorted(unknown)}; use {LISTENER_EVENTS}")
+        self._listeners.append((callback, frozenset(events)))
+        return callback
+
+    def remove_listener(self, callback: Listener) -> None:
+        self._listeners = [(cb, ev) for cb, ev in self._listeners if cb is not callback]
+
+    def start(self) -> None:
+        """Seed a lock document for every declared job, then start firing their triggers."""
+        if self._aps is not None:
+            raise RuntimeError("scheduler is already running")
+        jobs = list(self.registry)
+        self.seed()
+        self._stopping.clear()
+        aps = BackgroundScheduler(
+            timezone=UTC,
+            executors={"default": _LockingExecutor(self._fire, self.max_workers)},
+            # The store decides who runs; locally every fire is handed over, and coalesced if late.
+            job_defaults={"coalesce": True, "max_instances": 10_000, "misfire_grace_time": None},
+        )
+        for job in jobs:
+            trigger: BaseTrigger = job.trigger(self.timezone)
+            if self.clock_skew:
+                trigger = _ShiftedTrigger(trigger, self.clock_skew)
+            aps.add_job(_run_by_locking_executor, trigger=trigger, id=job.name, name=job.name)
+        aps.start()
+        self._aps = aps
+        logger.info(
+            "mutexcron scheduler %s started with %d job(s) on %r", self.instance_id, len(jobs), self.store
+        )
+
+    def seed(self) -> int:
+        """Create missing lock documents for every declared job (never resets one); safe on many instances."""
+        names = self.registry.names()
+        try:
+            created = self.store.seed(names)
+        except StoreUnavailable as error:
+            # Not fatal: acquire creates a missing document too, and the store may come back.
+            self._store_failed(error)
+            return 0
+        self._store_ok()
+        if created:
+            logger.info("seeded %d new lock(s) of %d job(s)", created, len(names))
+        return created
+
+    def shutdown(self, wait: bool = True, timeout: timedelta | None = None) -> None:
+        """Stop firing; if ``wait``, wait (at most ``timeout``) for running bodies, which release their locks.
+
+        A body still running after the timeout keeps its lock until its lease runs out: releasing it
+        under a running body would let another instance run the job at the same time.
+        """
+        aps, self._aps = self._aps, None
+        self._stopping.set()
+        if aps is not None:
+            aps.shutdown(wait=False)
+        if wait:
+            limit = (timeout if timeout is not None else self.shutdown_timeout).total_seconds()
+            with self._idle:
+                if not self._idle.wait_for(lambda: not self._running, timeout=limit):
+                    names = sorted({ctx.job_name for ctx in self._running.values()})
+                    logger.warning("shutdown: job(s) %s still running after %.1fs; their locks expire with "
+                                   "their lease", names, limit)
+                    return
+        if not self._running:
+            self._heartbeats.stop()
+            if self._owns_store:
+                self.store.close()
+
+    def run_now(self, name: str) -> RunRecord:
+        """Run job ``name`` now, in this thread, under its lock (a manual run, outside the tick ledger).
+
+        Returns the RunRecord; with ``on_busy="raise"`` a busy lock raises :class:`LockBusy` instead.
+        """
+        job = self.registry.get(name)
+        record = self._execute(job, _utc_now(), manual=True)
+        if record.outcome is Outcome.SKIPPED_BUSY and job.on_busy == "raise":
+            raise LockBusy(name, record)
+        return record
+
+    def run_tick(self, name: str, fire_time: datetime) -> RunRecord:
+        """Run the fire of job ``name`` scheduled at the aware ``fire_time`` now, in this thread, exactly as
+        the trigger would: it runs only if no instance ran that tick. For tests and tooling."""
+        if fire_time.tzinfo is None:
+            raise ValueError(f"fire_time={fire_time!r} is naive; pass an aware datetime")
+        return self._execute(self.registry.get(name), fire_time.astimezone(UTC), manual=False)
+
+    def __enter__(self) -> Scheduler:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"<Scheduler {self.instance_id} {state} jobs={len(self.registry)} store={self.store!r}>"
+
+    # -- firing -----------------------------------------------------------------------------------
+
+    def _fire(self, name: str, run_time: datetime) -> None:
+        """Called by APScheduler's executor thread when a job's trigger fires on this instance."""
+        fire_time = (run_time + self.clock_skew).astimezone(UTC)
+        late = _utc_now() - run_time
+        if late > self.misfire_grace_time:
+            logger.warning("job %r: fire %s missed by %s (misfire_grace_time %s); not run", name,
+                           fire_time.isoformat(), late, self.misfire_grace_time)
+            return
+        try:
+            job = self.registry.get(name)
+        except KeyError:
+            logger.warning("job %r fired but is no longer declared", name)
+            return
+        self._execute(job, fire_time, manual=False)
+
+    def _execute(self, job: Job, fire_time: datetime, *, manual: bool) -> RunRecord:
+        started_at = _utc_now()
+
+        def skipped(outcome: Outcome, why: str) -> RunRecord:
+            return self._finish(RunRecord(job.name, fire_time, self.instance_id, outcome, started_at, _utc_now(),
+                                          error=why, manual=manual))
+
+        try:
+            acquisition = self._acquire(job, None if manual else fire_time)
+        except StoreUnavailable as error:
+            self._store_failed(error)
+            return skipped(Outcome.SKIPPED_STORE_ERROR, str(error))
+        self._store_ok()
+        if acquisition.status is AcquireStatus.ALREADY_RAN:
+            logger.debug("job %r fire %s already ran elsewhere", job.name, fire_time.isoformat())
+            return skipped(Outcome.SKIPPED_ALREADY_RAN, "this fire already ran")
+        if acquisition.status is AcquireStatus.BUSY:
+            why = f"lock held by {acquisition.holder or 'another instance'}"
+            log = logger.error if job.on_busy == "raise" else logger.info
+            log("job %r fire %s skipped: %s", job.name, fire_time.isoformat(), why)
+            return skipped(Outcome.SKIPPED_BUSY, why)
+        assert acquisition.token is not None
+        return self._run_body(job, fire_time, acquisition.token, started_at, manual)
+
+    def _acquire(self, job: Job, fire_time: datetime | None) -> Any:
+        acquire = lambda: self.store.acquire(  # noqa: E731
+            job.name, owner=self.instance_id, lease=job.lease, fire_time=fire_time)
+        acquisition = acquire()
+        if job.on_busy != "wait" or acquisition.status is not AcquireStatus.BUSY:
+            return acquisition
+        # Wait for the lock at most one lease: by then a live holder has released it or died.
+        deadline = time.monotonic() + job.lease.total_seconds()
+        pause = 0.05
+        while acquisition.status is AcquireStatus.BUSY and time.monotonic() < deadline:
+            if self._stopping.wait(min(pause, max(0.0, deadline - time.monotonic()))):
+                break
+            pause = min(pause * 2, 1.0)
+            acquisition = acquire()
+        return acquisition
+
+    def _run_body(self, job: Job, fire_time: datetime, token: int, started_at: datetime, manual: bool) -> RunRecord:
+        ctx = JobContext(job.name, fire_time, self.instance_id, token)
+        key = id(ctx)
+        with self._state_lock:
+            self._running[key] = ctx
+        self._notify(RunRecord(job.name, fire_time, self.instance_id, None, started_at, None, token=token,
+                               manual=manual), "started")
+        outcome, error = Outcome.SUCCEEDED, None
+        beat = self._heartbeats.add(job, ctx)
+        try:
+            job.call(ctx)
+        except Exception:
+            outcome, error = Outcome.FAILED, traceback.format_exc()
+            logger.exception("job %r (fire %s) failed", job.name, fire_time.isoformat())
+        finally:
+            self._heartbeats.remove(beat)
+            self._release(job, token)
+            with self._idle:
+                del self._running[key]
+                self._idle.notify_all()
+        record = RunRecord(job.name, fire_time, self.instance_id, outcome, started_at, _utc_now(), error=error,
+                           token=token, lock_lost=ctx.lock_lost, manual=manual)
+        if outcome is Outcome.SUCCEEDED:
+            logger.info("job %r (fire %s) succeeded in %.3fs", job.name, fire_time.isoformat(),
+                        (record.finished_at - started_at).total_seconds())  # type: ignore[operator]
+        return self._finish(record)
+
+    def _release(self, job: Job, token: int) -> None:
+        try:
+            released = self.store.release(job.name, token=token, hold_at_least=job.hold_at_least)
+        except StoreUnavailable as error:
+            self._store_failed(error)
+            logger.error("job %r: could not release its lock (it expires with its lease): %s", job.name, error)
+            return
+        if not released:
+            logger.warning("job %r: lock (token %d) was no longer ours at release; left untouched", job.name, token)
+
+    def _finish(self, record: RunRecord) -> RunRecord:
+        if record.outcome is Outcome.SKIPPED_STORE_ERROR:
+            with self._state_lock:
+                self._skipped_while_down += 1
+        self._notify(record, "finished")
+        return record
+
+    def _notify(self, record: RunRecord, event: str) -> None:
+        for callback, events in list(self._listeners):
+            if event in events:
+                try:
+                    callback(record)
+                except Exception:
+                    logger.exception("mutexcron listener %r failed on %s record of job %r", callback, event,
+                                     record.job_name)
+
+    # -- store health: one error per outage, not one per tick ---------------------------------------
+
+    def _store_failed(self, error: StoreUnavailable) -> None:
+        with self._state_lock:
+            first = self._store_down_since is None
+            if first:
+                self._store_down_since = _utc_now()
+                self._skipped_while_down = 0
+        if first:
+            logger.error("lock store unreachable; jobs are skipped until it returns: %s", error)
+        else:
+            logger.debug("lock store still unreachable: %s", error)
+
+    def _store_ok(self) -> None:
+        with self._state_lock:
+            since, self._store_down_since = self._store_down_since, None
+            skipped = self._skipped_while_down
+        if since is not None:
+            logger.warning("lock store reachable again after %s; %d fire(s) were skipped meanwhile",
+                           _utc_now() - since, skipped)

@@ -1,0 +1,90 @@
+"""Pluggable lock stores, chosen by URL scheme or dotted path like Django's cache backends.
+
+``store_from_url("redis://…")``, ``"rediss://…"``, ``"mongodb://…"``, ``"mongodb+srv://…"``, ``"memory://"``,
+or a dotted path to a :class:`LockStore` subclass (``"myproject.locks.MyStore"``, built with no arguments).
+Backends import their client library only when used, so ``pip install mutexcron[redis]`` is enough for Redis.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from .._urls import mask_url
+from ..errors import StoreConfigError
+from .base import AcquireStatus, Acquisition, LockState, LockStore
+from .memory import MemoryLockStore
+
+if TYPE_CHECKING:
+    from .mongo import MongoLockStore
+    from .redis import RedisLockStore
+
+__all__ = [
+    "SCHEMES",
+    "AcquireStatus",
+    "Acquisition",
+    "LockState",
+    "LockStore",
+    "MemoryLockStore",
+    "MongoLockStore",
+    "RedisLockStore",
+    "store_from_url",
+]
+
+# scheme -> dotted path of the store class (imported on first use)
+SCHEMES: dict[str, str] = {
+    "memory": "mutexcron.stores.memory.MemoryLockStore",
+    "redis": "mutexcron.stores.redis.RedisLockStore",
+    "rediss": "mutexcron.stores.redis.RedisLockStore",
+    "unix": "mutexcron.stores.redis.RedisLockStore",
+    "mongodb": "mutexcron.stores.mongo.MongoLockStore",
+    "mongodb+srv": "mutexcron.stores.mongo.MongoLockStore",
+}
+
+_EXTRAS = {"redis": "redis", "pymongo": "mongo", "bson": "mongo"}
+
+
+def _import_class(path: str, *, what: str) -> Any:
+    module_name, _, class_name = path.rpartition(".")
+    try:
+        module = import_module(module_name)
+    except ModuleNotFoundError as error:
+        extra = _EXTRAS.get((error.name or "").split(".")[0])
+        hint = f"; install it with: pip install 'mutexcron[{extra}]'" if extra else ""
+        raise StoreConfigError(f"cannot load {what} {path!r}: {error}{hint}") from None
+    try:
+        return getattr(module, class_name)
+    except AttributeError:
+        raise StoreConfigError(f"cannot load {what} {path!r}: {module_name} has no {class_name!r}") from None
+
+
+def store_from_url(url: str | LockStore) -> LockStore:
+    """Build a lock store from a URL or dotted path; a store object is returned as it is."""
+    if isinstance(url, LockStore):
+        return url
+    if not isinstance(url, str) or not url.strip():
+        raise StoreConfigError(f"store must be a URL, a dotted path or a LockStore, not {url!r}")
+    if "://" in url:
+        scheme = url.split("://", 1)[0].lower()
+        if scheme not in SCHEMES:
+            raise StoreConfigError(
+                f"unknown store scheme {scheme!r} in {mask_url(url)!r}; use one of {', '.join(sorted(SCHEMES))} "
+                "or a dotted path to a LockStore class"
+            )
+        return _import_class(SCHEMES[scheme], what="store backend").from_url(url)
+    if "." not in url or " " in url:
+        raise StoreConfigError(
+            f"store {url!r} is neither a URL (redis://…, mongodb://…, memory://) nor a dotted path to a LockStore"
+        )
+    cls = _import_class(url, what="store class")
+    if not (isinstance(cls, type) and issubclass(cls, LockStore)):
+        raise StoreConfigError(f"store class {url!r} is not a subclass of mutexcron.stores.LockStore")
+    return cls()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RedisLockStore":
+        return _import_class("mutexcron.stores.redis.RedisLockStore", what="store backend")
+    if name == "MongoLockStore":
+        return _import_class("mutexcron.stores.mongo.MongoLockStore", what="store backend")
+    raise AttributeError(name)

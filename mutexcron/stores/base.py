@@ -1,0 +1,129 @@
+"""The lock store contract every backend implements (see tests/contract.py for it as tests).
+
+One lock document per job. Acquiring is a single atomic compare-and-set decided on the *store's*
+clock, so instances with skewed clocks agree on lease expiry. The document also remembers the last
+nominal fire time it was acquired for, which makes each tick run at most once across the fleet.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+
+__all__ = ["AcquireStatus", "Acquisition", "LockState", "LockStore"]
+
+UTC = UTC
+
+
+@dataclass(frozen=True)
+class LockState:
+    """A job's lock document as the store holds it; datetimes are aware UTC or ``None``."""
+
+    name: str
+    locked: bool
+    locked_by: str | None
+    last_locked_at: datetime | None
+    last_released_at: datetime | None
+    lock_until: datetime | None
+    last_fire_time: datetime | None
+    token: int
+
+    def is_held(self, now: datetime) -> bool:
+        """True if the lock is taken and its lease (or hold_at_least) has not run out at ``now``."""
+        return self.locked and self.lock_until is not None and self.lock_until > now
+
+
+class AcquireStatus(StrEnum):
+    ACQUIRED = "acquired"
+    BUSY = "busy"  # held by a live lease
+    ALREADY_RAN = "already_ran"  # this fire time (or a later one) was already taken
+
+
+@dataclass(frozen=True)
+class Acquisition:
+    """The result of :meth:`LockStore.acquire`: the fencing token if acquired."""
+
+    status: AcquireStatus
+    token: int | None = None
+    holder: str | None = None  # who holds the lock when BUSY, if the store says
+
+    @property
+    def acquired(self) -> bool:
+        return self.status is AcquireStatus.ACQUIRED
+
+
+class LockStore(ABC):
+    """A place where job locks live. Every method raises :class:`~mutexcron.errors.StoreUnavailable`
+    when the store cannot be reached, so callers can fail closed."""
+
+    @abstractmethod
+    def seed(self, names: Iterable[str]) -> int:
+        """Create a lock document for each name that has none; never reset one. Returns how many were created."""
+
+    @abstractmethod
+    def acquire(self, name: str, *, owner: str, lease: timedelta, fire_time: datetime | None) -> Acquisition:
+        """Take the lock if it is free (or its lease ran out) and, when ``fire_time`` is given, only if no
+        fire at or after ``fire_time`` took it before. ``fire_time=None`` is a manual run: it neither
+        checks nor moves the last fire time."""
+
+    @abstractmethod
+    def renew(self, name: str, *, token: int, lease: timedelta) -> bool:
+        """Extend the lease to store-now + ``lease`` if ``token`` still holds the lock."""
+
+    @abstractmethod
+    def release(self, name: str, *, token: int, hold_at_least: timedelta = timedelta(0)) -> bool:
+        """Release the lock if ``token`` holds it; with ``hold_at_least``, keep it until the acquisition
+        time plus that duration. Returns False (and changes nothing) for a stale token."""
+
+    @abstractmethod
+    def locks(self) -> list[LockState]:
+        """Every lock document in the store, sorted by name."""
+
+    @abstractmethod
+    def lock(self, name: str) -> LockState | None:
+        """One job's lock document, or ``None`` if it has none."""
+
+    @abstractmethod
+    def force_unlock(self, name: str) -> bool:
+        """Free the lock whoever holds it (an operator's action). Returns True if it was locked."""
+
+    @abstractmethod
+    def delete(self, name: str) -> bool:
+        """Remove a job's lock document (for orphans whose job no longer exists)."""
+
+    @abstractmethod
+    def now(self) -> datetime:
+        """The store's clock, aware UTC: the clock leases are decided on."""
+
+    def ping(self) -> None:
+        """Raise StoreUnavailable if the store cannot be reached."""
+        self.now()
+
+    def close(self) -> None:  # noqa: B027 - optional hook; most stores hold a client pool
+        """Release connections."""
+
+    def __enter__(self) -> LockStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def ms_to_datetime(value: int | str | None) -> datetime | None:
+    """Milliseconds since the epoch (as stored in Redis) to aware UTC; empty values become ``None``."""
+    if value is None or value == "" or value == b"":
+        return None
+    return datetime.fromtimestamp(int(value) / 1000, UTC)
+
+
+def datetime_to_ms(value: datetime) -> int:
+    if value.tzinfo is None:
+        raise ValueError(f"naive datetime {value!r}; pass an aware one")
+    return round(value.timestamp() * 1000)
+
+
+def duration_ms(value: timedelta) -> int:
+    return max(0, round(value.total_seconds() * 1000))

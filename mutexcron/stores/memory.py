@@ -1,0 +1,113 @@
+"""A lock store inside one process: for tests, development and single-instance apps."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from .base import UTC, AcquireStatus, Acquisition, LockState, LockStore
+
+__all__ = ["MemoryLockStore"]
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class MemoryLockStore(LockStore):
+    """Locks in a dict guarded by a mutex. ``clock`` replaces the store's clock (tests move time by hand)."""
+
+    def __init__(self, *, clock: Callable[[], datetime] = _utc_now) -> None:
+        self._clock = clock
+        self._mutex = threading.Lock()
+        self._locks: dict[str, LockState] = {}
+
+    @classmethod
+    def from_url(cls, url: str) -> MemoryLockStore:
+        return cls()
+
+    @staticmethod
+    def _fresh(name: str) -> LockState:
+        return LockState(name, False, None, None, None, None, None, 0)
+
+    def seed(self, names: Iterable[str]) -> int:
+        with self._mutex:
+            missing = [name for name in dict.fromkeys(names) if name not in self._locks]
+            for name in missing:
+                self._locks[name] = self._fresh(name)
+            return len(missing)
+
+    def acquire(self, name: str, *, owner: str, lease: timedelta, fire_time: datetime | None) -> Acquisition:
+        with self._mutex:
+            now = self._clock()
+            state = self._locks.get(name) or self._fresh(name)
+            if fire_time is not None and state.last_fire_time is not None and state.last_fire_time >= fire_time:
+                return Acquisition(AcquireStatus.ALREADY_RAN, holder=state.locked_by)
+            if state.is_held(now):
+                return Acquisition(AcquireStatus.BUSY, holder=state.locked_by)
+            token = state.token + 1
+            self._locks[name] = replace(
+                state,
+                locked=True,
+                locked_by=owner,
+                last_locked_at=now,
+                lock_until=now + lease,
+                last_fire_time=fire_time.astimezone(UTC) if fire_time is not None else state.last_fire_time,
+                token=token,
+            )
+            return Acquisition(AcquireStatus.ACQUIRED, token=token)
+
+    def _holding(self, name: str, token: int) -> LockState | None:
+        state = self._locks.get(name)
+        return state if state is not None and state.locked and state.token == token else None
+
+    def renew(self, name: str, *, token: int, lease: timedelta) -> bool:
+        with self._mutex:
+            state = self._holding(name, token)
+            if state is None:
+                return False
+            self._locks[name] = replace(state, lock_until=self._clock() + lease)
+            return True
+
+    def release(self, name: str, *, token: int, hold_at_least: timedelta = timedelta(0)) -> bool:
+        with self._mutex:
+            state = self._holding(name, token)
+            if state is None:
+                return False
+            now = self._clock()
+            assert state.last_locked_at is not None
+            hold_until = state.last_locked_at + hold_at_least
+            if hold_until > now:
+                self._locks[name] = replace(state, lock_until=hold_until, last_released_at=now)
+            else:
+                self._locks[name] = replace(state, locked=False, lock_until=now, last_released_at=now)
+            return True
+
+    def locks(self) -> list[LockState]:
+        with self._mutex:
+            return [self._locks[name] for name in sorted(self._locks)]
+
+    def lock(self, name: str) -> LockState | None:
+        with self._mutex:
+            return self._locks.get(name)
+
+    def force_unlock(self, name: str) -> bool:
+        with self._mutex:
+            state = self._locks.get(name)
+            if state is None or not state.locked:
+                return False
+            now = self._clock()
+            self._locks[name] = replace(state, locked=False, lock_until=now, last_released_at=now)
+            return True
+
+    def delete(self, name: str) -> bool:
+        with self._mutex:
+            return self._locks.pop(name, None) is not None
+
+    def now(self) -> datetime:
+        return self._clock()
+
+    def __repr__(self) -> str:
+        return f"<MemoryLockStore locks={len(self._locks)}>"

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Start the servers the tests need if they are not already running (the machine usually starts them).
+# MongoDB is not started here: the test suite starts its own MongoDB wire server (tests/servers.py).
+set -u
+
+wait_for() {  # wait_for NAME COMMAND...: poll until COMMAND succeeds, at most 60 s
+    local name=$1; shift
+    for _ in $(seq 1 120); do
+        "$@" >/dev/null 2>&1 && return 0
+        sleep 0.5
+    done
+    echo "services: $name did not come up" >&2
+    return 1
+}
+
+if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+    echo "services: starting Redis"
+    mkdir -p /var/lib/redis /var/log/redis
+    redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+        --dir /var/lib/redis --logfile /var/log/redis/ci.log
+    wait_for Redis redis-cli -h 127.0.0.1 -p 6379 ping || exit 1
+fi
+echo "services: Redis is up"

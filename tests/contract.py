@@ -1,0 +1,263 @@
+"""The lock store contract, as tests every store must pass (subclass with a ``store`` fixture).
+
+Leases in these tests are short and real: expiry is awaited by polling the store with a deadline.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+
+from mutexcron.stores import AcquireStatus, LockStore
+
+UTC = timezone.utc
+LONG = timedelta(seconds=30)
+FIRE_1 = datetime(2026, 1, 1, 6, 0, 0, tzinfo=UTC)
+FIRE_2 = FIRE_1 + timedelta(days=1)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, interval: float = 0.02) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout`` seconds pass; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+
+
+class LockStoreContract:
+    """Behaviour shared by every LockStore (memory, Redis, MongoDB, Django ORM)."""
+
+    store: LockStore  # set by the subclass's autouse fixture
+
+    # -- seeding ------------------------------------------------------------------------------
+
+    def test_seed_creates_an_unlocked_document_per_name(self) -> None:
+        assert self.store.seed(["a.one", "a.two"]) == 2
+        states = self.store.locks()
+        assert [s.name for s in states] == ["a.one", "a.two"]
+        for state in states:
+            assert not state.locked
+            assert state.token == 0
+            assert state.last_fire_time is None
+            assert state.locked_by is None
+
+    def test_seed_counts_only_documents_it_created(self) -> None:
+        self.store.seed(["a.one"])
+        assert self.store.seed(["a.one", "a.two"]) == 1
+
+    def test_seed_never_resets_a_held_lock(self) -> None:
+        self.store.seed(["job"])
+        acquired = self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_1)
+        self.store.seed(["job"])
+        state = self.store.lock("job")
+        assert state is not None
+        assert state.locked and state.locked_by == "A" and state.token == acquired.token
+        assert state.last_fire_time == FIRE_1
+
+    def test_concurrent_seeding_creates_each_document_once(self) -> None:
+        names = [f"job.{i}" for i in range(5)]
+        created: list[int] = []
+        barrier = threading.Barrier(8)
+
+        def seed() -> None:
+            barrier.wait()
+            created.append(self.store.seed(names))
+
+        threads = [threading.Thread(target=seed) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sum(created) == 5
+        assert [s.name for s in self.store.locks()] == names
+
+    # -- acquiring ----------------------------------------------------------------------------
+
+    def test_acquire_takes_a_free_lock_and_records_the_holder(self) -> None:
+        self.store.seed(["job"])
+        acquisition = self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_1)
+        assert acquisition.status is AcquireStatus.ACQUIRED
+        assert acquisition.token == 1
+        state = self.store.lock("job")
+        assert state is not None
+        assert state.locked and state.locked_by == "A"
+        assert state.last_fire_time == FIRE_1
+        assert state.lock_until is not None and state.last_locked_at is not None
+        assert state.lock_until - state.last_locked_at == LONG
+
+    def test_acquire_creates_a_missing_document(self) -> None:
+        acquisition = self.store.acquire("never.seeded", owner="A", lease=LONG, fire_time=FIRE_1)
+        assert acquisition.acquired
+        assert self.store.lock("never.seeded") is not None
+
+    def test_token_grows_with_every_acquisition(self) -> None:
+        tokens = []
+        for day in range(3):
+            acquisition = self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_1 + timedelta(days=day))
+            assert acquisition.token is not None
+            tokens.append(acquisition.token)
+            self.store.release("job", token=acquisition.token)
+        assert tokens == [1, 2, 3]
+
+    def test_a_held_lock_is_busy_and_names_its_holder(self) -> None:
+        self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_1)
+        acquisition = self.store.acquire("job", owner="B", lease=LONG, fire_time=FIRE_2)
+        assert acquisition.status is AcquireStatus.BUSY
+        assert acquisition.holder == "A"
+
+    def test_the_same_fire_time_cannot_be_taken_twice(self) -> None:
+        first = self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_1)
+        assert first.token is not None
+        self.store.release("job", token=first.token)
+        again = self.store.acquire("job", owner="B", lease=LONG, fire_time=FIRE_1)
+        assert again.status is AcquireStatus.ALREADY_RAN
+
+    def test_an_older_fire_time_counts_as_already_ran(self) -> None:
+        first = self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_2)
+        assert first.token is not None
+        self.store.release("job", token=first.token)
+        assert self.store.acquire("job", owner="B", lease=LONG, fire_time=FIRE_1).status is AcquireStatus.ALREADY_RAN
+
+    def test_already_ran_wins_over_busy_while_the_tick_still_runs(self) -> None:
+        self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_1)
+        assert self.store.acquire("job", owner="B", lease=LONG, fire_time=FIRE_1).status is AcquireStatus.ALREADY_RAN
+
+    def test_a_manual_acquire_ignores_and_keeps_the_last_fire_time(self) -> None:
+        first = self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_2)
+        assert first.token is not None
+        self.store.release("job", token=first.token)
+        manual = self.store.acquire("job", owner="B", lease=LONG, fire_time=None)
+        assert manual.acquired
+        state = self.store.lock("job")
+        assert state is not None and state.last_fire_time == FIRE_2
+
+    def test_only_one_of_many_concurrent_acquirers_wins(self) -> None:
+        self.store.seed(["job"])
+        results = []
+        barrier = threading.Barrier(8)
+
+        def acquire(owner: str) -> None:
+            barrier.wait()
+            results.append(self.store.acquire("job", owner=owner, lease=LONG, fire_time=FIRE_1).status)
+
+        threads = [threading.Thread(target=acquire, args=(f"I{i}",)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert results.count(AcquireStatus.ACQUIRED) == 1
+
+    def test_an_expired_lease_can_be_taken_over(self) -> None:
+        self.store.acquire("job", owner="crashed", lease=timedelta(milliseconds=300), fire_time=FIRE_1)
+        assert self.store.acquire("job", owner="B", lease=LONG, fire_time=FIRE_2).status is AcquireStatus.BUSY
+        assert wait_until(
+            lambda: self.store.acquire("job", owner="B", lease=LONG, fire_time=FIRE_2).acquired, timeout=5
+        )
+        state = self.store.lock("job")
+        assert state is not None and state.locked_by == "B" and state.token == 2
+
+    # -- renewing -----------------------------------------------------------------------------
+
+    def test_renew_extends_the_lease_from_the_store_clock(self) -> None:
+        lease = timedelta(milliseconds=400)
+        acquisition = self.store.acquire("job", owner="A", lease=lease, fire_time=FIRE_1)
+        assert acquisition.token is not None
+        deadline = time.monotonic() + 1.2  # three leases
+        while time.monotonic() < deadline:
+            assert self.store.renew("job", token=acquisition.token, lease=lease)
+            assert self.store.acquire("job", owner="B", lease=LONG, fire_time=FIRE_2).status is AcquireStatus.BUSY
+            time.sleep(0.1)
+        state = self.store.lock("job")
+        assert state is not None and state.lock_until is not None
+        assert state.lock_until > self.store.now()
+
+    def test_renew_with_a_stale_token_fails(self) -> None:
+        acquisition = self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_1)
+        assert acquisition.token is not None
+        assert not self.store.renew("job", token=acquisition.token + 1, lease=LONG)
+
+    # -- releasing ----------------------------------------------------------------------------
+
+    def test_release_frees_the_lock(self) -> None:
+        acquisition = self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_1)
+        assert acquisition.token is not None
+        assert self.store.release("job", token=acquisition.token)
+        state = self.store.lock("job")
+        assert state is not None and not state.locked and state.last_released_at is not None
+        assert self.store.acquire("job", owner="B", lease=LONG, fire_time=FIRE_2).acquired
+
+    def test_a_stale_holder_cannot_release_the_new_holders_lock(self) -> None:
+        stale = self.store.acquire("job", owner="A", lease=timedelta(milliseconds=200), fire_time=FIRE_1)
+        assert stale.token is not None
+        assert wait_until(lambda: self.store.acquire("job", owner="B", lease=LONG, fire_time=FIRE_2).acquired)
+        assert not self.store.release("job", token=stale.token)
+        assert not self.store.renew("job", token=stale.token, lease=LONG)
+        state = self.store.lock("job")
+        assert state is not None and state.locked and state.locked_by == "B"
+
+    def test_hold_at_least_keeps_the_lock_until_start_plus_hold(self) -> None:
+        hold = timedelta(milliseconds=600)
+        acquisition = self.store.acquire("job", owner="A", lease=LONG, fire_time=None)
+        assert acquisition.token is not None
+        assert self.store.release("job", token=acquisition.token, hold_at_least=hold)
+        state = self.store.lock("job")
+        assert state is not None and state.last_locked_at is not None
+        assert state.lock_until == state.last_locked_at + hold
+        assert self.store.acquire("job", owner="B", lease=LONG, fire_time=None).status is AcquireStatus.BUSY
+        assert wait_until(lambda: self.store.acquire("job", owner="B", lease=LONG, fire_time=None).acquired)
+
+    def test_release_after_the_hold_period_frees_at_once(self) -> None:
+        hold = timedelta(milliseconds=100)
+        acquisition = self.store.acquire("job", owner="A", lease=LONG, fire_time=None)
+        assert acquisition.token is not None
+        state = self.store.lock("job")
+        assert state is not None and state.last_locked_at is not None
+        locked_at = state.last_locked_at
+        assert wait_until(lambda: self.store.now() > locked_at + hold)  # the hold passes on the store's clock
+        assert self.store.release("job", token=acquisition.token, hold_at_least=hold)
+        state = self.store.lock("job")
+        assert state is not None and not state.locked
+
+    # -- operator actions ---------------------------------------------------------------------
+
+    def test_force_unlock_frees_a_held_lock_and_fences_off_its_holder(self) -> None:
+        held = self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_1)
+        assert held.token is not None
+        assert self.store.force_unlock("job")
+        assert not self.store.force_unlock("job")
+        assert not self.store.renew("job", token=held.token, lease=LONG)
+        taken = self.store.acquire("job", owner="B", lease=LONG, fire_time=FIRE_2)
+        assert taken.acquired
+        assert not self.store.release("job", token=held.token)
+
+    def test_delete_removes_the_document(self) -> None:
+        self.store.seed(["orphan"])
+        assert self.store.delete("orphan")
+        assert self.store.lock("orphan") is None
+        assert not self.store.delete("orphan")
+
+    def test_now_is_an_aware_utc_time_close_to_ours(self) -> None:
+        now = self.store.now()
+        assert now.utcoffset() == timedelta(0)
+        assert abs(now - datetime.now(UTC)) < timedelta(seconds=5)
+
+    def test_times_read_back_are_aware_utc(self) -> None:
+        self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_1)
+        state = self.store.lock("job")
+        assert state is not None
+        for value in (state.last_locked_at, state.lock_until, state.last_fire_time):
+            assert value is not None and value.utcoffset() == timedelta(0)
+
+    def test_unusual_but_valid_names_round_trip(self) -> None:
+        names = ["报告.日报", "tests.module.<locals>.job", "a:b@c/d+e-f", "x" * 200]
+        self.store.seed(names)
+        assert sorted(s.name for s in self.store.locks()) == sorted(names)
+        for name in names:
+            assert self.store.acquire(name, owner="A", lease=LONG, fire_time=FIRE_1).acquired
+            state = self.store.lock(name)
+            assert state is not None and state.name == name and state.locked

@@ -1,0 +1,68 @@
+"""Real servers for the tests: the local Redis, and a MongoDB wire-protocol server process.
+
+There is no mongod on the CI machine, so unless ``MUTEXCRON_TEST_MONGO_URL`` points at a real MongoDB
+we start mongoeco's wire server (tests/mongo_server.py) under Python 3.13 and talk to it with pymongo.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+REDIS_URL = os.environ.get("MUTEXCRON_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
+MONGO_URL_ENV = "MUTEXCRON_TEST_MONGO_URL"
+MONGOECO_PYTHON_ENV = "MUTEXCRON_MONGOECO_PYTHON"
+
+
+def mongoeco_python() -> str:
+    """The interpreter that has mongoeco installed: $MUTEXCRON_MONGOECO_PYTHON or .venv-mongo/bin/python."""
+    candidate = os.environ.get(MONGOECO_PYTHON_ENV) or str(ROOT / ".venv-mongo" / "bin" / "python")
+    if not (Path(candidate).exists() or shutil.which(candidate)):
+        raise RuntimeError(
+            f"no MongoDB for the tests: set {MONGO_URL_ENV} to a real MongoDB, or create the mongoeco "
+            f"environment with `make .venv-mongo` (looked for {candidate})"
+        )
+    return candidate
+
+
+class MongoWireServer:
+    """A mongoeco wire server in its own process, on a free port of 127.0.0.1."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen[str] | None = None
+        self.port: int | None = None
+
+    def start(self, port: int = 0, timeout: float = 60.0) -> str:
+        self.process = subprocess.Popen(
+            [mongoeco_python(), str(ROOT / "tests" / "mongo_server.py"), str(port)],
+            stdout=subprocess.PIPE,
+            stderr=sys.stderr,
+            text=True,
+        )
+        deadline = time.monotonic() + timeout
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()  # blocks until READY (or the process dies)
+        if not line.startswith("READY") or time.monotonic() > deadline:
+            self.stop()
+            raise RuntimeError(f"mongoeco wire server did not start: {line!r}")
+        self.port = int(line.split()[1])
+        return self.url
+
+    @property
+    def url(self) -> str:
+        return f"mongodb://127.0.0.1:{self.port}/?directConnection=true"
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
