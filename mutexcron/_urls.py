@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote_plus, urlencode, urlsplit, urlunsplit
 
 from .errors import StoreConfigError
 
@@ -28,19 +28,24 @@ def mask_url(url: str) -> str:
 
 
 def pop_query_options(url: str, names: tuple[str, ...]) -> tuple[str, dict[str, str]]:
-    """Remove mutexcron's own ``names`` from the URL's query; return the cleaned URL and their values."""
+    """Remove mutexcron's own ``names`` from the URL's query; return the cleaned URL and their values.
+
+    The other options keep their exact text: re-encoding them would break values a client does not
+    unquote (pymongo's ``readPreferenceTags=dc:ny,rack:1``).
+    """
     try:
         parts = urlsplit(url)
     except ValueError as error:
         raise StoreConfigError(f"malformed store URL {mask_url(url)!r}: {error}") from None
-    kept: list[tuple[str, str]] = []
+    kept: list[str] = []
     options: dict[str, str] = {}
-    for key, value in parse_qsl(parts.query, keep_blank_values=True):
-        if key in names:
-            options[key] = value
-        else:
-            kept.append((key, value))
-    return urlunsplit(parts._replace(query=urlencode(kept))), options
+    for pair in parts.query.split("&"):
+        key, _, value = pair.partition("=")
+        if unquote_plus(key) in names:
+            options[unquote_plus(key)] = unquote_plus(value)
+        elif pair:
+            kept.append(pair)
+    return urlunsplit(parts._replace(query="&".join(kept))), options
 
 
 def check_host_and_port(url: str) -> None:

@@ -65,4 +65,6 @@ class MongoWireServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        if self.process is not None and self.process.stdout is not None:
+            self.process.stdout.close()
         self.process = None
