@@ -8,6 +8,7 @@ PYTEST_ARGS ?=
 .PHONY: demo test lint bench services clean
 
 $(VENV)/.installed: pyproject.toml
+	scripts/system-deps.sh
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[dev]'

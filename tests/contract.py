@@ -34,6 +34,26 @@ class LockStoreContract:
 
     store: LockStore  # set by the subclass's autouse fixture
 
+    def run_together(self, target: Callable[..., None], arguments: list[tuple[object, ...]]) -> None:
+        """Run ``target`` in one thread per argument tuple, all released at once by a barrier."""
+        barrier = threading.Barrier(len(arguments))
+
+        def run(*args: object) -> None:
+            try:
+                barrier.wait()
+                target(*args)
+            finally:
+                self.thread_finished()
+
+        threads = [threading.Thread(target=run, args=args) for args in arguments]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def thread_finished(self) -> None:
+        """Called at the end of each thread of run_together (a store may close per-thread connections)."""
+
     # -- seeding ------------------------------------------------------------------------------
 
     def test_seed_creates_an_unlocked_document_per_name(self) -> None:
@@ -62,17 +82,7 @@ class LockStoreContract:
     def test_concurrent_seeding_creates_each_document_once(self) -> None:
         names = [f"job.{i}" for i in range(5)]
         created: list[int] = []
-        barrier = threading.Barrier(8)
-
-        def seed() -> None:
-            barrier.wait()
-            created.append(self.store.seed(names))
-
-        threads = [threading.Thread(target=seed) for _ in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        self.run_together(lambda: created.append(self.store.seed(names)), [()] * 8)
         assert sum(created) == 5
         assert [s.name for s in self.store.locks()] == names
 
@@ -139,17 +149,11 @@ class LockStoreContract:
     def test_only_one_of_many_concurrent_acquirers_wins(self) -> None:
         self.store.seed(["job"])
         results = []
-        barrier = threading.Barrier(8)
 
         def acquire(owner: str) -> None:
-            barrier.wait()
             results.append(self.store.acquire("job", owner=owner, lease=LONG, fire_time=FIRE_1).status)
 
-        threads = [threading.Thread(target=acquire, args=(f"I{i}",)) for i in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        self.run_together(acquire, [(f"I{i}",) for i in range(8)])
         assert results.count(AcquireStatus.ACQUIRED) == 1
 
     def test_an_expired_lease_can_be_taken_over(self) -> None:

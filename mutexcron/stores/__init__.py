@@ -39,6 +39,7 @@ SCHEMES: dict[str, str] = {
     "unix": "mutexcron.stores.redis.RedisLockStore",
     "mongodb": "mutexcron.stores.mongo.MongoLockStore",
     "mongodb+srv": "mutexcron.stores.mongo.MongoLockStore",
+    "django": "mutexcron_django.store.DjangoLockStore",  # the app's own database (needs mutexcron_django)
 }
 
 _EXTRAS = {"redis": "redis", "pymongo": "mongo", "bson": "mongo"}
