@@ -295,15 +295,15 @@ class CronTrigger(BaseTrigger):
             wall = max(wall, skip_to)
 
     def _is_repeated(self, wall: datetime) -> bool:
-        """Whether the naive ``wall`` time happens twice (clocks went back over it)."""
+        """Whether the naive ``wall`` time happens twice (clocks went back over it; not a skipped time)."""
         first = wall.replace(tzinfo=self.timezone)
-        return first.utcoffset() != first.replace(fold=1).utcoffset()
+        return first.utcoffset() > first.replace(fold=1).utcoffset()
 
     def _end_of_repeat(self, wall: datetime) -> datetime:
         """The first wall time after the repeated ``wall`` that happens only once (a binary search in seconds)."""
         first = wall.replace(tzinfo=self.timezone)
-        offset_change = first.utcoffset() - first.replace(fold=1).utcoffset()
-        low, high = 0, max(1, int(abs(offset_change).total_seconds()))  # wall+low repeats, wall+high does not
+        repeat = first.utcoffset() - first.replace(fold=1).utcoffset()
+        low, high = 0, max(1, int(repeat.total_seconds()))  # wall+low repeats, wall+high does not
         while high - low > 1:
             middle = (low + high) // 2
             if self._is_repeated(wall + timedelta(seconds=middle)):

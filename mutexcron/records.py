@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -33,12 +32,15 @@ class JobContext:
     fire_time: datetime  # aware UTC; the nominal scheduled time (the request time for run_now)
     instance_id: str
     token: int  # fencing token: grows with every acquisition of this job's lock
-    _lost: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+    _lost: list[bool] = field(default_factory=list, repr=False, compare=False)  # set by the heartbeat thread
 
     @property
     def lock_lost(self) -> bool:
         """True once a heartbeat found the lock taken away (the lease ran out and someone else took it)."""
-        return self._lost.is_set()
+        return bool(self._lost)
+
+    def _mark_lost(self) -> None:
+        self._lost.append(True)
 
 
 @dataclass(frozen=True)

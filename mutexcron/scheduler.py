@@ -92,12 +92,17 @@ class _Heartbeats:
     and logged. One shared thread instead of one per run keeps a short job's overhead low.
     """
 
+    # When it holds no lock the thread still looks in once a second, so that adding a run whose first
+    # renewal is further away than that needs no wake-up (a short job's start stays cheap).
+    IDLE_WAKE = 1.0
+
     def __init__(self, store: LockStore) -> None:
         self._store = store
         self._changed = threading.Condition()
         self._beats: set[_Beat] = set()
         self._thread: threading.Thread | None = None
         self._stopped = False
+        self._wake_at = 0.0  # when the thread will next look at its beats (time.monotonic())
 
     def add(self, job: Job, ctx: JobContext) -> _Beat:
         now = time.monotonic()
@@ -108,7 +113,8 @@ class _Heartbeats:
                 self._stopped = False
                 self._thread = threading.Thread(target=self._run, name="mutexcron-heartbeat", daemon=True)
                 self._thread.start()
-            self._changed.notify_all()
+            elif beat.due < self._wake_at:
+                self._changed.notify_all()
         return beat
 
     def remove(self, beat: _Beat) -> None:
@@ -133,8 +139,8 @@ class _Heartbeats:
                     due = [beat for beat in self._beats if beat.due <= now]
                     if due:
                         break
-                    next_due = min((beat.due for beat in self._beats), default=None)
-                    self._changed.wait(None if next_due is None else next_due - now)
+                    self._wake_at = min((beat.due for beat in self._beats), default=now + self.IDLE_WAKE)
+                    self._changed.wait(self._wake_at - now)
                 if self._stopped:
                     return
                 for beat in due:
@@ -161,7 +167,7 @@ class _Heartbeats:
         if renewed:
             beat.last_renewed = time.monotonic()
             return False
-        ctx._lost.set()
+        ctx._mark_lost()
         logger.error(
             "job %r (fire %s, token %d): lock lost while the body runs: its lease ran out and it may now be "
             "held by another instance", job.name, ctx.fire_time.isoformat(), ctx.token,
@@ -383,8 +389,9 @@ class Scheduler:
         key = id(ctx)
         with self._state_lock:
             self._running[key] = ctx
-        self._notify(RunRecord(job.name, fire_time, self.instance_id, None, started_at, None, token=token,
-                               manual=manual), "started")
+        if self._wants("started"):
+            self._notify(RunRecord(job.name, fire_time, self.instance_id, None, started_at, None, token=token,
+                                   manual=manual), "started")
         outcome, error = Outcome.SUCCEEDED, None
         beat = self._heartbeats.add(job, ctx)
         try:
@@ -400,7 +407,7 @@ class Scheduler:
                 self._idle.notify_all()
         record = RunRecord(job.name, fire_time, self.instance_id, outcome, started_at, _utc_now(), error=error,
                            token=token, lock_lost=ctx.lock_lost, manual=manual)
-        if outcome is Outcome.SUCCEEDED:
+        if outcome is Outcome.SUCCEEDED and logger.isEnabledFor(logging.INFO):
             logger.info("job %r (fire %s) succeeded in %.3fs", job.name, fire_time.isoformat(),
                         (record.finished_at - started_at).total_seconds())  # type: ignore[operator]
         return self._finish(record)
@@ -421,6 +428,9 @@ class Scheduler:
                 self._skipped_while_down += 1
         self._notify(record, "finished")
         return record
+
+    def _wants(self, event: str) -> bool:
+        return any(event in events for _, events in self._listeners)
 
     def _notify(self, record: RunRecord, event: str) -> None:
         for callback, events in list(self._listeners):

@@ -38,13 +38,15 @@ local last_fire = tonumber(h[3])
 if ARGV[4] ~= '' and last_fire and last_fire >= tonumber(ARGV[4]) then return {'already_ran', h[5] or ''} end
 if h[1] == '1' and (tonumber(h[2]) or 0) > now then return {'busy', h[5] or ''} end
 local token = (tonumber(h[4]) or 0) + 1
-redis.call('HSET', KEYS[1], 'name', ARGV[1], 'locked', '1', 'locked_by', ARGV[2], 'last_locked_at', now,
-           'lock_until', now + tonumber(ARGV[3]), 'token', token)
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'last_fire_time', ARGV[4]) end
-if h[1] == false then
-  redis.call('HSETNX', KEYS[1], 'last_released_at', '')
-  redis.call('HSETNX', KEYS[1], 'last_fire_time', '')
+local fields = {'name', ARGV[1], 'locked', '1', 'locked_by', ARGV[2], 'last_locked_at', now,
+                'lock_until', now + tonumber(ARGV[3]), 'token', token}
+if ARGV[4] ~= '' then
+  table.insert(fields, 'last_fire_time'); table.insert(fields, ARGV[4])
+elseif h[1] == false then
+  table.insert(fields, 'last_fire_time'); table.insert(fields, '')
 end
+if h[1] == false then table.insert(fields, 'last_released_at'); table.insert(fields, '') end
+redis.call('HSET', KEYS[1], unpack(fields))
 return {'acquired', tostring(token)}
 """
 
