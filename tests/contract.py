@@ -8,11 +8,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from mutexcron.stores import AcquireStatus, LockStore
 
-UTC = timezone.utc
 LONG = timedelta(seconds=30)
 FIRE_1 = datetime(2026, 1, 1, 6, 0, 0, tzinfo=UTC)
 FIRE_2 = FIRE_1 + timedelta(days=1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -12,7 +12,6 @@ from mutexcron import JobContext, LockBusy, Outcome, Registry, RunRecord, Schedu
 from mutexcron.stores import MemoryLockStore
 from tests.contract import wait_until
 
-UTC = timezone.utc
 TICK = datetime(2026, 3, 1, 6, 0, tzinfo=UTC)
 UNREACHABLE_REDIS = "redis://127.0.0.1:1/0?socket_connect_timeout=0.2"
 
