@@ -10,6 +10,7 @@ import time
 import traceback
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
@@ -180,7 +181,8 @@ class Scheduler:
 
     ``store`` is a URL (``redis://…``, ``mongodb://…``, ``memory://``), a dotted path, or a LockStore.
     ``clock_skew`` is a testing hook: it makes this instance fire as if its clock were off by that much
-    (``timedelta(seconds=-2)``: two seconds late).
+    (``timedelta(seconds=-2)``: two seconds late). ``fire_context`` makes a context manager entered
+    around each fire in its worker thread (Django uses it to close stale database connections).
     """
 
     def __init__(
@@ -194,6 +196,7 @@ class Scheduler:
         max_workers: int = 10,
         shutdown_timeout: timedelta = timedelta(seconds=30),
         clock_skew: timedelta = timedelta(0),
+        fire_context: Callable[[], AbstractContextManager[Any]] | None = None,
     ) -> None:
         self._owns_store = not isinstance(store, LockStore)
         self.store = store_from_url(store)
@@ -204,6 +207,7 @@ class Scheduler:
         self.max_workers = max_workers
         self.shutdown_timeout = shutdown_timeout
         self.clock_skew = clock_skew
+        self.fire_context = fire_context or nullcontext
         self._listeners: list[tuple[Listener, frozenset[str]]] = []
         self._heartbeats = _Heartbeats(self.store)
         self._aps: BackgroundScheduler | None = None
@@ -342,7 +346,8 @@ class Scheduler:
         except KeyError:
             logger.warning("job %r fired but is no longer declared", name)
             return
-        self._execute(job, fire_time, manual=False)
+        with self.fire_context():
+            self._execute(job, fire_time, manual=False)
 
     def _execute(self, job: Job, fire_time: datetime, *, manual: bool) -> RunRecord:
         started_at = _utc_now()

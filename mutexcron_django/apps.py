@@ -1,6 +1,14 @@
-"""App configuration (the rest of the app's start-up arrives with the Django issue)."""
+"""The app's start-up: read settings, find the jobs, seed lock rows after migrate, autostart."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
 
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+logger = logging.getLogger("mutexcron.django")
 
 
 class MutexcronConfig(AppConfig):
@@ -8,3 +16,29 @@ class MutexcronConfig(AppConfig):
     label = "mutexcron"
     verbose_name = "Mutex cron"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import checks  # noqa: F401 - registers the system checks
+        from .autostart import install
+        from .conf import get_settings
+        from .discovery import autodiscover
+
+        conf = get_settings()  # a bad MUTEXCRON setting raises ImproperlyConfigured here
+        autodiscover(conf.modules)
+        post_migrate.connect(seed_after_migrate, sender=self, dispatch_uid="mutexcron-seed")
+        if conf.autostart:
+            install()
+
+
+def seed_after_migrate(using: str = "default", **_: Any) -> None:
+    """Create lock rows for the declared jobs as soon as the table exists (SQL store only)."""
+    from mutexcron import default_registry
+
+    from .conf import get_settings
+    from .store import DjangoLockStore
+
+    store = get_settings().build_store()
+    if isinstance(store, DjangoLockStore) and store.using == using:
+        created = store.seed(default_registry.names())
+        if created:
+            logger.info("seeded %d lock row(s) in database %r", created, using)
