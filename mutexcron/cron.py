@@ -31,6 +31,7 @@ __all__ = [
 ]
 
 _ONE_MICROSECOND = timedelta(microseconds=1)
+_ZERO = timedelta(0)
 # No spring-forward gap in the tz database is longer than a day (Samoa skipped 2011-12-30 whole).
 _LONGEST_GAP = timedelta(days=1)
 
@@ -269,44 +270,80 @@ class CronTrigger(BaseTrigger):
         return self.next_after(after)
 
     def next_after(self, instant: datetime) -> datetime | None:
-        """The first fire time strictly after the aware datetime ``instant``, in this trigger's zone."""
+        """The first fire time strictly after the aware datetime ``instant``, in this trigger's zone.
+
+        Each matching wall time fires at its ``fold=0`` instant; the answer is the earliest of those after
+        ``instant``. Wall times after ``instant``'s own map to later instants, with two exceptions: a
+        repeated hour's wall times fire at their first pass (maybe before ``instant``), and wall times
+        skipped by a gap fire shifted past it (maybe after later wall times, when the gap is not a whole
+        multiple of the schedule's period, e.g. Lord Howe's 30-minute change).
+        """
         instant_utc = instant.astimezone(UTC)
         naive_utc = instant_utc.replace(tzinfo=None)
-        # Search wall times after the wall time of `instant`, except that just after a spring-forward
-        # gap the skipped wall times (which fire shifted past the gap) start earlier on the clock.
-        offset_now = instant_utc.astimezone(self.timezone).utcoffset()
+        fire = self._first_fire_after_wall(naive_utc + instant_utc.astimezone(self.timezone).utcoffset(), instant_utc)
+        # Shortly after a spring-forward gap, wall times skipped by it (before `instant`'s own wall time)
+        # may still fire after `instant`: search them from where `instant` falls in the gap.
         earlier = instant_utc - _LONGEST_GAP if instant_utc.year > 1 else instant_utc
-        offset_before = earlier.astimezone(self.timezone).utcoffset()
-        wall = naive_utc + min(offset_now, offset_before)
+        in_gap = naive_utc + earlier.astimezone(self.timezone).utcoffset()
+        if self._is_skipped(in_gap):
+            candidate = self._next_wall_match(in_gap)
+            if candidate is not None and self._is_skipped(candidate):
+                shifted = self._instant(candidate)
+                if shifted > instant_utc and (fire is None or shifted < fire):
+                    fire = shifted
+        return None if fire is None else fire.astimezone(self.timezone)
+
+    def _first_fire_after_wall(self, wall: datetime, instant_utc: datetime) -> datetime | None:
+        """The first fire after ``instant_utc`` of the wall times after ``wall``, ``instant_utc``'s own."""
+        naive_utc = instant_utc.replace(tzinfo=None)
         while True:
-            candidate = self._wall.get_next_fire_time(None, (wall + _ONE_MICROSECOND).replace(tzinfo=UTC))
+            candidate = self._next_wall_match(wall)
             if candidate is None:
                 return None
-            wall = candidate.replace(tzinfo=None)
-            local = wall.replace(tzinfo=self.timezone)  # fold=0: first occurrence, or shifted past a gap
-            fire = local.astimezone(UTC)
+            fire = self._instant(candidate)
+            if self._is_skipped(candidate):
+                # It fires shifted past the gap; a wall time just after the gap may fire before that.
+                end_of_gap = self._end_of_change(candidate)
+                after_gap = self._next_wall_match(end_of_gap - _ONE_MICROSECOND)
+                if after_gap is not None and not self._is_skipped(after_gap):
+                    fire = min(fire, self._instant(after_gap))
+                return fire
             if fire > instant_utc:
-                return fire.astimezone(self.timezone)
-            # Every wall time up to `instant` + this offset fires at or before `instant` too; but a repeated
-            # hour's wall times use the earlier offset only until the hour ends.
-            skip_to = naive_utc + local.utcoffset()
-            if self._is_repeated(wall):
-                skip_to = min(skip_to, self._end_of_repeat(wall) - _ONE_MICROSECOND)
-            wall = max(wall, skip_to)
+                return fire
+            # A repeated wall time whose first pass is not after `instant`: so is every wall time up to
+            # `instant` + the first pass's offset, but only until the repeated hour ends.
+            skip_to = min(naive_utc + self._offsets(candidate)[0], self._end_of_change(candidate) - _ONE_MICROSECOND)
+            wall = max(candidate, skip_to)
 
-    def _is_repeated(self, wall: datetime) -> bool:
-        """Whether the naive ``wall`` time happens twice (clocks went back over it; not a skipped time)."""
-        first = wall.replace(tzinfo=self.timezone)
-        return first.utcoffset() > first.replace(fold=1).utcoffset()
+    def _next_wall_match(self, wall: datetime) -> datetime | None:
+        """The first wall time strictly after the naive ``wall`` that the fields match (naive)."""
+        match = self._wall.get_next_fire_time(None, (wall + _ONE_MICROSECOND).replace(tzinfo=UTC))
+        return None if match is None else match.replace(tzinfo=None)
 
-    def _end_of_repeat(self, wall: datetime) -> datetime:
-        """The first wall time after the repeated ``wall`` that happens only once (a binary search in seconds)."""
+    def _instant(self, wall: datetime) -> datetime:
+        """The UTC instant a wall time fires at: fold=0, the first pass or shifted forward past a gap."""
+        return wall.replace(tzinfo=self.timezone).astimezone(UTC)
+
+    def _offsets(self, wall: datetime) -> tuple[timedelta, timedelta]:
+        """The UTC offsets of the naive ``wall`` time's first (fold=0) and second (fold=1) readings."""
         first = wall.replace(tzinfo=self.timezone)
-        repeat = first.utcoffset() - first.replace(fold=1).utcoffset()
-        low, high = 0, max(1, int(repeat.total_seconds()))  # wall+low repeats, wall+high does not
+        return first.utcoffset() or _ZERO, first.replace(fold=1).utcoffset() or _ZERO
+
+    def _is_skipped(self, wall: datetime) -> bool:
+        """Whether the naive ``wall`` time never happens (clocks jumped forward over it)."""
+        before, after = self._offsets(wall)
+        return before < after
+
+    def _end_of_change(self, wall: datetime) -> datetime:
+        """The first wall time after the skipped or repeated ``wall`` that happens exactly once.
+
+        A binary search in whole seconds, as the tz database's changes are."""
+        before, after = self._offsets(wall)
+        low, high = 0, max(1, int(abs(before - after).total_seconds()))  # wall+low is in the change, +high not
         while high - low > 1:
             middle = (low + high) // 2
-            if self._is_repeated(wall + timedelta(seconds=middle)):
+            middle_before, middle_after = self._offsets(wall + timedelta(seconds=middle))
+            if middle_before != middle_after:
                 low = middle
             else:
                 high = middle

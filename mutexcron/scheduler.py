@@ -23,7 +23,7 @@ from .cron import resolve_timezone
 from .errors import LockBusy, StoreUnavailable
 from .records import JobContext, Outcome, RunRecord
 from .registry import Job, Registry, default_registry
-from .stores import AcquireStatus, LockStore, store_from_url
+from .stores import AcquireStatus, Acquisition, LockStore, store_from_url
 
 __all__ = ["Listener", "Scheduler"]
 
@@ -183,6 +183,8 @@ class Scheduler:
     ``clock_skew`` is a testing hook: it makes this instance fire as if its clock were off by that much
     (``timedelta(seconds=-2)``: two seconds late). ``fire_context`` makes a context manager entered
     around each fire in its worker thread (Django uses it to close stale database connections).
+    ``busy_grace``: how long a scheduled fire that finds the lock held by an earlier run keeps trying
+    before it records ``skipped_busy`` (with ``on_busy="skip"`` or ``"raise"``).
     """
 
     def __init__(
@@ -197,6 +199,7 @@ class Scheduler:
         shutdown_timeout: timedelta = timedelta(seconds=30),
         clock_skew: timedelta = timedelta(0),
         fire_context: Callable[[], AbstractContextManager[Any]] | None = None,
+        busy_grace: timedelta = timedelta(seconds=1),
     ) -> None:
         self._owns_store = not isinstance(store, LockStore)
         self.store = store_from_url(store)
@@ -208,6 +211,7 @@ class Scheduler:
         self.shutdown_timeout = shutdown_timeout
         self.clock_skew = clock_skew
         self.fire_context = fire_context or nullcontext
+        self.busy_grace = busy_grace
         self._listeners: list[tuple[Listener, frozenset[str]]] = []
         self._heartbeats = _Heartbeats(self.store)
         self._aps: BackgroundScheduler | None = None
@@ -373,15 +377,23 @@ class Scheduler:
         assert acquisition.token is not None
         return self._run_body(job, fire_time, acquisition.token, started_at, manual)
 
-    def _acquire(self, job: Job, fire_time: datetime | None) -> Any:
+    def _acquire(self, job: Job, fire_time: datetime | None) -> Acquisition:
         acquire = lambda: self.store.acquire(  # noqa: E731
             job.name, owner=self.instance_id, lease=job.lease, fire_time=fire_time)
         acquisition = acquire()
-        if job.on_busy != "wait" or acquisition.status is not AcquireStatus.BUSY:
+        if acquisition.status is not AcquireStatus.BUSY:
             return acquisition
-        # Wait for the lock at most one lease: by then a live holder has released it or died.
-        deadline = time.monotonic() + job.lease.total_seconds()
-        pause = 0.05
+        if job.on_busy == "wait":
+            patience = job.lease  # by then a live holder has released it or died
+        elif fire_time is not None:
+            # BUSY means an earlier run holds the lock (a later one would be ALREADY_RAN). It may be just
+            # finishing, e.g. an old tick run late by an instance whose clock is slow: give it busy_grace
+            # rather than lose this tick to it.
+            patience = self.busy_grace
+        else:
+            return acquisition
+        deadline = time.monotonic() + patience.total_seconds()
+        pause = 0.02
         while acquisition.status is AcquireStatus.BUSY and time.monotonic() < deadline:
             if self._stopping.wait(min(pause, max(0.0, deadline - time.monotonic()))):
                 break

@@ -321,3 +321,56 @@ def test_run_tick_rejects_a_naive_fire_time(store: MemoryLockStore, registry: Re
     mutex_cron("0 6 * * *", name="digest", registry=registry)(lambda: None)
     with pytest.raises(ValueError, match="naive"):
         instance(store, registry).run_tick("digest", datetime(2026, 3, 1, 6))
+
+
+class BusyWatchingStore(MemoryLockStore):
+    """A memory store that tells the test when an acquire found the lock busy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.busy_seen = threading.Event()
+
+    def acquire(self, name, *, owner, lease, fire_time):  # type: ignore[no-untyped-def]
+        acquisition = super().acquire(name, owner=owner, lease=lease, fire_time=fire_time)
+        if acquisition.status == "busy":
+            self.busy_seen.set()
+        return acquisition
+
+
+def test_a_tick_is_not_lost_to_an_earlier_run_that_is_just_finishing(registry: Registry) -> None:
+    # A late instance (clock behind) runs an old tick at the very moment the on-time instance fires the
+    # current one. The current tick must wait the short busy_grace for it, not be skipped and lost.
+    store = BusyWatchingStore()
+    inside, leave = threading.Event(), threading.Event()
+    ran: list[tuple[str, datetime]] = []
+
+    @mutex_cron("* * * * * *", name="tick", registry=registry)
+    def tick(ctx: JobContext) -> None:
+        ran.append((ctx.instance_id, ctx.fire_time))
+        if ctx.instance_id == "late":
+            inside.set()
+            leave.wait(10)
+
+    old_tick = TICK - timedelta(seconds=2)
+    late = threading.Thread(target=instance(store, registry, "late").run_tick, args=("tick", old_tick))
+    late.start()
+    assert inside.wait(5)
+    records: list[RunRecord] = []
+    on_time_instance = instance(store, registry, "on-time")
+    on_time = threading.Thread(target=lambda: records.append(on_time_instance.run_tick("tick", TICK)))
+    on_time.start()
+    assert store.busy_seen.wait(5)
+    leave.set()
+    late.join()
+    on_time.join()
+    assert records[0].outcome is Outcome.SUCCEEDED
+    assert ran == [("late", old_tick), ("on-time", TICK)]
+
+
+def test_a_tick_still_busy_after_the_grace_is_skipped(store: MemoryLockStore, registry: Registry) -> None:
+    mutex_cron("* * * * * *", name="tick", registry=registry)(lambda: None)
+    store.acquire("tick", owner="long-runner", lease=timedelta(minutes=1), fire_time=TICK - timedelta(seconds=1))
+    scheduler = instance(store, registry, busy_grace=timedelta(milliseconds=100))
+    record = scheduler.run_tick("tick", TICK)
+    assert record.outcome is Outcome.SKIPPED_BUSY
+    assert "long-runner" in (record.error or "")

@@ -1,0 +1,140 @@
+"""A small threaded TCP proxy for tests: put it between a client and a server, then cut and restore the link.
+
+    proxy = TcpProxy("127.0.0.1", 6379)      # listens on 127.0.0.1:<proxy.port>
+    proxy.cut()                              # resets every open connection and refuses new ones
+    proxy.restore()                          # accepts again, on the same port
+    proxy.close()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import threading
+
+__all__ = ["TcpProxy"]
+
+_BUFFER = 65536
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close ``sock`` with a TCP RST (linger 0), so the peer sees the connection drop at once."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv() on it
+    sock.close()
+
+
+class TcpProxy:
+    """Forwards every connection made to ``127.0.0.1:port`` to ``target_host:target_port``."""
+
+    def __init__(self, target_host: str, target_port: int, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.target = (target_host, target_port)
+        self.host = host
+        self._lock = threading.Lock()
+        self._connections: set[socket.socket] = set()
+        self._listener: socket.socket | None = None
+        self._accepting: threading.Thread | None = None
+        self._closed = False
+        self.port = port
+        self._listen()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.host, self.port
+
+    @property
+    def is_cut(self) -> bool:
+        return self._listener is None
+
+    def cut(self) -> None:
+        """Drop the link: reset every open connection and refuse new ones (nothing listens on the port)."""
+        with self._lock:
+            listener, self._listener = self._listener, None
+            connections, self._connections = self._connections, set()
+        if listener is not None:
+            _reset(listener)
+        for sock in connections:
+            _reset(sock)
+        if self._accepting is not None:
+            self._accepting.join(5)
+            self._accepting = None
+
+    def restore(self) -> None:
+        """Accept connections again, on the same port."""
+        if self._closed:
+            raise RuntimeError("the proxy is closed")
+        if self._listener is None:
+            self._listen()
+
+    def close(self) -> None:
+        self._closed = True
+        self.cut()
+
+    def __enter__(self) -> TcpProxy:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "cut" if self.is_cut else "open"
+        return f"<TcpProxy {self.host}:{self.port} -> {self.target[0]}:{self.target[1]} {state}>"
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _listen(self) -> None:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((self.host, self.port))
+        listener.listen(64)
+        listener.settimeout(0.1)  # accept() wakes up to notice a cut
+        self.port = listener.getsockname()[1]
+        with self._lock:
+            self._listener = listener
+        self._accepting = threading.Thread(target=self._accept, args=(listener,), name="tcp-proxy-accept",
+                                           daemon=True)
+        self._accepting.start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while self._listener is listener:
+            try:
+                client, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return  # the listener was closed by cut()
+            client.settimeout(None)
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                _reset(client)
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                if self._listener is not listener:  # cut while we were connecting
+                    _reset(client)
+                    _reset(upstream)
+                    return
+                self._connections.update((client, upstream))
+            for source, destination in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, destination), name="tcp-proxy-pump",
+                                 daemon=True).start()
+
+    def _pump(self, source: socket.socket, destination: socket.socket) -> None:
+        try:
+            while data := source.recv(_BUFFER):
+                destination.sendall(data)
+        except OSError:
+            pass
+        # One side ended (or the link was cut): end the other side too.
+        with self._lock:
+            self._connections.discard(source)
+            self._connections.discard(destination)
+        for sock in (source, destination):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()

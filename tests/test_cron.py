@@ -1,0 +1,893 @@
+"""Specification of ``mutexcron.cron``: parsing cron expressions and computing their fire times.
+
+One behaviour per test. The field-matching semantics are also checked against croniter, an independent
+implementation, by a property test at the end; the DST rules are checked against the documented rule of
+:class:`mutexcron.cron.CronTrigger` (each matching wall time fires once: a repeated wall time at its first
+occurrence, a wall time skipped by a spring-forward gap shifted by the gap, and no instant twice).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta, timezone
+from itertools import pairwise
+from zoneinfo import ZoneInfo
+
+import pytest
+from croniter import CroniterBadDateError, croniter
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from mutexcron.cron import MACROS, CronSpec, CronTrigger, iter_fire_times, next_fire_times, parse_cron
+from mutexcron.errors import CronSpecError
+
+START = datetime(2024, 1, 1, tzinfo=UTC)  # a Monday
+SUNDAY, MONDAY, FRIDAY = 6, 0, 4  # datetime.weekday() numbering
+
+
+def fires(spec: str | CronSpec, count: int, *, after: datetime = START, timezone: str = "UTC") -> list[datetime]:
+    return next_fire_times(spec, after=after, count=count, timezone=timezone)
+
+
+def in_utc(times: list[datetime]) -> list[datetime]:
+    """Fire times as UTC instants. Compare these: an aware datetime in a repeated hour never equals one
+    in another zone (PEP 495), and two in the same zone compare by wall time, ignoring fold."""
+    return [t.astimezone(UTC) for t in times]
+
+
+def fire_dates(spec: str, *, days: int = 366, after: datetime = START) -> set[date]:
+    """The UTC dates on which a once-a-day-at-most ``spec`` fires in the ``days`` after ``after``."""
+    trigger = CronTrigger(parse_cron(spec))
+    dates: set[date] = set()
+    for fire in iter_fire_times(trigger, after):
+        if fire >= after + timedelta(days=days):
+            break
+        dates.add(fire.date())
+    return dates
+
+
+def every_day(*, days: int = 366, after: datetime = START) -> list[date]:
+    """The dates after ``after``'s (midnight) whose midnight is within ``days`` days of it."""
+    return [after.date() + timedelta(days=n) for n in range(1, days)]
+
+
+# --- field order ------------------------------------------------------------------------------------
+
+
+def test_five_fields_are_min_hour_dom_month_dow_with_second_zero() -> None:
+    assert fires("30 14 15 3 *", 1) == [datetime(2024, 3, 15, 14, 30, 0, tzinfo=UTC)]
+
+
+def test_five_field_spec_allows_only_second_zero() -> None:
+    assert parse_cron("* * * * *").seconds == (0,)
+
+
+def test_six_fields_are_sec_min_hour_dom_month_dow() -> None:
+    assert fires("1 2 3 4 5 *", 1) == [datetime(2024, 5, 4, 3, 2, 1, tzinfo=UTC)]
+
+
+def test_six_fields_fire_at_the_given_second() -> None:
+    assert fires("15,45 * * * * *", 3) == [
+        START + timedelta(seconds=15),
+        START + timedelta(seconds=45),
+        START + timedelta(minutes=1, seconds=15),
+    ]
+
+
+def test_whitespace_between_fields_may_be_any_run_of_spaces_and_tabs() -> None:
+    assert fires("  30\t14  * *   *  ", 1) == fires("30 14 * * *", 1)
+
+
+# --- day of week numbering ----------------------------------------------------------------------------
+
+
+def test_dow_0_is_sunday_never_monday() -> None:
+    times = fires("0 6 * * 0", 20)
+    assert {t.weekday() for t in times} == {SUNDAY}
+    assert times[0] == datetime(2024, 1, 7, 6, tzinfo=UTC)
+
+
+def test_dow_7_is_sunday() -> None:
+    assert fires("0 6 * * 7", 20) == fires("0 6 * * 0", 20)
+
+
+@pytest.mark.parametrize(("cron_day", "python_weekday"), [(1, 0), (2, 1), (3, 2), (4, 3), (5, 4), (6, 5)])
+def test_dow_1_to_6_are_monday_to_saturday(cron_day: int, python_weekday: int) -> None:
+    assert {t.weekday() for t in fires(f"0 6 * * {cron_day}", 10)} == {python_weekday}
+
+
+def test_dow_range_ending_at_7_includes_sunday() -> None:
+    assert parse_cron("* * * * 5-7").weekdays == (0, 5, 6)
+    assert {t.weekday() for t in fires("0 0 * * 5-7", 21)} == {FRIDAY, 5, SUNDAY}
+
+
+def test_dow_0_to_7_is_every_day() -> None:
+    spec = parse_cron("0 0 * * 0-7")
+    assert spec.weekdays == tuple(range(7))
+    assert not spec.weekdays_restricted
+
+
+# --- names --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["MON-FRI", "mon-fri", "Mon-Fri", "mOn-FrI", "1-5", "mon-5", "1-fri"])
+def test_weekday_names_are_case_insensitive_and_mix_with_numbers(text: str) -> None:
+    assert parse_cron(f"0 0 * * {text}").weekdays == (1, 2, 3, 4, 5)
+
+
+@pytest.mark.parametrize("text", ["jan", "JAN", "Jan", "1"])
+def test_month_names_are_case_insensitive(text: str) -> None:
+    assert parse_cron(f"0 0 1 {text} *").months == (1,)
+
+
+def test_all_month_names_in_order() -> None:
+    names = "jan,feb,mar,apr,may,jun,jul,aug,sep,oct,nov,dec"
+    for number, name in enumerate(names.split(","), start=1):
+        assert parse_cron(f"0 0 1 {name} *").months == (number,)
+
+
+def test_all_weekday_names_in_order() -> None:
+    for number, name in enumerate(["sun", "mon", "tue", "wed", "thu", "fri", "sat"]):
+        assert parse_cron(f"0 0 * * {name}").weekdays == (number,)
+
+
+def test_name_ranges_and_lists() -> None:
+    spec = parse_cron("0 0 * JAN-MAR,oct sat,SUN")
+    assert spec.months == (1, 2, 3, 10)
+    assert spec.weekdays == (0, 6)
+
+
+def test_weekdays_by_name_fire_only_on_those_days() -> None:
+    assert {t.weekday() for t in fires("0 9 * * MON-FRI", 30)} == {0, 1, 2, 3, 4}
+
+
+# --- macros -------------------------------------------------------------------------------------------
+
+
+def test_macros_are_exactly_the_documented_ones() -> None:
+    assert set(MACROS) == {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
+
+
+@pytest.mark.parametrize(
+    ("macro", "first", "second"),
+    [
+        ("@yearly", datetime(2025, 1, 1, tzinfo=UTC), datetime(2026, 1, 1, tzinfo=UTC)),
+        ("@annually", datetime(2025, 1, 1, tzinfo=UTC), datetime(2026, 1, 1, tzinfo=UTC)),
+        ("@monthly", datetime(2024, 2, 1, tzinfo=UTC), datetime(2024, 3, 1, tzinfo=UTC)),
+        ("@weekly", datetime(2024, 1, 7, tzinfo=UTC), datetime(2024, 1, 14, tzinfo=UTC)),  # Sundays
+        ("@daily", datetime(2024, 1, 2, tzinfo=UTC), datetime(2024, 1, 3, tzinfo=UTC)),
+        ("@midnight", datetime(2024, 1, 2, tzinfo=UTC), datetime(2024, 1, 3, tzinfo=UTC)),
+        ("@hourly", datetime(2024, 1, 1, 1, tzinfo=UTC), datetime(2024, 1, 1, 2, tzinfo=UTC)),
+    ],
+)
+def test_each_macro_fires_at_its_schedule(macro: str, first: datetime, second: datetime) -> None:
+    assert fires(macro, 2) == [first, second]
+
+
+@pytest.mark.parametrize("macro", sorted(MACROS))
+def test_each_macro_equals_its_five_field_expression(macro: str) -> None:
+    assert fires(macro, 5) == fires(MACROS[macro], 5)
+
+
+def test_macros_are_case_insensitive() -> None:
+    assert fires("@DAILY", 3) == fires("@daily", 3)
+
+
+# --- ranges, steps and lists ----------------------------------------------------------------------------
+
+
+def test_range_includes_both_ends() -> None:
+    assert parse_cron("0 9-11 * * *").hours == (9, 10, 11)
+    assert [t.hour for t in fires("0 9-11 * * *", 4)] == [9, 10, 11, 9]
+
+
+def test_star_step_counts_from_the_field_minimum() -> None:
+    assert parse_cron("*/20 * * * *").minutes == (0, 20, 40)
+    assert parse_cron("0 0 */10 * *").days == (1, 11, 21, 31)
+    assert parse_cron("0 0 1 */5 *").months == (1, 6, 11)
+
+
+def test_range_step_stays_inside_the_range() -> None:
+    assert parse_cron("10-40/15 * * * *").minutes == (10, 25, 40)
+    assert parse_cron("10-39/15 * * * *").minutes == (10, 25)
+
+
+def test_start_step_runs_from_start_to_the_field_maximum() -> None:
+    assert parse_cron("5/20 * * * *").minutes == (5, 25, 45)
+    assert parse_cron("0 0 25/3 * *").days == (25, 28, 31)
+    assert parse_cron("0 0 1 nov/1 *").months == (11, 12)
+    assert parse_cron("59/15 * * * * *").seconds == (59,)
+
+
+def test_step_larger_than_range_keeps_only_the_start() -> None:
+    assert parse_cron("5-10/20 * * * *").minutes == (5,)
+
+
+def test_list_of_values() -> None:
+    assert parse_cron("0,15,45 * * * *").minutes == (0, 15, 45)
+    assert [t.minute for t in fires("0,15,45 * * * *", 4)] == [15, 45, 0, 15]
+
+
+def test_list_mixes_values_ranges_and_steps() -> None:
+    assert parse_cron("1-3,10-20/5,59,*/30 * * * * *").seconds == (0, 1, 2, 3, 10, 15, 20, 30, 59)
+
+
+def test_single_value_range_is_that_value() -> None:
+    assert parse_cron("0 5-5 * * *").hours == (5,)
+
+
+# --- day of month OR day of week ----------------------------------------------------------------------
+
+
+def test_dom_or_dow_when_both_restricted() -> None:
+    dates = fire_dates("0 0 13 * 5")
+    expected = {d for d in every_day() if d.day == 13 or d.weekday() == FRIDAY}
+    assert dates == expected
+    assert any(d.day == 13 and d.weekday() != FRIDAY for d in dates)
+    assert any(d.day != 13 and d.weekday() == FRIDAY for d in dates)
+
+
+def test_only_dom_matters_when_dow_is_star() -> None:
+    assert fire_dates("0 0 13 * *") == {d for d in every_day() if d.day == 13}
+
+
+def test_only_dow_matters_when_dom_is_star() -> None:
+    assert fire_dates("0 0 * * 5") == {d for d in every_day() if d.weekday() == FRIDAY}
+
+
+def test_and_like_when_month_also_restricted() -> None:
+    assert fire_dates("0 0 * 3 5") == {d for d in every_day() if d.month == 3 and d.weekday() == FRIDAY}
+
+
+def test_star_step_in_dow_counts_as_restricted() -> None:
+    # */2 is Sunday, Tuesday, Thursday, Saturday: restricted, so the OR rule applies.
+    dates = fire_dates("0 0 1 * */2")
+    assert dates == {d for d in every_day() if d.day == 1 or d.weekday() in (SUNDAY, 1, 3, 5)}
+
+
+def test_star_step_in_dom_counts_as_restricted() -> None:
+    dates = fire_dates("0 0 */2 * mon")
+    assert dates == {d for d in every_day() if d.day % 2 == 1 or d.weekday() == MONDAY}
+
+
+def test_full_range_dom_is_unrestricted_so_dow_alone_decides() -> None:
+    assert fire_dates("0 0 1-31 * mon") == {d for d in every_day() if d.weekday() == MONDAY}
+
+
+def test_full_range_dow_is_unrestricted_so_dom_alone_decides() -> None:
+    assert fire_dates("0 0 13 * 0-7") == {d for d in every_day() if d.day == 13}
+
+
+def test_or_rule_with_a_day_no_allowed_month_has_fires_on_the_weekdays() -> None:
+    # February never has a 30th, so only the Mondays of February remain.
+    dates = fire_dates("0 0 30 2 mon", days=3 * 366)
+    assert dates == {d for d in every_day(days=3 * 366) if d.month == 2 and d.weekday() == MONDAY}
+
+
+def test_february_29_fires_only_in_leap_years() -> None:
+    assert fires("0 0 29 2 *", 3) == [
+        datetime(2024, 2, 29, tzinfo=UTC),
+        datetime(2028, 2, 29, tzinfo=UTC),
+        datetime(2032, 2, 29, tzinfo=UTC),
+    ]
+
+
+def test_day_31_skips_shorter_months() -> None:
+    assert [t.month for t in fires("0 0 31 * *", 7)] == [1, 3, 5, 7, 8, 10, 12]
+
+
+# --- next_fire_times ----------------------------------------------------------------------------------
+
+
+def test_fire_times_are_strictly_after_after() -> None:
+    noon = datetime(2024, 1, 1, 12, tzinfo=UTC)
+    assert fires("0 12 * * *", 1, after=noon) == [datetime(2024, 1, 2, 12, tzinfo=UTC)]
+
+
+def test_fire_time_just_after_after_is_included() -> None:
+    before_noon = datetime(2024, 1, 1, 11, 59, 59, 999999, tzinfo=UTC)
+    assert fires("0 12 * * *", 1, after=before_noon) == [datetime(2024, 1, 1, 12, tzinfo=UTC)]
+
+
+def test_fractional_after_rounds_up_to_the_next_matching_second() -> None:
+    after = datetime(2024, 1, 1, 0, 0, 5, 500000, tzinfo=UTC)
+    assert fires("* * * * * *", 1, after=after) == [datetime(2024, 1, 1, 0, 0, 6, tzinfo=UTC)]
+
+
+def test_count_fire_times_in_increasing_order() -> None:
+    times = fires("*/7 * * * *", 50)
+    assert len(times) == 50
+    assert all(a < b for a, b in pairwise(times))
+
+
+def test_count_zero_gives_no_fire_times() -> None:
+    assert fires("* * * * *", 0) == []
+
+
+def test_negative_count_is_rejected() -> None:
+    with pytest.raises(ValueError, match="count"):
+        fires("* * * * *", -1)
+
+
+def test_naive_after_is_rejected() -> None:
+    with pytest.raises(ValueError, match="naive"):
+        next_fire_times("* * * * *", after=datetime(2024, 1, 1))
+
+
+def test_accepts_a_parsed_spec() -> None:
+    assert fires(parse_cron("0 12 * * *"), 2) == fires("0 12 * * *", 2)
+
+
+def test_after_in_any_zone_is_the_same_instant() -> None:
+    after = START.astimezone(ZoneInfo("Asia/Tokyo"))
+    assert fires("0 12 * * *", 3, after=after) == fires("0 12 * * *", 3)
+
+
+def test_thousand_fire_times_of_every_second_are_consecutive_seconds() -> None:
+    # Performance sanity (deliberately untimed): this must not crawl.
+    times = fires("* * * * * *", 1000)
+    assert times == [START + timedelta(seconds=n) for n in range(1, 1001)]
+
+
+def test_trigger_get_next_fire_time_is_at_or_after_now_without_a_previous_fire() -> None:
+    trigger = CronTrigger(parse_cron("0 12 * * *"), UTC)
+    noon = datetime(2024, 1, 1, 12, tzinfo=UTC)
+    assert trigger.get_next_fire_time(None, noon) == noon
+    assert trigger.get_next_fire_time(noon, noon) == noon + timedelta(days=1)
+
+
+# --- time zones ---------------------------------------------------------------------------------------
+
+
+def test_timezone_is_respected_in_winter_and_summer() -> None:
+    winter = fires("0 9 * * *", 1, timezone="America/New_York")
+    summer = fires("0 9 * * *", 1, after=datetime(2024, 7, 1, tzinfo=UTC), timezone="America/New_York")
+    assert winter == [datetime(2024, 1, 1, 14, tzinfo=UTC)]
+    assert summer == [datetime(2024, 7, 1, 13, tzinfo=UTC)]
+
+
+def test_fire_times_are_given_in_the_jobs_zone() -> None:
+    (fire,) = fires("0 9 * * *", 1, timezone="Europe/Paris")
+    assert fire.tzinfo == ZoneInfo("Europe/Paris")
+    assert (fire.hour, fire.minute) == (9, 0)
+
+
+def test_default_timezone_is_utc() -> None:
+    assert next_fire_times("0 9 * * *", after=START) == [datetime(2024, 1, 1, 9, tzinfo=UTC)]
+
+
+def test_timezone_may_be_a_tzinfo() -> None:
+    plus_five = timezone(timedelta(hours=5))
+    assert next_fire_times("0 9 * * *", after=START, timezone=plus_five) == [datetime(2024, 1, 1, 4, tzinfo=UTC)]
+    assert fires("0 9 * * *", 3, timezone="Europe/Paris") == next_fire_times(
+        "0 9 * * *", after=START, count=3, timezone=ZoneInfo("Europe/Paris")
+    )
+
+
+def test_unknown_timezone_is_rejected_by_name() -> None:
+    with pytest.raises(ValueError, match="Mars/Olympus_Mons"):
+        fires("0 9 * * *", 1, timezone="Mars/Olympus_Mons")
+
+
+# --- daylight saving time -------------------------------------------------------------------------------
+
+# (zone, day of the change, wall time inside the skipped or repeated hour, the fire's expected UTC instant)
+SKIPPED_HOUR = [
+    # 01:00 GMT -> 02:00 BST: 01:30 is skipped and fires at 02:30 BST.
+    pytest.param("Europe/London", date(2024, 3, 31), "30 1", datetime(2024, 3, 31, 1, 30, tzinfo=UTC), id="London"),
+    # 02:00 EST -> 03:00 EDT: 02:30 is skipped and fires at 03:30 EDT.
+    pytest.param("America/New_York", date(2024, 3, 10), "30 2", datetime(2024, 3, 10, 7, 30, tzinfo=UTC), id="NY"),
+    # Southern hemisphere, spring in October: 02:00 AEST -> 03:00 AEDT, 02:30 fires at 03:30 AEDT.
+    pytest.param("Australia/Sydney", date(2024, 10, 6), "30 2", datetime(2024, 10, 5, 16, 30, tzinfo=UTC), id="Sydney"),
+]
+REPEATED_HOUR = [
+    # 02:00 BST -> 01:00 GMT: 01:30 happens twice; the first is 00:30 UTC.
+    pytest.param("Europe/London", date(2024, 10, 27), "30 1", datetime(2024, 10, 27, 0, 30, tzinfo=UTC), id="London"),
+    # 02:00 EDT -> 01:00 EST: 01:30 EDT is 05:30 UTC.
+    pytest.param("America/New_York", date(2024, 11, 3), "30 1", datetime(2024, 11, 3, 5, 30, tzinfo=UTC), id="NY"),
+    # Southern hemisphere, autumn in April: 03:00 AEDT -> 02:00 AEST; 02:30 AEDT is 15:30 UTC the day before.
+    pytest.param("Australia/Sydney", date(2024, 4, 7), "30 2", datetime(2024, 4, 6, 15, 30, tzinfo=UTC), id="Sydney"),
+]
+TRANSITIONS = [
+    pytest.param("Europe/London", date(2024, 3, 31), date(2024, 10, 27), id="London"),
+    pytest.param("America/New_York", date(2024, 3, 10), date(2024, 11, 3), id="NY"),
+    pytest.param("Australia/Sydney", date(2024, 10, 6), date(2024, 4, 7), id="Sydney"),
+]
+
+
+def daily_fires_around(zone: str, day: date, hour_minute: str, *, days: int = 5) -> list[datetime]:
+    """The daily job's fire times from ``days`` local days before ``day`` to ``days`` after it."""
+    tz = ZoneInfo(zone)
+    after = datetime.combine(day - timedelta(days=days), datetime.min.time(), tz)
+    return fires(f"{hour_minute} * * *", 2 * days + 1, after=after, timezone=zone)
+
+
+def local_days(day: date, *, days: int = 5) -> list[date]:
+    return [day + timedelta(days=n) for n in range(-days, days + 1)]
+
+
+@pytest.mark.parametrize(("zone", "day", "hour_minute", "expected"), SKIPPED_HOUR + REPEATED_HOUR)
+def test_daily_job_fires_exactly_once_per_local_day_across_dst(
+    zone: str, day: date, hour_minute: str, expected: datetime
+) -> None:
+    times = daily_fires_around(zone, day, hour_minute)
+    assert [t.astimezone(ZoneInfo(zone)).date() for t in times] == local_days(day)
+
+
+@pytest.mark.parametrize(("zone", "day", "hour_minute", "expected"), SKIPPED_HOUR + REPEATED_HOUR)
+def test_daily_job_fire_times_strictly_increase_across_dst(
+    zone: str, day: date, hour_minute: str, expected: datetime
+) -> None:
+    times = in_utc(daily_fires_around(zone, day, hour_minute))
+    assert all(a < b for a, b in pairwise(times))
+    assert len(set(times)) == len(times)
+
+
+@pytest.mark.parametrize(("zone", "day", "hour_minute", "expected"), SKIPPED_HOUR)
+def test_wall_time_skipped_by_spring_forward_fires_shifted_by_the_gap(
+    zone: str, day: date, hour_minute: str, expected: datetime
+) -> None:
+    on_the_day = [t for t in daily_fires_around(zone, day, hour_minute) if t.date() == day]
+    assert in_utc(on_the_day) == [expected]
+    minute, hour = (int(part) for part in hour_minute.split())
+    assert (on_the_day[0].hour, on_the_day[0].minute) == (hour + 1, minute)  # one hour later on the clock
+
+
+@pytest.mark.parametrize(("zone", "day", "hour_minute", "expected"), REPEATED_HOUR)
+def test_wall_time_repeated_by_fall_back_fires_at_its_first_occurrence_only(
+    zone: str, day: date, hour_minute: str, expected: datetime
+) -> None:
+    on_the_day = [t for t in daily_fires_around(zone, day, hour_minute) if t.date() == day]
+    assert in_utc(on_the_day) == [expected]
+    assert on_the_day[0].fold == 0
+
+
+@pytest.mark.parametrize(("zone", "day", "hour_minute", "expected"), REPEATED_HOUR)
+def test_daily_job_after_the_first_occurrence_of_a_repeated_time_waits_for_the_next_day(
+    zone: str, day: date, hour_minute: str, expected: datetime
+) -> None:
+    # `after` inside the second pass through the repeated hour: the job already ran at the first.
+    second_pass = expected + timedelta(hours=1)
+    after = second_pass - timedelta(minutes=10)
+    assert in_utc(fires(f"{hour_minute} * * *", 1, after=after, timezone=zone)) == [
+        expected + timedelta(days=1, hours=1)
+    ]
+
+
+@pytest.mark.parametrize(("zone", "day", "hour_minute", "expected"), SKIPPED_HOUR)
+def test_shifted_fire_is_found_from_an_instant_just_after_the_gap(
+    zone: str, day: date, hour_minute: str, expected: datetime
+) -> None:
+    # `after` is on the clock past the skipped wall time, but before the instant it fires at.
+    after = expected - timedelta(minutes=20)
+    assert in_utc(fires(f"{hour_minute} * * *", 1, after=after, timezone=zone)) == [expected]
+
+
+def test_skipped_wall_time_that_shifts_onto_a_matching_time_fires_once() -> None:
+    # 01:30 is skipped on 2024-03-31 and shifts to 02:30 BST, which also matches on its own: one fire.
+    times = fires("30 1,2 * * *", 5, after=datetime(2024, 3, 30, tzinfo=UTC), timezone="Europe/London")
+    assert in_utc(times) == [
+        datetime(2024, 3, 30, 1, 30, tzinfo=UTC),
+        datetime(2024, 3, 30, 2, 30, tzinfo=UTC),
+        datetime(2024, 3, 31, 1, 30, tzinfo=UTC),
+        datetime(2024, 4, 1, 0, 30, tzinfo=UTC),
+        datetime(2024, 4, 1, 1, 30, tzinfo=UTC),
+    ]
+
+
+def quarter_hour_fires(zone: str, day: date) -> list[datetime]:
+    after = datetime.combine(day - timedelta(days=1), datetime.min.time(), ZoneInfo(zone))
+    return fires("*/15 * * * *", 3 * 24 * 4, after=after, timezone=zone)
+
+
+@pytest.mark.parametrize(("zone", "spring", "autumn"), TRANSITIONS)
+def test_every_15_minutes_never_goes_back_in_time_across_dst(zone: str, spring: date, autumn: date) -> None:
+    for day in (spring, autumn):
+        times = in_utc(quarter_hour_fires(zone, day))
+        assert all(a < b for a, b in pairwise(times))
+
+
+@pytest.mark.parametrize(("zone", "spring", "autumn"), TRANSITIONS)
+def test_every_15_minutes_never_fires_the_same_instant_twice_across_dst(zone: str, spring: date, autumn: date) -> None:
+    for day in (spring, autumn):
+        times = in_utc(quarter_hour_fires(zone, day))
+        assert len(set(times)) == len(times)
+
+
+@pytest.mark.parametrize(("zone", "spring", "autumn"), TRANSITIONS)
+def test_every_15_minutes_fires_every_quarter_hour_except_in_the_second_pass_of_a_repeated_hour(
+    zone: str, spring: date, autumn: date
+) -> None:
+    for day in (spring, autumn):
+        local = quarter_hour_fires(zone, day)
+        gaps = [b - a for a, b in pairwise(in_utc(local))]
+        assert all(t.minute % 15 == 0 and t.second == 0 for t in local)
+        assert all(t.fold == 0 for t in local)
+        # Only the repeated hour leaves a hole: its second pass repeats wall times that already fired.
+        assert sorted(set(gaps)) == (
+            [timedelta(minutes=15)] if day == spring else [timedelta(minutes=15), timedelta(hours=1, minutes=15)]
+        )
+
+
+@pytest.mark.parametrize(("zone", "spring", "autumn"), TRANSITIONS)
+@pytest.mark.parametrize("spec", ["*/15 * * * *", "30 1,2 * * *", "30 2 * * *", "0 1-3 * * *", "*/20 * 1-3 * * *"])
+def test_next_fire_after_any_instant_is_the_next_of_the_whole_sequence(
+    zone: str, spring: date, autumn: date, spec: str
+) -> None:
+    """Asking from any instant -- inside a gap's aftermath or a repeated hour -- agrees with the sequence."""
+    for day in (spring, autumn):
+        start = datetime.combine(day - timedelta(days=1), datetime.min.time(), ZoneInfo(zone)).astimezone(UTC)
+        end = start + timedelta(days=3)
+        sequence = []
+        for fire in iter_fire_times(CronTrigger(parse_cron(spec), ZoneInfo(zone)), start):
+            sequence.append(fire.astimezone(UTC))
+            if fire > end:
+                break
+        probe = start
+        while probe < end:
+            expected = next(fire for fire in sequence if fire > probe)
+            assert in_utc(fires(spec, 1, after=probe, timezone=zone)) == [expected], probe
+            probe += timedelta(minutes=7, seconds=30)
+
+
+# --- bad input ----------------------------------------------------------------------------------------
+
+# (field name, position in a 6-field expression, bad value)
+BAD_FIELD_VALUES = [
+    # out of range
+    ("second", 0, "60"),
+    ("minute", 1, "60"),
+    ("hour", 2, "24"),
+    ("day of month", 3, "0"),
+    ("day of month", 3, "32"),
+    ("month", 4, "0"),
+    ("month", 4, "13"),
+    ("day of week", 5, "8"),
+    ("minute", 1, "5-60"),
+    ("hour", 2, "99999999999999999999"),
+    # bad names, including a name from another field
+    ("second", 0, "abc"),
+    ("minute", 1, "mon"),
+    ("hour", 2, "noon"),
+    ("day of month", 3, "first"),
+    ("month", 4, "foo"),
+    ("month", 4, "mon"),
+    ("month", 4, "january"),
+    ("day of week", 5, "funday"),
+    ("day of week", 5, "jan"),
+    ("day of week", 5, "FOO"),
+    # reversed ranges
+    ("second", 0, "30-10"),
+    ("minute", 1, "59-0"),
+    ("hour", 2, "23-1"),
+    ("day of month", 3, "20-10"),
+    ("month", 4, "dec-jan"),
+    ("day of week", 5, "fri-mon"),
+    ("day of week", 5, "7-1"),
+    # zero and oversized steps
+    ("second", 0, "*/0"),
+    ("minute", 1, "0-30/0"),
+    ("hour", 2, "5/0"),
+    ("day of month", 3, "*/0"),
+    ("month", 4, "*/0"),
+    ("day of week", 5, "*/0"),
+    ("second", 0, "*/60"),
+    ("month", 4, "*/13"),
+    # empty list items
+    ("second", 0, "1,,2"),
+    ("minute", 1, "1,"),
+    ("hour", 2, ",1"),
+    ("day of month", 3, "1,,2"),
+    ("month", 4, ","),
+    ("day of week", 5, "mon,"),
+    # syntax from other cron dialects, negative numbers and stray characters
+    ("day of month", 3, "?"),
+    ("day of week", 5, "?"),
+    ("day of month", 3, "L"),
+    ("day of week", 5, "5L"),
+    ("day of week", 5, "L"),
+    ("day of month", 3, "15W"),
+    ("day of week", 5, "1#2"),
+    ("minute", 1, "H"),
+    ("second", 0, "-1"),
+    ("hour", 2, "*-5"),
+    ("minute", 1, "1-"),
+    ("hour", 2, "1/"),
+    ("day of month", 3, "1.5"),
+    ("month", 4, "\uff11"),  # a full-width digit one
+]
+
+
+def with_field(position: int, value: str) -> str:
+    fields = ["0", "0", "0", "1", "1", "*"]
+    fields[position] = value
+    return " ".join(fields)
+
+
+@pytest.mark.parametrize(("field", "position", "value"), BAD_FIELD_VALUES)
+def test_bad_field_value_names_the_job_the_field_and_the_value(field: str, position: int, value: str) -> None:
+    with pytest.raises(CronSpecError) as raised:
+        parse_cron(with_field(position, value), job_name="nightly-report")
+    message = str(raised.value)
+    assert "'nightly-report'" in message
+    assert f"'{field}'" in message
+    assert repr(value) in message
+
+
+@pytest.mark.parametrize(("field", "position", "value"), BAD_FIELD_VALUES)
+def test_bad_field_value_without_a_job_name_names_the_field_and_the_value(
+    field: str, position: int, value: str
+) -> None:
+    with pytest.raises(CronSpecError) as raised:
+        parse_cron(with_field(position, value))
+    assert f"'{field}'" in str(raised.value)
+    assert repr(value) in str(raised.value)
+
+
+@pytest.mark.parametrize(("field", "position", "value"), [bad for bad in BAD_FIELD_VALUES if bad[1] > 0])
+def test_bad_field_value_in_a_five_field_spec_names_the_field(field: str, position: int, value: str) -> None:
+    five = with_field(position, value).split(" ", 1)[1]
+    with pytest.raises(CronSpecError, match=f"'{field}'"):
+        parse_cron(five)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    ["", "   ", "*", "* *", "* * * *", "* * * * * * *", "0 0 0 1 1 * 2024", "0 0 * * * * * *"],
+)
+def test_wrong_number_of_fields_names_the_job_and_the_expression(expression: str) -> None:
+    with pytest.raises(CronSpecError) as raised:
+        parse_cron(expression, job_name="nightly-report")
+    message = str(raised.value)
+    assert "'nightly-report'" in message
+    if expression.strip():
+        assert repr(expression) in message
+        assert f"has {len(expression.split())} fields" in message
+    else:
+        assert "empty" in message
+
+
+@pytest.mark.parametrize("macro", ["@reboot", "@every_minute", "@", "@daily 5", "@weekdays", "@hourly,@daily"])
+def test_unknown_macro_names_the_job_and_the_macro(macro: str) -> None:
+    with pytest.raises(CronSpecError) as raised:
+        parse_cron(macro, job_name="nightly-report")
+    message = str(raised.value)
+    assert "'nightly-report'" in message
+    assert repr(macro) in message
+    assert "macro" in message
+
+
+@pytest.mark.parametrize("value", [None, 5, 1.5, b"* * * * *", ["*", "*", "*", "*", "*"]])
+def test_non_string_spec_names_the_job_and_the_value(value: object) -> None:
+    with pytest.raises(CronSpecError) as raised:
+        parse_cron(value, job_name="nightly-report")  # type: ignore[arg-type]
+    message = str(raised.value)
+    assert "'nightly-report'" in message
+    assert type(value).__name__ in message
+    assert repr(value) in message
+
+
+@pytest.mark.parametrize(
+    ("expression", "days"),
+    [("0 0 30 2 *", "'30'"), ("0 0 31 4,6,9,11 *", "'31'"), ("0 0 30,31 feb *", "'30,31'"), ("0 0 0 31 2 *", "'31'")],
+)
+def test_impossible_day_and_month_combination_is_rejected(expression: str, days: str) -> None:
+    with pytest.raises(CronSpecError) as raised:
+        parse_cron(expression, job_name="nightly-report")
+    message = str(raised.value)
+    assert "'nightly-report'" in message
+    assert "'day of month'" in message
+    assert days in message
+
+
+def test_day_some_allowed_month_has_is_accepted() -> None:
+    assert parse_cron("0 0 30,31 2,3 *").days == (30, 31)
+    assert fires("0 0 30,31 2,3 *", 2) == [datetime(2024, 3, 30, tzinfo=UTC), datetime(2024, 3, 31, tzinfo=UTC)]
+
+
+def test_cron_spec_error_is_a_value_error() -> None:
+    with pytest.raises(ValueError):
+        parse_cron("61 * * * *")
+
+
+def test_next_fire_times_rejects_a_bad_spec_with_cron_spec_error() -> None:
+    with pytest.raises(CronSpecError, match="'minute'"):
+        next_fire_times("61 * * * *", after=START)
+
+
+# --- croniter as an oracle ------------------------------------------------------------------------------
+
+FIELD_RANGES = {"second": (0, 59), "minute": (0, 59), "hour": (0, 23), "dom": (1, 31), "month": (1, 12), "dow": (0, 7)}
+MONTH_NAMES = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+WEEKDAY_NAMES = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
+
+
+@st.composite
+def field_value(draw: st.DrawFn, field: str, value: int) -> str:
+    """A number, or (for month and day of week) sometimes its name in any case."""
+    names = {"month": MONTH_NAMES, "dow": WEEKDAY_NAMES}.get(field)
+    if names is None or draw(st.booleans()):
+        return str(value)
+    name = names[value - 1] if field == "month" else names[value] if value < 7 else None
+    if name is None:
+        return str(value)
+    return draw(st.sampled_from([name, name.upper(), name.title()]))
+
+
+@st.composite
+def field_item(draw: st.DrawFn, field: str) -> str:
+    """One list item: a value, a range a-b, a step */n, a-b/n or a/n."""
+    low, high = FIELD_RANGES[field]
+    kind = draw(st.sampled_from(["value", "range", "star-step", "range-step", "start-step"]))
+    if kind == "value":
+        return draw(field_value(field, draw(st.integers(low, high))))
+    step = draw(st.integers(1, high))
+    if kind == "star-step":
+        return f"*/{step}"
+    if kind == "start-step":
+        starts = list(range(low, high + 1))
+        if field == "dow":
+            # croniter reads "a/n" in the day of week as a-6/n, so "1/2" is Mon, Wed, Fri there while its
+            # own "1-7/2" is Mon, Wed, Fri, Sun. Here a/n is a-7/n as the spec says (a to the field's max;
+            # the field runs to 7, which is Sunday), so "1/2" equals "1-7/2". The two differ only when
+            # a step lands on 7, so leave those starts out.
+            starts = [start for start in starts if (7 - start) % step]
+            if not starts:
+                return f"*/{step}"
+        return f"{draw(field_value(field, draw(st.sampled_from(starts))))}/{step}"
+    # croniter widens an "equal range" a-a to the whole field (its "Jan-Jan" rule); a range a-b here is a
+    # through b and a-a is just a. Reversed ranges (croniter wraps them) are errors here by the spec.
+    # So ranges are generated with a < b only.
+    start = draw(st.integers(low, high - 1))
+    end = draw(st.integers(start + 1, high))
+    text = f"{draw(field_value(field, start))}-{draw(field_value(field, end))}"
+    return text if kind == "range" else f"{text}/{step}"
+
+
+@st.composite
+def field_text(draw: st.DrawFn, field: str) -> str:
+    if draw(st.integers(0, 3)) == 0:
+        return "*"
+    return ",".join(draw(st.lists(field_item(field), min_size=1, max_size=3)))
+
+
+@st.composite
+def cron_expressions(draw: st.DrawFn) -> str:
+    fields = [draw(field_text(name)) for name in ("minute", "hour", "dom", "month", "dow")]
+    if draw(st.booleans()):
+        fields.insert(0, draw(field_text("second")))
+    return " ".join(fields)
+
+
+def croniter_fire_times(expression: str, start: datetime, count: int) -> list[datetime]:
+    six_fields = len(expression.split()) == 6
+    iterator = croniter(expression, start, second_at_beginning=six_fields)
+    return [iterator.get_next(datetime) for _ in range(count)]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(
+    expression=cron_expressions(),
+    start=st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2060, 12, 31), timezones=st.just(UTC)),
+)
+def test_fire_times_agree_with_croniter(expression: str, start: datetime) -> None:
+    dom, dow = expression.split()[-3], expression.split()[-1]
+    try:
+        spec = parse_cron(expression)
+    except CronSpecError as error:
+        # Generated specs are well formed; only a day no allowed month has (with dow "*") is rejected.
+        assert "never fires" in str(error)
+        if dow == "*":
+            with pytest.raises(CroniterBadDateError):
+                croniter_fire_times(expression, start, 1)
+        return
+    # The spec: dom and dow are "restricted" when they are not the full range, however written. croniter
+    # instead keeps a full-range list such as "1-31" or "*/1" restricted when the other day field has no
+    # "*" in its text, and then applies the OR rule (so "1-31 * mon" fires every day there, on Mondays
+    # here). The spec is explicit, so leave full ranges not written as "*" out of the comparison.
+    assume(spec.days_restricted or dom == "*")
+    assume(spec.weekdays_restricted or dow == "*")
+    ours = next_fire_times(spec, after=start, count=20)
+    assert ours == croniter_fire_times(expression, start, 20)
+
+
+# --- the DST rule, against a brute-force reference ---------------------------------------------------------
+
+# Days on which clocks change, including 30-minute changes (Lord Howe), half-hour zones (St John's),
+# negative DST (Dublin), 45-minute zones (Chatham) and a whole skipped day (Samoa, 2011-12-30).
+DST_CHANGE_DAYS = [
+    ("Europe/London", date(2024, 3, 31)),
+    ("Europe/London", date(2024, 10, 27)),
+    ("America/New_York", date(2024, 3, 10)),
+    ("America/New_York", date(2024, 11, 3)),
+    ("Australia/Sydney", date(2024, 4, 7)),
+    ("Australia/Sydney", date(2024, 10, 6)),
+    ("Australia/Lord_Howe", date(2024, 4, 7)),
+    ("Australia/Lord_Howe", date(2024, 10, 6)),
+    ("America/St_Johns", date(2024, 3, 10)),
+    ("America/St_Johns", date(2024, 11, 3)),
+    ("Europe/Dublin", date(2024, 3, 31)),
+    ("Europe/Dublin", date(2024, 10, 27)),
+    ("Pacific/Chatham", date(2024, 4, 7)),
+    ("Pacific/Chatham", date(2024, 9, 29)),
+    ("Pacific/Apia", date(2011, 12, 30)),
+]
+
+
+def day_matches(spec: CronSpec, day: date) -> bool:
+    in_days, in_weekdays = day.day in spec.days, day.isoweekday() % 7 in spec.weekdays
+    if spec.days_restricted and spec.weekdays_restricted:
+        return in_days or in_weekdays
+    return in_days and in_weekdays
+
+
+def reference_fire_instants(spec: CronSpec, zone: ZoneInfo, first_wall: datetime, end_wall: datetime) -> list[datetime]:
+    """The documented rule, by brute force over every wall minute: each matching wall time fires at its
+    fold=0 instant (the first occurrence of a repeated time; a skipped time shifted forward by the gap),
+    and an instant reached by two wall times fires once."""
+    instants = set()
+    wall = first_wall
+    while wall < end_wall:
+        if (
+            wall.minute in spec.minutes
+            and wall.hour in spec.hours
+            and wall.month in spec.months
+            and day_matches(spec, wall.date())
+        ):
+            instants.add(wall.replace(tzinfo=zone).astimezone(UTC))
+        wall += timedelta(minutes=1)
+    return sorted(instants)
+
+
+def clock_change(zone: ZoneInfo, day: date) -> datetime:
+    """The UTC instant of the clock change on (or around) ``day``, to the second."""
+    low = datetime.combine(day - timedelta(days=1), datetime.min.time(), UTC)
+    high = low + timedelta(days=3)
+    assert low.astimezone(zone).utcoffset() != high.astimezone(zone).utcoffset()
+    while high - low > timedelta(seconds=1):
+        middle = low + (high - low) / 2
+        if middle.astimezone(zone).utcoffset() == low.astimezone(zone).utcoffset():
+            low = middle
+        else:
+            high = middle
+    return high
+
+
+@st.composite
+def five_field_expressions_for_a_few_days(draw: st.DrawFn) -> str:
+    """Five-field specs that usually fire within a few days: dom and dow are often *, month always."""
+    day_field = st.one_of(st.just("*"), field_text("dom"))
+    weekday_field = st.one_of(st.just("*"), field_text("dow"))
+    return " ".join([draw(field_text("minute")), draw(field_text("hour")), draw(day_field), "*", draw(weekday_field)])
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    expression=five_field_expressions_for_a_few_days(),
+    change=st.sampled_from(DST_CHANGE_DAYS),
+    start_offset=st.integers(-4 * 3600, 4 * 3600),
+    probe_offsets=st.lists(st.integers(-4 * 3600, 4 * 3600), min_size=1, max_size=10),
+)
+def test_fire_times_across_dst_changes_follow_the_documented_rule(
+    expression: str, change: tuple[str, date], start_offset: int, probe_offsets: list[int]
+) -> None:
+    zone_name, day = change
+    zone = ZoneInfo(zone_name)
+    spec = parse_cron(expression)
+    first_wall = datetime.combine(day - timedelta(days=1), datetime.min.time())
+    reference = reference_fire_instants(spec, zone, first_wall, first_wall + timedelta(days=3))
+    # Compare well inside the enumerated wall times, whatever the offsets at the edges.
+    horizon = (first_wall + timedelta(days=2, hours=18)).replace(tzinfo=zone).astimezone(UTC)
+    change_at = clock_change(zone, day)
+    start = change_at + timedelta(seconds=start_offset)
+    ours = []
+    for fire in iter_fire_times(CronTrigger(spec, zone), start):
+        if fire >= horizon or len(ours) == 40:
+            break
+        ours.append(fire.astimezone(UTC))
+    assert ours == [instant for instant in reference if start < instant < horizon][:40]
+    # Asked from any instant, the next fire is the next one of that sequence.
+    for seconds in probe_offsets:
+        probe = change_at + timedelta(seconds=seconds)
+        expected = next((instant for instant in reference if instant > probe), None)
+        if expected is not None and expected < horizon:
+            assert in_utc(next_fire_times(spec, after=probe, timezone=zone)) == [expected], probe
