@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl, unquote_plus, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, unquote_plus, urlencode, urlsplit, urlunsplit
 
 from .errors import StoreConfigError
 
@@ -25,6 +25,25 @@ def mask_url(url: str) -> str:
     if any(key.lower() in _SECRET_KEYS for key, _ in pairs):
         query = urlencode([(k, "***" if k.lower() in _SECRET_KEYS else v) for k, v in pairs], safe="*")
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def url_secrets(url: str) -> list[str]:
+    """The password(s) written in ``url`` (netloc and secret query options), raw and unquoted, longest first."""
+    try:
+        parts = urlsplit(url)
+        found = [parts.password or ""]
+    except ValueError:
+        return []
+    found += [value for key, value in parse_qsl(parts.query) if key.lower() in _SECRET_KEYS]
+    found += [unquote(secret) for secret in found]
+    return sorted({secret for secret in found if secret}, key=len, reverse=True)
+
+
+def scrub(text: str, url: str) -> str:
+    """``text`` with every password of ``url`` replaced by ``***`` (for client libraries' error messages)."""
+    for secret in url_secrets(url):
+        text = text.replace(secret, "***")
+    return text
 
 
 def pop_query_options(url: str, names: tuple[str, ...]) -> tuple[str, dict[str, str]]:

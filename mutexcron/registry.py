@@ -15,7 +15,7 @@ from .cron import CronSpec, CronTrigger, parse_cron, resolve_timezone
 from .errors import DuplicateJobError, JobDefinitionError, UnknownJobError
 from .records import JobContext
 
-__all__ = ["BUSY_POLICIES", "Job", "Registry", "default_registry", "mutex_cron", "validate_job_name"]
+__all__ = ["BUSY_POLICIES", "BusyPolicy", "Job", "Registry", "default_registry", "mutex_cron", "validate_job_name"]
 
 BusyPolicy = Literal["skip", "wait", "raise"]
 BUSY_POLICIES: tuple[str, ...] = ("skip", "wait", "raise")

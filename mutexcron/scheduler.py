@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -22,7 +23,7 @@ from apscheduler.triggers.base import BaseTrigger
 from .cron import resolve_timezone
 from .errors import LockBusy, StoreUnavailable
 from .records import JobContext, Outcome, RunRecord
-from .registry import Job, Registry, default_registry
+from .registry import BUSY_POLICIES, BusyPolicy, Job, Registry, default_registry
 from .stores import AcquireStatus, Acquisition, LockStore, store_from_url
 
 __all__ = ["Listener", "Scheduler"]
@@ -306,12 +307,17 @@ class Scheduler:
             if self._owns_store:
                 self.store.close()
 
-    def run_now(self, name: str) -> RunRecord:
+    def run_now(self, name: str, *, on_busy: BusyPolicy | None = None) -> RunRecord:
         """Run job ``name`` now, in this thread, under its lock (a manual run, outside the tick ledger).
 
         Returns the RunRecord; with ``on_busy="raise"`` a busy lock raises :class:`LockBusy` instead.
+        ``on_busy`` overrides the job's policy for this run (an admin request should not ``"wait"``).
         """
         job = self.registry.get(name)
+        if on_busy is not None and on_busy != job.on_busy:
+            if on_busy not in BUSY_POLICIES:
+                raise ValueError(f"on_busy must be one of {BUSY_POLICIES}, not {on_busy!r}")
+            job = dataclasses.replace(job, on_busy=on_busy)
         record = self._execute(job, _utc_now(), manual=True)
         if record.outcome is Outcome.SKIPPED_BUSY and job.on_busy == "raise":
             raise LockBusy(name, record)

@@ -374,3 +374,11 @@ def test_a_tick_still_busy_after_the_grace_is_skipped(store: MemoryLockStore, re
     record = scheduler.run_tick("tick", TICK)
     assert record.outcome is Outcome.SKIPPED_BUSY
     assert "long-runner" in (record.error or "")
+
+
+def test_run_now_can_override_the_busy_policy(store: MemoryLockStore, registry: Registry) -> None:
+    mutex_cron("0 6 * * *", name="digest", registry=registry, on_busy="wait", lease=60)(lambda: None)
+    store.acquire("digest", owner="elsewhere", lease=timedelta(minutes=1), fire_time=None)
+    record = instance(store, registry).run_now("digest", on_busy="skip")  # returns at once, no lease-long wait
+    assert record.outcome is Outcome.SKIPPED_BUSY
+    assert registry.get("digest").on_busy == "wait"

@@ -14,7 +14,7 @@ from pymongo.collection import Collection
 from pymongo.errors import BulkWriteError, ConfigurationError, InvalidName, OperationFailure, PyMongoError
 from pymongo.write_concern import WriteConcern
 
-from .._urls import check_host_and_port, mask_url, pop_query_options
+from .._urls import check_host_and_port, mask_url, pop_query_options, scrub
 from ..errors import StoreConfigError, StoreUnavailable
 from .base import UTC, AcquireStatus, Acquisition, LockState, LockStore, datetime_to_ms, duration_ms, ms_to_datetime
 
@@ -74,13 +74,13 @@ class MongoLockStore(LockStore):
         try:
             client: pymongo.MongoClient[Document] = pymongo.MongoClient(cleaned, **client_options)
         except (ConfigurationError, ValueError, TypeError) as error:  # InvalidURI is a ConfigurationError
-            raise StoreConfigError(f"malformed MongoDB URL {mask_url(url)!r}: {_scrub(str(error), url)}") from None
+            raise StoreConfigError(f"malformed MongoDB URL {mask_url(url)!r}: {scrub(str(error), url)}") from None
         try:
             database = client.get_default_database(default=DEFAULT_DATABASE)
             collection = database[options.get("collection", DEFAULT_COLLECTION)]
         except (InvalidName, ConfigurationError) as error:
             client.close()
-            raise StoreConfigError(f"malformed MongoDB URL {mask_url(url)!r}: {_scrub(str(error), url)}") from None
+            raise StoreConfigError(f"malformed MongoDB URL {mask_url(url)!r}: {scrub(str(error), url)}") from None
         store = cls(collection, url=url)
         store._owns_client = True
         return store
@@ -221,17 +221,6 @@ def _fresh(name: str) -> Document:
         "last_fire_time": None,
         "token": 0,
     }
-
-
-def _scrub(message: str, url: str) -> str:
-    """``message`` with the URL's password masked, should a driver error ever quote it."""
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        password = None
-    for secret in {password, unquote(password)} if password else ():
-        message = message.replace(secret, "***")
-    return message
 
 
 def _aware(value: datetime) -> datetime:

@@ -115,7 +115,7 @@ class RedisLockStore(LockStore):
             client = redis.Redis.from_url(cleaned, **client_options)
         except (ValueError, TypeError) as error:
             raise StoreConfigError(f"malformed Redis URL {mask_url(url)!r}: {error}") from None
-        return cls(client, prefix=options.get("prefix", DEFAULT_PREFIX), url=url)
+        return cls(client, prefix=options.get("prefix", DEFAULT_PREFIX), url=cleaned)
 
     def key(self, name: str) -> str:
         return f"{self.prefix}{{{name}}}"
