@@ -4,6 +4,7 @@ VENV ?= .venv
 # mongoeco (the MongoDB wire server the tests use in place of mongod) needs Python 3.13.
 PY313 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13) $(shell command -v python3.13))
 PYTEST_ARGS ?=
+DEMO_ARGS ?=
 
 .PHONY: demo test lint bench services clean
 
@@ -23,8 +24,9 @@ $(VENV)/.installed: pyproject.toml
 services:
 	@scripts/services.sh
 
-demo: $(VENV)/.installed services
-	$(VENV)/bin/python example_project/fleet_demo.py
+# 3 runserver instances of example_project on one SQLite file; DEMO_SECONDS=12 DEMO_EXIT=1 for CI.
+demo: $(VENV)/.installed
+	$(VENV)/bin/python example_project/demo.py $(DEMO_ARGS)
 
 test: $(VENV)/.installed .venv-mongo/.installed services
 	$(VENV)/bin/ruff check .

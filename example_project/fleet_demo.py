@@ -2,6 +2,9 @@
 
     python example_project/fleet_demo.py [--store URL] [--instances 3] [--seconds 20]
 
+The core alone, without Django, on Redis (by default) or MongoDB. ``make demo`` runs the Django demo,
+example_project/demo.py, instead.
+
 Each instance is a separate OS process running a mutexcron Scheduler on the same store. Every run
 and skip is appended to that instance's own ledger file; at the end the ledgers are merged into a
 table with one row per tick.

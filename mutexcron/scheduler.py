@@ -284,11 +284,17 @@ class Scheduler:
             logger.info("seeded %d new lock(s) of %d job(s)", created, len(names))
         return created
 
-    def shutdown(self, wait: bool = True, timeout: timedelta | None = None) -> None:
+    def running_jobs(self) -> list[str]:
+        """Names of the jobs whose bodies are running on this instance now."""
+        with self._state_lock:
+            return sorted({ctx.job_name for ctx in self._running.values()})
+
+    def shutdown(self, wait: bool = True, timeout: timedelta | None = None) -> bool:
         """Stop firing; if ``wait``, wait (at most ``timeout``) for running bodies, which release their locks.
 
-        A body still running after the timeout keeps its lock until its lease runs out: releasing it
-        under a running body would let another instance run the job at the same time.
+        Returns False if a body was still running when it returned (see :meth:`running_jobs`). Such a
+        body keeps its lock until its lease runs out: releasing it under a running body would let
+        another instance run the job at the same time.
         """
         aps, self._aps = self._aps, None
         self._stopping.set()
@@ -301,11 +307,13 @@ class Scheduler:
                     names = sorted({ctx.job_name for ctx in self._running.values()})
                     logger.warning("shutdown: job(s) %s still running after %.1fs; their locks expire with "
                                    "their lease", names, limit)
-                    return
-        if not self._running:
-            self._heartbeats.stop()
-            if self._owns_store:
-                self.store.close()
+                    return False
+        if self._running:
+            return False
+        self._heartbeats.stop()
+        if self._owns_store:
+            self.store.close()
+        return True
 
     def run_now(self, name: str, *, on_busy: BusyPolicy | None = None) -> RunRecord:
         """Run job ``name`` now, in this thread, under its lock (a manual run, outside the tick ledger).

@@ -33,4 +33,7 @@ def run_tick(
     return the RunRecord: ``succeeded``/``failed``, or ``skipped_already_ran`` if that tick already ran."""
     registry = registry or default_registry
     scheduler = Scheduler(store, registry=registry, instance_id=instance_id)
-    return scheduler.run_tick(name, fire_time or next_tick(name, registry=registry))
+    try:
+        return scheduler.run_tick(name, fire_time or next_tick(name, registry=registry))
+    finally:
+        scheduler.shutdown()  # stops its heartbeat thread; closes the store if it built it

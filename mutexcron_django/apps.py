@@ -24,6 +24,8 @@ class MutexcronConfig(AppConfig):
         from .discovery import autodiscover
 
         conf = get_settings()  # a bad MUTEXCRON setting raises ImproperlyConfigured here
+        if isinstance(conf.store, str):
+            conf.build_store().close()  # and so does a malformed store URL (this connects to nothing)
         autodiscover(conf.modules)
         post_migrate.connect(seed_after_migrate, sender=self, dispatch_uid="mutexcron-seed")
         if conf.autostart:

@@ -15,15 +15,17 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from typing import Any
 
+from django.apps import apps
 from django.core.signals import request_started
 
 from . import runtime
 
 logger = logging.getLogger("mutexcron.django")
 
-SERVERS = ("gunicorn", "uwsgi", "daphne", "uvicorn", "hypercorn", "waitress-serve", "mod_wsgi")
+SERVERS = ("gunicorn", "uwsgi", "daphne", "uvicorn", "hypercorn", "waitress", "mod_wsgi")
 
 
 def serving_process_kind(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> str | None:
@@ -31,6 +33,10 @@ def serving_process_kind(argv: list[str] | None = None, environ: dict[str, str] 
     argv = sys.argv if argv is None else argv
     environ = dict(os.environ) if environ is None else environ
     program = os.path.basename(argv[0]) if argv else ""
+    if program == "__main__.py":  # python -m <package>: argv[0] is <package>/__main__.py
+        package = os.path.basename(os.path.dirname(argv[0]))
+        if any(package.startswith(server) for server in SERVERS):
+            program = package
     if program in ("manage.py", "django-admin", "django-admin.py", "__main__.py") or program.endswith("manage.py"):
         if len(argv) > 1 and argv[1] == "runserver":
             serving = "--noreload" in argv or environ.get("RUN_MAIN") == "true"
@@ -52,11 +58,17 @@ def _start_on_first_request(**_: Any) -> None:
     runtime.start()
 
 
+def _start_when_apps_are_ready() -> None:
+    # Starting seeds the lock rows: a query, which Django discourages inside AppConfig.ready().
+    apps.ready_event.wait()
+    runtime.start()
+
+
 def install() -> str | None:
     """Called from AppConfig.ready() when AUTOSTART is on."""
     kind = serving_process_kind()
     if kind == "runserver":
-        runtime.start()
+        threading.Thread(target=_start_when_apps_are_ready, name="mutexcron-autostart", daemon=True).start()
     elif kind == "server":
         request_started.connect(_start_on_first_request, dispatch_uid="mutexcron-autostart")
     logger.debug("mutexcron autostart: process %d is %s", os.getpid(), kind or "not a serving process")

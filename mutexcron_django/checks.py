@@ -48,9 +48,14 @@ def _orphans(store: Any) -> list[Warning]:
 
 @register(TAG, Tags.database)
 def check_orphan_locks_in_the_database(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Warning]:
-    """mutexcron.W001 for the SQL store: lock rows whose job is no longer declared."""
+    """mutexcron.W001 for the SQL store: lock rows whose job is no longer declared.
+
+    Like Django's own database checks, only for the databases it is given (``check --database``,
+    ``migrate``, the test runner): a plain ``check`` or runserver's must not need a database."""
+    if databases is None:
+        return []
     store = get_settings().build_store()
-    if not isinstance(store, DjangoLockStore) or (databases is not None and store.using not in databases):
+    if not isinstance(store, DjangoLockStore) or store.using not in databases:
         return []
     try:
         return _orphans(store)

@@ -32,13 +32,15 @@ class MutexcronSettings:
     history_retention: timedelta | None
     modules: tuple[str, ...]
 
-    def build_store(self) -> LockStore:
-        if self.store == "django":
-            from .store import DjangoLockStore
+    @property
+    def store_spec(self) -> str | LockStore:
+        """What to give ``store_from_url`` or ``Scheduler``: "django" is the default database's URL."""
+        return "django://" if self.store == "django" else self.store
 
-            return DjangoLockStore()
+    def build_store(self) -> LockStore:
+        """A store from the setting (a new one each call, unless the setting is a LockStore object)."""
         try:
-            return store_from_url(self.store)
+            return store_from_url(self.store_spec)
         except StoreConfigError as error:
             raise ImproperlyConfigured(f"MUTEXCRON['STORE']: {error}") from None
 
@@ -76,6 +78,6 @@ def get_settings() -> MutexcronSettings:
     if retention is not None and (not isinstance(retention, timedelta) or retention <= timedelta(0)):
         raise _fail("HISTORY_RETENTION", f"must be a positive timedelta or None, not {retention!r}")
     modules = values["MODULES"]
-    if isinstance(modules, str) or not all(isinstance(m, str) and m for m in modules):
+    if not isinstance(modules, list | tuple) or not all(isinstance(m, str) and m for m in modules):
         raise _fail("MODULES", f'must be a list of module names such as ["cron"], not {modules!r}')
     return MutexcronSettings(store, values["AUTOSTART"], timezone, instance_id, retention, tuple(modules))

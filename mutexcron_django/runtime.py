@@ -11,10 +11,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
-from django.db import DatabaseError, close_old_connections
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, close_old_connections, router, transaction
 from django.utils import timezone
 
-from mutexcron import RunRecord, Scheduler, default_registry
+from mutexcron import RunRecord, Scheduler, StoreConfigError, default_registry
+from mutexcron.registry import BusyPolicy
 
 from . import signals
 from .conf import get_settings
@@ -26,7 +28,8 @@ _lock = threading.Lock()
 _scheduler: Scheduler | None = None
 _scheduler_pid: int | None = None
 _exit_hook_registered = False
-_last_prune = 0.0
+_last_prune: float | None = None
+_history_failing = False
 PRUNE_EVERY = 3600.0  # seconds between automatic history prunes in one process
 
 
@@ -44,18 +47,36 @@ def fresh_connections() -> Iterator[None]:
 
 
 def build_scheduler() -> Scheduler:
-    """A new Scheduler configured from ``settings.MUTEXCRON`` with history and signals attached."""
+    """A new Scheduler configured from ``settings.MUTEXCRON`` with history and signals attached.
+
+    Given the store's URL, the scheduler builds the store itself and closes it at shutdown.
+    """
     conf = get_settings()
-    scheduler = Scheduler(
-        conf.build_store(),
-        registry=default_registry,
-        instance_id=conf.instance_id,
-        timezone=conf.timezone,
-        fire_context=fresh_connections,
-    )
+    try:
+        scheduler = Scheduler(
+            conf.store_spec,
+            registry=default_registry,
+            instance_id=conf.instance_id,
+            timezone=conf.timezone,
+            fire_context=fresh_connections,
+        )
+    except StoreConfigError as error:
+        raise ImproperlyConfigured(f"MUTEXCRON['STORE']: {error}") from None
     scheduler.add_listener(send_signal, events=("started", "finished"))
     scheduler.add_listener(record_history)
     return scheduler
+
+
+def run_now(name: str, *, on_busy: BusyPolicy | None = None) -> RunRecord:
+    """Run job ``name`` now in this thread, under its lock, with history and signals (admin, commands).
+
+    Raises :class:`~mutexcron.LockBusy` for a busy job whose policy is ``"raise"``.
+    """
+    scheduler = build_scheduler()
+    try:
+        return scheduler.run_now(name, on_busy=on_busy)
+    finally:
+        scheduler.shutdown()  # nothing runs any more: stops its heartbeat thread and closes its store
 
 
 def get_scheduler() -> Scheduler:
@@ -104,28 +125,50 @@ def send_signal(record: RunRecord) -> None:
 def record_history(record: RunRecord) -> None:
     """Write the record to JobRun; a database error is logged, never raised into the scheduler."""
     try:
-        JobRun.objects.create(
-            job_name=record.job_name,
-            fire_time=record.fire_time,
-            instance_id=record.instance_id,
-            outcome=str(record.outcome),
-            started_at=record.started_at,
-            finished_at=record.finished_at,
-            error=record.error or "",
-            token=record.token,
-            lock_lost=record.lock_lost,
-            manual=record.manual,
-        )
-        _prune_now_and_then()
+        # A savepoint inside a caller's transaction (run_tick in a TestCase, run_now in atomic()): a failed
+        # write must not leave that transaction unusable for the lock store's next queries.
+        with transaction.atomic(using=router.db_for_write(JobRun)):
+            JobRun.objects.create(
+                job_name=record.job_name,
+                fire_time=record.fire_time,
+                instance_id=record.instance_id,
+                outcome=str(record.outcome),
+                started_at=record.started_at,
+                finished_at=record.finished_at,
+                error=record.error or "",
+                token=record.token,
+                lock_lost=record.lock_lost,
+                manual=record.manual,
+            )
+            _prune_now_and_then()
     except DatabaseError as error:
-        logger.warning("could not record the %s run of job %r in the history: %s", record.outcome,
-                       record.job_name, error)
+        _history_failed(record, error)
+    else:
+        _history_ok()
+
+
+def _history_failed(record: RunRecord, error: DatabaseError) -> None:
+    """One warning per outage (like the scheduler's store errors), not one per fire."""
+    global _history_failing
+    if not _history_failing:
+        _history_failing = True
+        logger.warning("could not record the %s run of job %r in the history (further failures are logged at "
+                       "debug level until a write succeeds): %s", record.outcome, record.job_name, error)
+    else:
+        logger.debug("could not record the %s run of job %r: %s", record.outcome, record.job_name, error)
+
+
+def _history_ok() -> None:
+    global _history_failing
+    if _history_failing:
+        _history_failing = False
+        logger.info("run history is being recorded again")
 
 
 def _prune_now_and_then() -> None:
     global _last_prune
     now = time.monotonic()
-    if now - _last_prune >= PRUNE_EVERY:
+    if _last_prune is None or now - _last_prune >= PRUNE_EVERY:
         _last_prune = now
         prune_history()
 

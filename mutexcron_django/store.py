@@ -13,7 +13,7 @@ from django.db import DatabaseError, IntegrityError, connections, router, transa
 from django.db.models import DateTimeField, ExpressionWrapper, F, Q, Value
 from django.db.models.functions import Now
 
-from mutexcron.errors import StoreUnavailable
+from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.stores.base import AcquireStatus, Acquisition, LockState, LockStore
 
 from .models import Lock
@@ -30,6 +30,9 @@ class DjangoLockStore(LockStore):
 
     def __init__(self, using: str | None = None) -> None:
         self.using = using or router.db_for_write(Lock)
+        if self.using not in connections.databases:
+            known = ", ".join(sorted(connections.databases))
+            raise StoreConfigError(f"django://{self.using}: no database alias {self.using!r} (DATABASES has {known})")
 
     @classmethod
     def from_url(cls, url: str) -> DjangoLockStore:

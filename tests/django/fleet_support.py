@@ -1,0 +1,325 @@
+"""Helpers of the multi-process Django tests: processes in their own groups, ledgers, logs, JobRun history.
+
+The processes run the fleet test site (tests/django/fleet_settings.py, configured through FLEET_* variables):
+its one job, ``fleet_django.tick``, fires every second, and its body appends a line to the ledger of the
+process that ran it (tests/django/fleet_app/cron.py). Nothing here sleeps to synchronise: every wait polls
+a condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = ROOT / "tests" / "django"
+MANAGE = HERE / "manage.py"
+JOB = "fleet_django.tick"
+STARTED = re.compile(r"mutexcron scheduler started in process (\d+)")
+RAN = ("succeeded", "failed")
+SKIPS = ("skipped_already_ran", "skipped_busy")
+T = TypeVar("T")
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
+    """Poll ``predicate`` until it returns something truthy (returned) or ``timeout`` seconds pass (fail)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def holds_for(check: Callable[[], None], seconds: float, interval: float = 0.1) -> None:
+    """Run ``check`` (which asserts) again and again for ``seconds``: a property that must hold throughout."""
+    deadline = time.monotonic() + seconds
+    while True:
+        check()
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def parent_pid(pid: int) -> int:
+    """The parent of ``pid``, from /proc (the 4th field of /proc/<pid>/stat, after the parenthesised name)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def http_get(url: str, timeout: float = 5) -> str | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.read().decode()
+    except OSError:
+        return None
+
+
+def next_whole_second_after(moment: datetime) -> datetime:
+    return moment.replace(microsecond=0) + timedelta(seconds=1)
+
+
+def seconds_between(first: datetime, last: datetime) -> list[datetime]:
+    """Every whole second from ``first`` to ``last`` inclusive: the fire times of ``* * * * * *``."""
+    count = int((last - first).total_seconds()) + 1
+    return [first + timedelta(seconds=n) for n in range(max(0, count))]
+
+
+def _aware(value: datetime | str) -> datetime:
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+# -- databases ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Database:
+    """One test's own database: a SQLite file or a fresh PostgreSQL database; ``env`` configures the site."""
+
+    engine: str  # "sqlite" or "postgresql"
+    name: str
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"FLEET_DB_ENGINE": self.engine, "FLEET_DB_NAME": self.name}
+
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        if self.engine == "sqlite":
+            connection = sqlite3.connect(self.name, timeout=20)
+            try:
+                return connection.execute(sql).fetchall()
+            finally:
+                connection.close()
+        import psycopg
+
+        with psycopg.connect(**pg_params(self.name)) as connection:
+            return connection.execute(sql).fetchall()
+
+    def job_runs(self, job: str = JOB) -> list[dict[str, Any]]:
+        """The JobRun history of ``job``, oldest first, as dicts with aware datetimes."""
+        rows = self.query(
+            "SELECT fire_time, instance_id, outcome, token, manual, error FROM mutexcron_jobrun "
+            f"WHERE job_name = '{job}' ORDER BY id"
+        )
+        return [
+            {"fire_time": _aware(fire), "instance": instance, "outcome": outcome, "token": token,
+             "manual": bool(manual), "error": error}
+            for fire, instance, outcome, token, manual, error in rows
+        ]
+
+
+def pg_params(dbname: str) -> dict[str, Any]:
+    return {
+        "host": os.environ.get("MUTEXCRON_TEST_PG_HOST", "127.0.0.1"),
+        "port": int(os.environ.get("MUTEXCRON_TEST_PG_PORT", "5432")),
+        "user": os.environ.get("MUTEXCRON_TEST_PG_USER", "postgres"),
+        "dbname": dbname,
+        "connect_timeout": 10,
+    }
+
+
+@contextmanager
+def sqlite_database(directory: Path) -> Iterator[Database]:
+    yield Database("sqlite", str(directory / "fleet.sqlite3"))
+
+
+@contextmanager
+def postgres_database() -> Iterator[Database]:
+    """CREATE DATABASE mutexcron_fleet_<random> on the server's ``test`` database; dropped afterwards."""
+    import psycopg
+
+    name = f"mutexcron_fleet_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(**pg_params("test"), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield Database("postgresql", name)
+    finally:
+        with psycopg.connect(**pg_params("test"), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# -- processes ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Proc:
+    """A process started in a session (and process group) of its own, its output in a log file."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def tail(self, lines: int = 60) -> str:
+        return "\n".join(self.text().splitlines()[-lines:])
+
+    def started_pids(self) -> list[int]:
+        """The pid of every "mutexcron scheduler started in process <pid>" line, in order."""
+        return [int(m.group(1)) for m in STARTED.finditer(self.text())]
+
+    def assert_alive(self) -> None:
+        assert self.process.poll() is None, f"{self.name} exited with {self.process.returncode}:\n{self.tail()}"
+
+    def signal_group(self, signum: int) -> None:
+        with suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signum)
+
+    def stop(self, signum: int = signal.SIGTERM, timeout: float = 15) -> int | None:
+        """Signal the whole group once, then :meth:`wait_exit`."""
+        if self.process.poll() is None:
+            self.signal_group(signum)
+        return self.wait_exit(timeout)
+
+    def wait_exit(self, timeout: float = 15) -> int | None:
+        """Wait for the exit (no new signal); SIGKILL the group if it is still there. Returns the exit status,
+        None if it had to be killed. Whatever is left of the group (a runserver child, a worker) is killed."""
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.signal_group(signal.SIGKILL)
+            self.process.wait()
+            return None
+        self.signal_group(signal.SIGKILL)
+        return self.process.returncode
+
+
+@dataclass
+class Site:
+    """The processes of one test, sharing one database and one ledger directory."""
+
+    directory: Path
+    database: Database
+    procs: list[Proc] = field(default_factory=list)
+
+    @property
+    def ledgers(self) -> Path:
+        path = self.directory / "ledgers"
+        path.mkdir(exist_ok=True)
+        return path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.pop("DJANGO_SETTINGS_MODULE", None)  # the processes use tests.django.fleet_settings
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        env["PYTHONUNBUFFERED"] = "1"
+        env["FLEET_LEDGER_DIR"] = str(self.ledgers)
+        env.update(self.database.env)
+        env.update(extra)
+        return env
+
+    def spawn(self, name: str, command: list[str], **env: str) -> Proc:
+        log = self.directory / f"{name}.log"
+        with log.open("wb") as output:
+            process = subprocess.Popen(command, cwd=ROOT, env=self.env(**env), stdout=output,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+        proc = Proc(name, process, log)
+        self.procs.append(proc)
+        return proc
+
+    def run(self, name: str, command: list[str], timeout: float = 60, **env: str) -> Proc:
+        """Run a command to its end (``manage.py migrate`` ...); fails the test if it fails."""
+        proc = self.spawn(name, command, **env)
+        try:
+            code = proc.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.stop(signal.SIGKILL)
+            raise AssertionError(f"{name} did not finish in {timeout}s:\n{proc.tail()}") from None
+        assert code == 0, f"{name} exited with {code}:\n{proc.tail()}"
+        return proc
+
+    def manage(self, *arguments: str) -> list[str]:
+        return [sys.executable, str(MANAGE), *arguments]
+
+    def migrate(self) -> Proc:
+        return self.run("migrate", self.manage("migrate", "--noinput"))
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.process.poll() is None:
+                proc.signal_group(signal.SIGTERM)
+        for proc in self.procs:
+            proc.wait_exit(timeout=10)
+
+    def report(self) -> str:
+        return "\n".join(f"--- {p.name} (pid {p.pid}, exit {p.process.poll()}):\n{p.tail()}" for p in self.procs)
+
+    # -- what the processes did --
+
+    def bodies(self) -> list[dict[str, Any]]:
+        """Every body run of every process, from the per-process ledgers (complete lines only)."""
+        entries = []
+        for path in sorted(self.ledgers.glob("body-*.jsonl")):
+            for line in path.read_text().splitlines(keepends=True):
+                if line.endswith("\n"):
+                    entry = json.loads(line)
+                    entry["fire_time"] = datetime.fromisoformat(entry["fire_time"])
+                    entries.append(entry)
+        return entries
+
+    def ticks_run_since(self, first: datetime) -> int:
+        return len({b["fire_time"] for b in self.bodies() if b["fire_time"] >= first})
+
+
+def assert_each_tick_once(site: Site, window: list[datetime], instances: set[str]) -> dict[str, Any]:
+    """Every tick in ``window``: one body run (ledgers), one JobRun record per instance of which exactly one
+    ran it and the others skipped, and the ledger agrees with the history on who ran it. Also no tick
+    anywhere ran twice. Returns a summary for the test's output."""
+    bodies = site.bodies()
+    body_count = Counter(b["fire_time"] for b in bodies)
+    assert [t for t, n in body_count.items() if n > 1] == [], "ticks whose body ran more than once"
+    runs = [r for r in site.database.job_runs() if not r["manual"]]
+    ran_count = Counter(r["fire_time"] for r in runs if r["outcome"] in RAN)
+    assert [t for t, n in ran_count.items() if n > 1] == [], "ticks recorded as run more than once"
+    by_tick: dict[datetime, list[dict[str, Any]]] = defaultdict(list)
+    for run in runs:
+        by_tick[run["fire_time"]].append(run)
+    ran_by: Counter[str] = Counter()
+    for tick in window:
+        records = by_tick[tick]
+        assert body_count[tick] == 1, f"tick {tick:%H:%M:%S}: body ran {body_count[tick]} times"
+        ran = [r["instance"] for r in records if r["outcome"] == "succeeded"]
+        assert len(ran) == 1, f"tick {tick:%H:%M:%S} ran on {ran}: {records}"
+        per_instance = Counter(r["instance"] for r in records)
+        assert per_instance == dict.fromkeys(instances, 1), f"tick {tick:%H:%M:%S}: fired {dict(per_instance)}"
+        assert {r["outcome"] for r in records if r["instance"] != ran[0]} <= set(SKIPS), records
+        body = next(b for b in bodies if b["fire_time"] == tick)
+        assert body["instance"] == ran[0], f"tick {tick:%H:%M:%S}: ledger says {body['instance']}, history {ran[0]}"
+        ran_by[ran[0]] += 1
+    outcomes = Counter(r["outcome"] for r in runs if r["fire_time"] in set(window))
+    return {"ticks": len(window), "runs_per_instance": dict(sorted(ran_by.items())), "outcomes": dict(outcomes)}

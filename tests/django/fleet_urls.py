@@ -1,0 +1,15 @@
+"""URLs of the fleet test site: /pid/ answers with the serving process's pid (?sleep=0.3 holds the worker)."""
+
+import os
+import time
+
+from django.http import HttpRequest, HttpResponse
+from django.urls import path
+
+
+def pid(request: HttpRequest) -> HttpResponse:
+    time.sleep(min(float(request.GET.get("sleep", 0)), 2.0))  # keeps a sync worker busy, so requests spread
+    return HttpResponse(str(os.getpid()), content_type="text/plain")
+
+
+urlpatterns = [path("pid/", pid)]

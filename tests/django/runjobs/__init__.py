@@ -1,0 +1,1 @@
+"""An app whose jobs ``manage.py mutexcron run`` runs in tests/django/test_command.py."""

@@ -1,0 +1,165 @@
+"""System checks: E001 invalid declaration, E002 duplicate name, W001 orphan lock, W002 unreachable store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+
+import pytest
+from django.conf import settings
+from django.core.checks import run_checks
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.db import connection
+from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
+
+from mutexcron import default_registry
+from mutexcron.stores import store_from_url
+from mutexcron_django.discovery import declaration_errors
+from mutexcron_django.store import DjangoLockStore
+from tests.django.jobhelpers import Declarations
+
+UNREACHABLE = "redis://:s3cret-pw@127.0.0.1:1/0"
+
+
+@pytest.fixture
+def declare() -> Iterator[Declarations]:
+    declarations = Declarations()
+    yield declarations
+    declarations.remove_all()
+
+
+@pytest.fixture
+def fresh_declaration_errors() -> Iterator[None]:
+    saved = list(declaration_errors)
+    declaration_errors.clear()
+    yield
+    declaration_errors[:] = saved
+    default_registry.remove("checkapps.duplicate")  # the first of the two declarations got in
+
+
+def installed(app: str) -> AbstractContextManager[object]:
+    """Install ``tests.django.checkapps.<app>``: Django runs every AppConfig.ready() again, so mutexcron
+    discovers the app's ``cron`` module as it does at start-up."""
+    return override_settings(INSTALLED_APPS=[*settings.INSTALLED_APPS, f"tests.django.checkapps.{app}"])
+
+
+def mutexcron_messages(**options: object) -> list:  # type: ignore[type-arg]
+    return run_checks(tags=["mutexcron"], **options)
+
+
+# -- E001 / E002: bad declarations found by discovery ---------------------------------------------------
+
+
+@pytest.mark.usefixtures("fresh_declaration_errors")
+def test_an_invalid_declaration_is_e001_naming_module_job_and_value() -> None:
+    with installed("badspecjobs"):
+        (error,) = mutexcron_messages()
+
+    assert error.id == "mutexcron.E001"
+    assert error.obj == "tests.django.checkapps.badspecjobs.cron"
+    assert error.msg.startswith("tests.django.checkapps.badspecjobs.cron: ")
+    assert "checkapps.bad_spec" in error.msg and "61" in error.msg
+    assert "@mutex_cron" in error.hint
+
+
+@pytest.mark.usefixtures("fresh_declaration_errors")
+def test_a_duplicate_job_name_is_e002_naming_both_functions() -> None:
+    with installed("duplicatejobs"):
+        (error,) = mutexcron_messages()
+
+    assert error.id == "mutexcron.E002"
+    assert error.obj == "tests.django.checkapps.duplicatejobs.cron"
+    assert "'checkapps.duplicate'" in error.msg
+    assert "cron.cleanup " in error.msg and "cron.cleanup_again " in error.msg
+    assert "name=" in error.hint
+
+
+@pytest.mark.usefixtures("fresh_declaration_errors")
+def test_a_bad_declaration_does_not_crash_start_up_but_stops_manage_py_check() -> None:
+    with installed("badspecjobs"), pytest.raises(SystemCheckError, match=r"\(mutexcron.E001\)"):
+        call_command("check")
+
+
+def test_no_declaration_errors_means_no_errors(declare: Declarations) -> None:
+    declare("@daily", name="tests.checks.fine")
+
+    assert [m for m in mutexcron_messages() if m.is_serious()] == []
+
+
+# -- W001: orphan locks ----------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_an_orphan_lock_row_is_w001_with_the_command_to_delete_it(declare: Declarations) -> None:
+    declare("@daily", name="tests.checks.declared")
+    DjangoLockStore().seed(["tests.checks.declared", "tests.checks.orphan"])
+
+    (warning,) = mutexcron_messages(databases=["default"])
+
+    assert warning.id == "mutexcron.W001"
+    assert warning.obj == "tests.checks.orphan" and "'tests.checks.orphan'" in warning.msg
+    assert "manage.py mutexcron unlock --delete tests.checks.orphan" in warning.hint
+
+
+@pytest.mark.django_db
+def test_orphan_locks_are_not_looked_for_in_databases_the_check_was_not_given() -> None:
+    DjangoLockStore().seed(["tests.checks.orphan"])
+
+    assert mutexcron_messages(databases=["postgres"]) == []
+
+
+@pytest.mark.django_db
+def test_orphan_locks_are_not_looked_for_without_databases() -> None:
+    # Like Django's own database checks: `manage.py check` without --database, runserver and migrate's
+    # checks run before the database may exist or be reachable, and must not query it.
+    DjangoLockStore().seed(["tests.checks.orphan"])
+
+    with CaptureQueriesContext(connection) as queries:
+        messages = mutexcron_messages()
+
+    assert messages == [] and len(queries) == 0
+
+
+@pytest.mark.django_db
+def test_the_orphan_check_is_silent_before_migrate() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE mutexcron_lock")  # rolled back with the test's transaction
+
+    assert mutexcron_messages(databases=["default"]) == []
+
+
+def test_an_orphan_lock_in_redis_is_w001_in_the_deploy_checks(declare: Declarations, redis_url: str) -> None:
+    declare("@daily", name="tests.checks.redis_declared")
+    with store_from_url(redis_url) as store:
+        store.seed(["tests.checks.redis_declared", "tests.checks.redis_orphan"])
+
+    with override_settings(MUTEXCRON={"AUTOSTART": False, "STORE": redis_url}):
+        (warning,) = mutexcron_messages(include_deployment_checks=True)
+
+    assert warning.id == "mutexcron.W001" and warning.obj == "tests.checks.redis_orphan"
+    assert "unlock --delete tests.checks.redis_orphan" in warning.hint
+
+
+# -- W002: the store cannot be reached (deploy) ------------------------------------------------------------
+
+
+@override_settings(MUTEXCRON={"AUTOSTART": False, "STORE": UNREACHABLE})
+def test_an_unreachable_store_is_w002_in_the_deploy_checks_without_the_password() -> None:
+    (warning,) = mutexcron_messages(include_deployment_checks=True)
+
+    assert warning.id == "mutexcron.W002"
+    assert "cannot be reached" in warning.msg and "127.0.0.1:1" in warning.msg
+    assert "skipped_store_error" in warning.hint and "MUTEXCRON['STORE']" in warning.hint
+    assert "s3cret-pw" not in warning.msg + warning.hint
+
+
+@override_settings(MUTEXCRON={"AUTOSTART": False, "STORE": UNREACHABLE})
+def test_the_store_is_not_contacted_outside_the_deploy_checks() -> None:
+    assert mutexcron_messages() == []
+
+
+@pytest.mark.django_db
+def test_a_reachable_database_store_gives_no_deploy_warning() -> None:
+    assert mutexcron_messages(include_deployment_checks=True) == []

@@ -1,0 +1,173 @@
+"""A fleet of real Django processes sharing the app's own database as the lock store (SQLite, PostgreSQL).
+
+Each instance is a separate OS process, ``manage.py mutexcron run`` of the fleet test site
+(tests/django/fleet_settings.py). Its one job fires every second; the body appends to the ledger of the
+process that ran it (no run can hide a duplicate), and the scheduler records every fire of every instance
+in JobRun. After at least ten ticks: every tick ran exactly once, and every instance fired every tick.
+
+The last test runs the example project's demo (example_project/demo.py) the way ``make demo`` does, in
+its exit mode.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import suppress
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.hashers import check_password
+
+from tests.django.fleet_support import (
+    ROOT,
+    Database,
+    Site,
+    assert_each_tick_once,
+    free_port,
+    next_whole_second_after,
+    now,
+    postgres_database,
+    seconds_between,
+    sqlite_database,
+    wait_until,
+)
+
+pytestmark = pytest.mark.fleet
+
+INSTANCES = 3
+MIN_TICKS = 10
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    context = sqlite_database(tmp_path) if request.param == "sqlite" else postgres_database()
+    with context as database:
+        yield database
+
+
+@pytest.fixture
+def site(tmp_path: Path, database: Database) -> Iterator[Site]:
+    site = Site(tmp_path, database)
+    try:
+        yield site
+    finally:
+        site.stop_all()
+        print(site.report())  # shown by pytest only if the test failed
+
+
+def test_every_tick_runs_exactly_once_across_three_django_processes(site: Site) -> None:
+    migrate = site.migrate()
+    assert migrate.started_pids() == [], "manage.py migrate started a scheduler"
+    names = {f"instance-{n}" for n in range(1, INSTANCES + 1)}
+    command = site.manage("mutexcron", "run")
+    procs = [site.spawn(name, command, FLEET_INSTANCE=name) for name in sorted(names)]
+
+    def all_started() -> bool:
+        for proc in procs:
+            proc.assert_alive()
+        return all(proc.started_pids() for proc in procs)
+
+    wait_until(all_started, timeout=15, what="every instance to start its scheduler")
+    for proc in procs:
+        assert proc.started_pids() == [proc.pid], f"{proc.name}: {proc.started_pids()} (pid {proc.pid})"
+    first = next_whole_second_after(now())
+    wait_until(lambda: site.ticks_run_since(first) >= MIN_TICKS + 1, timeout=MIN_TICKS + 8,
+               what=f"{MIN_TICKS + 1} ticks run after every instance started")
+    for proc in procs:
+        proc.assert_alive()
+    stopped_waiting = now()
+    for proc in procs:
+        proc.signal_group(signal.SIGTERM)
+    for proc in procs:
+        assert proc.wait_exit(timeout=15) == 0, f"{proc.name} did not stop cleanly:\n{proc.tail()}"
+
+    # Ticks at least a second before the stop were fired (and recorded) by every instance.
+    window = seconds_between(first, (stopped_waiting - timedelta(seconds=1)).replace(microsecond=0))
+    assert len(window) >= MIN_TICKS
+    summary = assert_each_tick_once(site, window, names)
+    for proc in procs:
+        log = proc.text()
+        assert "could not record" not in log, f"{proc.name} lost history rows:\n{proc.tail()}"
+        assert "lock store unreachable" not in log, f"{proc.name} could not reach the store:\n{proc.tail()}"
+    pids = {proc.name: proc.pid for proc in procs}
+    print(f"{site.database.engine}: {summary['ticks']} ticks, each run once and fired by all {INSTANCES}; "
+          f"runs per instance {summary['runs_per_instance']}; outcomes {summary['outcomes']}; "
+          f"pids {pids}")
+
+
+# -- the example project's demo ------------------------------------------------------------------------
+
+DEMO = ROOT / "example_project" / "demo.py"
+TABLE_ROW = re.compile(r"^(\d\d:\d\d:\d\d)\s+(instance-\d+) \(pid (\d+)\)\s+(\d+)\s", re.M)
+STARTED_ROW = re.compile(r"^\s+(instance-\d+): http://127\.0\.0\.1:(\d+)/\s+\(pid (\d+),", re.M)
+
+
+def test_example_project_demo_runs_each_tick_once(tmp_path: Path) -> None:
+    """``make demo`` in its exit mode (DEMO_SECONDS=12 DEMO_EXIT=1): three runserver instances, one SQLite file."""
+    database = tmp_path / "demo.sqlite3"
+    output = tmp_path / "demo.out"
+    ports = [free_port() for _ in range(3)]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "DEMO_SECONDS": "12", "DEMO_EXIT": "1",
+           "DEMO_DB": str(database), "DEMO_PORTS": ",".join(map(str, ports)), "DEMO_LOG_DIR": str(tmp_path / "logs")}
+    with output.open("wb") as out:
+        demo = subprocess.Popen([sys.executable, str(DEMO)], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        code = demo.wait(60)
+    finally:
+        if demo.poll() is None:
+            demo.send_signal(signal.SIGTERM)  # the driver stops its instances on SIGTERM
+            try:
+                demo.wait(20)
+            except subprocess.TimeoutExpired:
+                demo.kill()
+        for _, _, pid in STARTED_ROW.findall(output.read_text()):  # never leave an instance behind
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(int(pid), signal.SIGKILL)
+    text = output.read_text()
+    print(text)
+    assert code == 0, text
+    assert "every tick ran exactly once, and every instance fired every tick" in text
+    printed = re.search(r"^Admin user: admin / (\S{12,})$", text, re.M)
+    assert printed, "no admin password printed"
+    started = STARTED_ROW.findall(text)
+    assert [(name, int(port)) for name, port, _ in started] == [(f"instance-{n}", p) for n, p in
+                                                                 enumerate(ports, start=1)]
+    assert text.count(" stopped (exit status 0)") == 3, "an instance did not stop cleanly"
+
+    rows = TABLE_ROW.findall(text)
+    assert len(rows) >= 2, "fewer than two 5-second ticks in the table"
+    assert {runs for *_, runs in rows} == {"1"}
+    instance_pids = {name: pid for name, _, pid in started}
+    assert all(instance_pids[name] == pid for _, name, pid, _ in rows), "a tick ran in a process of no instance"
+
+    # The database agrees: no tick has two Tick rows, and every tick of the table was fired by all three.
+    connection = sqlite3.connect(database)
+    try:
+        duplicates = connection.execute(
+            "SELECT fire_time, COUNT(*) FROM ticks_tick GROUP BY fire_time HAVING COUNT(*) > 1").fetchall()
+        history = connection.execute(
+            "SELECT fire_time, instance_id, outcome FROM mutexcron_jobrun WHERE job_name = 'ticks.record_tick'"
+        ).fetchall()
+        (is_superuser, encoded), = connection.execute(
+            "SELECT is_superuser, password FROM auth_user WHERE username = 'admin'").fetchall()
+        failed = connection.execute(
+            "SELECT COUNT(*) FROM mutexcron_jobrun WHERE job_name = 'ticks.always_fails' AND outcome = 'failed'"
+        ).fetchone()[0]
+    finally:
+        connection.close()
+    assert is_superuser and check_password(printed.group(1), encoded), "the printed password is not the admin's"
+    assert duplicates == []
+    for tick, name, _, _ in rows:
+        of_tick = [(instance, outcome) for fire, instance, outcome in history if fire[11:19] == tick]
+        assert Counter(instance for instance, _ in of_tick) == {f"instance-{n}": 1 for n in (1, 2, 3)}, of_tick
+        assert [instance for instance, outcome in of_tick if outcome == "succeeded"] == [name]
+    print(f"demo: {len(rows)} ticks, ran on {[f'{name} (pid {pid})' for _, name, pid, _ in rows]}; "
+          f"{failed} failed run(s) of ticks.always_fails recorded")
