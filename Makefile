@@ -6,10 +6,9 @@ PY313 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13) $(
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
 
-.PHONY: demo test lint bench services clean
+.PHONY: demo test lint bench services system-deps clean
 
-$(VENV)/.installed: pyproject.toml
-	scripts/system-deps.sh
+$(VENV)/.installed: pyproject.toml | system-deps
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[dev]'
@@ -24,11 +23,14 @@ $(VENV)/.installed: pyproject.toml
 services:
 	@scripts/services.sh
 
+system-deps:
+	@scripts/system-deps.sh
+
 # 3 runserver instances of example_project on one SQLite file; DEMO_SECONDS=12 DEMO_EXIT=1 for CI.
 demo: $(VENV)/.installed
 	$(VENV)/bin/python example_project/demo.py $(DEMO_ARGS)
 
-test: $(VENV)/.installed .venv-mongo/.installed services
+test: system-deps $(VENV)/.installed .venv-mongo/.installed services
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 

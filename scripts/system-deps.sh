@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# System packages the Python dependencies build against: mysqlclient needs the MariaDB client headers.
+# Debian packages the tests need: the MariaDB client headers (to build mysqlclient) and Chromium with
+# its driver (for the admin's browser test). Installed only when missing.
 set -eu
-if pkg-config --exists libmariadb 2>/dev/null || pkg-config --exists mysqlclient 2>/dev/null; then
-    exit 0
-fi
+missing=()
+pkg-config --exists libmariadb 2>/dev/null || pkg-config --exists mysqlclient 2>/dev/null \
+    || missing+=(libmariadb-dev pkg-config)
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+[ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
+[ ${#missing[@]} -eq 0 ] && exit 0
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    echo "system-deps: installing libmariadb-dev (for mysqlclient)"
+    echo "system-deps: installing ${missing[*]}"
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libmariadb-dev pkg-config >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 else
-    echo "system-deps: install the MariaDB/MySQL client headers (Debian: apt-get install libmariadb-dev)" >&2
+    echo "system-deps: please install: ${missing[*]} (Debian package names)" >&2
     exit 1
 fi
