@@ -1,0 +1,23 @@
+"""Delayed one-off tasks: ``schedule`` now, run once at the due time by one worker; ``cancel`` before then."""
+
+from .backends.base import Delivery, TaskBackend
+from .handlers import Handler, HandlerRegistry, default_handlers, task_handler
+from .model import NewTask, PayloadError, TaskError, TaskInfo, TaskStatus, UnknownTaskType
+from .queue import TaskQueue, backend_from_url
+
+__all__ = [
+    "Delivery",
+    "Handler",
+    "HandlerRegistry",
+    "NewTask",
+    "PayloadError",
+    "TaskBackend",
+    "TaskError",
+    "TaskInfo",
+    "TaskQueue",
+    "TaskStatus",
+    "UnknownTaskType",
+    "backend_from_url",
+    "default_handlers",
+    "task_handler",
+]

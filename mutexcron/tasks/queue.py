@@ -1,0 +1,231 @@
+"""``TaskQueue``: schedule, cancel and inspect delayed one-off tasks, and run workers for them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import traceback
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ..errors import StoreConfigError
+from .backends.base import Delivery, TaskBackend
+from .handlers import HandlerRegistry, default_handlers, validate_task_type
+from .model import NewTask, PayloadError, TaskInfo, TaskStatus, UnknownTaskType
+
+__all__ = ["TaskQueue", "backend_from_url"]
+
+logger = logging.getLogger("mutexcron.tasks")
+
+UNKNOWN_TYPE_RETRY = timedelta(minutes=1)
+UNKNOWN_TYPE_ATTEMPTS = 5
+
+BACKENDS: dict[str, str] = {
+    "redis": "mutexcron.tasks.backends.redis.RedisTaskBackend",
+    "unix": "mutexcron.tasks.backends.redis.RedisTaskBackend",
+    "rediss": "mutexcron.tasks.backends.redis.RedisTaskBackend",
+    "amqp": "mutexcron.tasks.backends.rabbitmq.RabbitMQTaskBackend",
+    "amqps": "mutexcron.tasks.backends.rabbitmq.RabbitMQTaskBackend",
+    "django": "mutexcron_django.tasks_backend.DjangoTaskBackend",
+}
+
+
+def backend_from_url(url: str | TaskBackend, *, cancel_store: str | None = None) -> TaskBackend:
+    """A task backend from a URL (``redis://``, ``amqp://``, ``django://``) or a backend object."""
+    from .._urls import mask_url
+    from ..stores import _import_class  # the same lazy, helpful import as lock stores
+
+    if isinstance(url, TaskBackend):
+        return url
+    if not isinstance(url, str) or "://" not in url:
+        raise StoreConfigError(f"task backend must be a URL (redis://, amqp://, django://), not {url!r}")
+    scheme = url.split("://", 1)[0].lower()
+    if scheme not in BACKENDS:
+        raise StoreConfigError(
+            f"unknown task backend scheme {scheme!r} in {mask_url(url)!r}; use one of {', '.join(sorted(BACKENDS))}"
+        )
+    cls = _import_class(BACKENDS[scheme], what="task backend")
+    if cancel_store is not None:
+        return cls.from_url(url, cancel_store=cancel_store)
+    return cls.from_url(url)
+
+
+def _encode(task_type: str, payload: Any) -> str:
+    try:
+        return json.dumps(payload, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as error:
+        raise PayloadError(f"task {task_type!r}: payload is not JSON-serialisable: {error}") from None
+
+
+def _due(task_type: str, run_at: datetime | None, delay: timedelta | None, now: datetime) -> datetime:
+    if run_at is not None and delay is not None:
+        raise PayloadError(f"task {task_type!r}: give run_at or delay, not both")
+    if delay is not None:
+        if not isinstance(delay, timedelta):
+            raise PayloadError(f"task {task_type!r}: delay must be a timedelta, not {delay!r}")
+        return now + max(delay, timedelta(0))
+    if run_at is None:
+        return now
+    if not isinstance(run_at, datetime) or run_at.tzinfo is None or run_at.utcoffset() is None:
+        raise PayloadError(f"task {task_type!r}: run_at={run_at!r} must be an aware datetime")
+    return run_at.astimezone(UTC)
+
+
+class TaskQueue:
+    """Delayed one-off tasks on a backend chosen by URL.
+
+    ``TaskQueue("redis://…")``, ``TaskQueue("amqp://…", cancel_store="redis://…")`` or, in Django,
+    ``TaskQueue("django://")``. ``handlers`` defaults to the registry that ``@task_handler`` fills.
+    """
+
+    def __init__(
+        self,
+        url: str | TaskBackend,
+        *,
+        cancel_store: str | None = None,
+        handlers: HandlerRegistry | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        self.backend = backend_from_url(url, cancel_store=cancel_store)
+        self.handlers = handlers if handlers is not None else default_handlers
+        self._worker_id = worker_id
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def worker_id(self) -> str:
+        return self._worker_id or f"{socket.gethostname()}:{os.getpid()}"
+
+    # -- producing -------------------------------------------------------------------------------
+
+    def schedule(
+        self, task_type: str, payload: Any = None, *, run_at: datetime | None = None, delay: timedelta | None = None
+    ) -> str:
+        """Store a task due at ``run_at`` (aware) or after ``delay`` (default: now); returns its id."""
+        (task_id,) = self.schedule_many([(task_type, payload, {"run_at": run_at, "delay": delay})])
+        return task_id
+
+    def schedule_many(self, tasks: Iterable[tuple[str, Any] | tuple[str, Any, dict[str, Any]]]) -> list[str]:
+        """Schedule many tasks in few round trips: ``[(type, payload), (type, payload, {"delay": …}), …]``.
+
+        Every task is checked (type, JSON payload, aware time) before any is stored.
+        """
+        now = datetime.now(UTC)
+        prepared: list[NewTask] = []
+        for entry in tasks:
+            task_type, payload, *rest = entry
+            options = rest[0] if rest else {}
+            unknown = set(options) - {"run_at", "delay"}
+            if unknown:
+                raise PayloadError(f"task {task_type!r}: unknown option(s) {sorted(unknown)}; use run_at or delay")
+            validate_task_type(task_type)
+            prepared.append(NewTask(
+                id=uuid.uuid4().hex,
+                task_type=task_type,
+                payload=_encode(task_type, payload),
+                run_at=_due(task_type, options.get("run_at"), options.get("delay"), now),
+            ))
+        if prepared:
+            self.backend.enqueue(prepared)
+        return [task.id for task in prepared]
+
+    def cancel(self, task_id: str) -> bool:
+        """True if the task will now never run; False if it already started, finished, or is unknown."""
+        return self.backend.cancel(task_id)
+
+    def status(self, task_id: str) -> TaskStatus:
+        """``scheduled``, ``running``, ``succeeded``, ``failed``, ``cancelled`` or ``unknown``."""
+        return self.backend.status(task_id)
+
+    def info(self, task_id: str) -> TaskInfo | None:
+        return self.backend.info(task_id)
+
+    def retry(self, task_id: str) -> bool:
+        """Run a failed task again now, with its attempts starting over. False if it is not failed."""
+        return self.backend.retry(task_id)
+
+    # -- consuming -------------------------------------------------------------------------------
+
+    def run_worker(self, task_types: Sequence[str] | None = None, *, prefetch: int = 10) -> None:
+        """Run due tasks of ``task_types`` (default: every registered type) until :meth:`stop`. Blocking."""
+        types = list(task_types) if task_types is not None else self.handlers.types()
+        for task_type in types:
+            self.handlers.get(task_type)  # an unknown type fails here, before anything is consumed
+        if not types:
+            raise UnknownTaskType("run_worker: no task types to run (register handlers with @task_handler)")
+        self._stop.clear()
+        logger.info("task worker %s consuming %s", self.worker_id, ", ".join(types))
+        self.backend.consume(
+            types, self._handle, self._stop,
+            visibility_timeout=lambda task_type: self.handlers.get(task_type).visibility_timeout,
+            prefetch=prefetch,
+        )
+        logger.info("task worker %s stopped", self.worker_id)
+
+    def start(self, task_types: Sequence[str] | None = None, *, prefetch: int = 10) -> None:
+        """Run a worker in a background thread."""
+        if self._thread is not None and self._thread.is_alive():
+            raise RuntimeError("the worker is already running")
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self.run_worker, args=(task_types,), kwargs={"prefetch": prefetch},
+            name="mutexcron-task-worker", daemon=True,
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float | None = 30.0) -> None:
+        """Ask the worker to stop after the task it is running, and wait for it (background worker)."""
+        self._stop.set()
+        self.backend.wake()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def close(self) -> None:
+        self.stop()
+        self.backend.close()
+
+    def __enter__(self) -> TaskQueue:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _handle(self, delivery: Delivery) -> None:
+        """Run one delivered task: ack on success, back off and retry on failure, keep it failed at the end."""
+        try:
+            handler = self.handlers.get(delivery.task_type)
+        except UnknownTaskType as error:  # the worker was asked for the type, so its handler went away
+            if delivery.attempt >= UNKNOWN_TYPE_ATTEMPTS:
+                delivery.fail(f"{error}; gave up after {delivery.attempt} deliveries")
+            else:
+                delivery.retry_later(UNKNOWN_TYPE_RETRY, str(error))
+            logger.error("%s; task %s (delivery %d)", error, delivery.id, delivery.attempt)
+            return
+        if delivery.attempt > handler.max_attempts:
+            # Only a claim that expired gets here: the worker running the last attempt died (the task may
+            # be what kills it). Give up rather than crash workers forever.
+            delivery.fail(f"attempt {delivery.attempt - 1} of {handler.max_attempts} never finished: its worker died "
+                          "or hung past the visibility timeout")
+            logger.error("task %s (%s) failed: its last attempt never finished", delivery.id, delivery.task_type)
+            return
+        try:
+            handler.func(json.loads(delivery.payload))
+        except Exception:
+            error = traceback.format_exc()
+            if delivery.attempt >= handler.max_attempts:
+                logger.error("task %s (%s) failed for good after %d attempt(s)", delivery.id, delivery.task_type,
+                             delivery.attempt, exc_info=True)
+                delivery.fail(error)
+            else:
+                delay = handler.delay_before(delivery.attempt + 1)
+                logger.warning("task %s (%s) attempt %d failed; retrying in %s", delivery.id, delivery.task_type,
+                               delivery.attempt, delay, exc_info=True)
+                delivery.retry_later(delay, error)
+            return
+        delivery.ack()

@@ -1,0 +1,22 @@
+"""Fixtures of the task queue tests: a Redis task backend URL and client of each test's own."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+
+@pytest.fixture
+def redis_tasks_url(redis_url: str) -> str:
+    """A Redis task backend URL whose keys (``<test prefix>{tasks}:…``) are this test's alone."""
+    return redis_url
+
+
+@pytest.fixture
+def redis_client(redis_server_url: str) -> Iterator[redis.Redis]:
+    """A plain client of the test Redis, for looking at keys directly."""
+    client = redis.Redis.from_url(redis_server_url, decode_responses=True)
+    yield client
+    client.close()

@@ -1,0 +1,547 @@
+"""The task queue contract: TaskQueue behaviour every task backend must show (Redis, RabbitMQ, SQL, ...).
+
+Subclass :class:`TaskQueueContract` in a backend's own test file and give it a ``queue_url`` fixture
+(a URL whose tasks are this test's alone); override ``queue_options`` for extra ``TaskQueue`` arguments
+(``{"cancel_store": …}``) and ``unreachable_url`` for a URL of a server that is not there::
+
+    class TestMyBackend(TaskQueueContract):
+        @pytest.fixture
+        def queue_url(self, my_backend_url: str) -> str:
+            return my_backend_url
+
+Nothing here knows a backend. Handlers run in real worker threads (``TaskQueue.start``) and record what
+they ran; tests wait for the records by polling with a deadline, never with a bare sleep, except to check
+that something does *not* happen. Timing bounds are generous (a due task starts "within 0.5 s"): precise
+numbers belong to benchmarks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import pytest
+
+from mutexcron.errors import StoreUnavailable
+from mutexcron.tasks import HandlerRegistry, PayloadError, TaskQueue, TaskStatus, UnknownTaskType, task_handler
+
+T = TypeVar("T")
+LATE = 0.5  # seconds: a due task must have started by then (it typically starts within a few milliseconds)
+EARLY = 0.03  # seconds: how much earlier than its due time a task may start (clock rounding to the ms)
+QUICK = timedelta(milliseconds=50)
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 5.0, what: str = "", interval: float = 0.01) -> T:
+    """Poll ``predicate`` until it returns something truthy (returned) or ``timeout`` seconds pass (fail)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+@dataclass(frozen=True)
+class Run:
+    task_type: str
+    payload: Any
+    at: float  # time.time() when the handler started
+
+
+class Runs:
+    """What the handlers of one test ran, in order; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: list[Run] = []
+
+    def add(self, task_type: str, payload: Any) -> None:
+        with self._lock:
+            self._runs.append(Run(task_type, payload, time.time()))
+
+    def all(self, task_type: str | None = None) -> list[Run]:
+        with self._lock:
+            return [run for run in self._runs if task_type is None or run.task_type == task_type]
+
+    def of(self, payload: Any) -> list[Run]:
+        return [run for run in self.all() if run.payload == payload]
+
+    def payloads(self, task_type: str | None = None) -> list[Any]:
+        return [run.payload for run in self.all(task_type)]
+
+    def wait_for(self, payload: Any, count: int = 1, timeout: float = 5.0) -> list[Run]:
+        return wait_until(lambda: (found := self.of(payload)) and len(found) >= count and found,
+                          timeout, f"{count} run(s) of {payload!r}")
+
+
+class TaskQueueContract:
+    """Behaviour shared by every task backend. The subclass provides the ``queue_url`` fixture."""
+
+    handlers: HandlerRegistry
+    runs: Runs
+
+    # -- hooks for the backend's test file ---------------------------------------------------------
+
+    @pytest.fixture
+    def queue_url(self) -> str:
+        raise NotImplementedError("a TaskQueueContract subclass must define the queue_url fixture")
+
+    @pytest.fixture
+    def queue_options(self) -> dict[str, Any]:
+        """Extra keyword arguments of TaskQueue (``cancel_store`` for RabbitMQ)."""
+        return {}
+
+    @pytest.fixture
+    def unreachable_url(self) -> str | None:
+        """A URL of this backend's kind where no server answers (None: the outage test is skipped)."""
+        return None
+
+    @pytest.fixture
+    def make_queue(self, queue_url: str, queue_options: dict[str, Any]) -> Iterator[Callable[..., TaskQueue]]:
+        """``make_queue()``: a TaskQueue on this test's backend with this test's handlers; closed afterwards."""
+        made: list[TaskQueue] = []
+
+        def make(url: str | None = None) -> TaskQueue:
+            queue = TaskQueue(url or queue_url, handlers=self.handlers, **queue_options)
+            made.append(queue)
+            return queue
+
+        yield make
+        for queue in reversed(made):
+            queue.close()
+
+    @pytest.fixture(autouse=True)
+    def _fresh_handlers(self) -> None:
+        self.handlers = HandlerRegistry()
+        self.runs = Runs()
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def define(self, task_type: str = "contract.task", body: Callable[[Any], Any] | None = None,
+               **options: Any) -> str:
+        """Register a handler that records each run (then calls ``body(payload)``, if given)."""
+
+        def handler(payload: Any) -> None:
+            self.runs.add(task_type, payload)
+            if body is not None:
+                body(payload)
+
+        task_handler(task_type, registry=self.handlers, **options)(handler)
+        return task_type
+
+    def worker(self, make_queue: Callable[..., TaskQueue], *types: str, prefetch: int = 10) -> TaskQueue:
+        queue = make_queue()
+        queue.start(list(types) or None, prefetch=prefetch)
+        return queue
+
+    # -- scheduling ----------------------------------------------------------------------------------
+
+    def test_schedule_returns_an_id_and_the_task_is_scheduled(self, make_queue: Callable[..., TaskQueue]) -> None:
+        task_type = self.define()
+        queue = make_queue()
+        before = datetime.now(UTC)
+        task_id = queue.schedule(task_type, {"to": "+33600000000", "text": "héllo"}, delay=timedelta(hours=1))
+        assert isinstance(task_id, str) and task_id
+        assert queue.status(task_id) == TaskStatus.SCHEDULED
+        info = queue.info(task_id)
+        assert info is not None
+        assert (info.id, info.task_type, info.payload) == (task_id, task_type, {"to": "+33600000000", "text": "héllo"})
+        assert (info.status, info.attempts, info.error) == (TaskStatus.SCHEDULED, 0, None)
+        assert abs((info.run_at - (before + timedelta(hours=1))).total_seconds()) < 5
+
+    def test_every_task_gets_its_own_id(self, make_queue: Callable[..., TaskQueue]) -> None:
+        task_type = self.define()
+        queue = make_queue()
+        ids = [queue.schedule(task_type, n, delay=timedelta(hours=1)) for n in range(5)]
+        ids += queue.schedule_many([(task_type, n, {"delay": timedelta(hours=1)}) for n in range(5)])
+        assert len(set(ids)) == 10
+
+    def test_a_naive_run_at_is_rejected(self, make_queue: Callable[..., TaskQueue]) -> None:
+        task_type = self.define()
+        with pytest.raises(PayloadError, match="aware"):
+            make_queue().schedule(task_type, 1, run_at=datetime.now() + timedelta(minutes=1))
+
+    def test_run_at_and_delay_together_are_rejected(self, make_queue: Callable[..., TaskQueue]) -> None:
+        task_type = self.define()
+        with pytest.raises(PayloadError, match="not both"):
+            make_queue().schedule(task_type, 1, run_at=datetime.now(UTC), delay=timedelta(seconds=1))
+
+    def test_an_invalid_task_type_is_rejected(self, make_queue: Callable[..., TaskQueue]) -> None:
+        with pytest.raises(UnknownTaskType, match="invalid"):
+            make_queue().schedule("not a valid type!", 1)
+
+    def test_a_payload_that_is_not_json_is_rejected_and_nothing_of_the_batch_is_stored(
+        self, make_queue: Callable[..., TaskQueue]
+    ) -> None:
+        task_type = self.define()
+        queue = self.worker(make_queue)
+        with pytest.raises(PayloadError, match="JSON"):
+            queue.schedule_many([(task_type, {"n": 1}), (task_type, {"when": datetime.now(UTC)})])
+        with pytest.raises(PayloadError, match="JSON"):
+            queue.schedule(task_type, {"n": float("nan")})
+        queue.schedule(task_type, "marker", delay=timedelta(milliseconds=200))
+        self.runs.wait_for("marker")
+        time.sleep(0.1)
+        assert self.runs.payloads() == ["marker"]
+
+    def test_a_payload_round_trips_as_json(self, make_queue: Callable[..., TaskQueue]) -> None:
+        task_type = self.define()
+        payload = {"text": "héllo ✓", "n": 1.5, "big": 2**53, "list": [1, None, True, "x"], "nested": {"a": []}}
+        self.worker(make_queue).schedule(task_type, payload)
+        self.runs.wait_for(payload)
+
+    # -- running -------------------------------------------------------------------------------------
+
+    def test_a_due_task_runs_once_and_then_is_succeeded(self, make_queue: Callable[..., TaskQueue]) -> None:
+        task_type = self.define()
+        queue = self.worker(make_queue)
+        task_id = queue.schedule(task_type, {"n": 1})
+        self.runs.wait_for({"n": 1})
+        wait_until(lambda: queue.status(task_id) == TaskStatus.SUCCEEDED, what="status succeeded")
+        info = queue.info(task_id)
+        assert info is not None and info.attempts == 1 and info.error is None
+        time.sleep(0.3)
+        assert len(self.runs.of({"n": 1})) == 1
+
+    def test_a_run_at_in_the_past_runs_at_once(self, make_queue: Callable[..., TaskQueue]) -> None:
+        task_type = self.define()
+        queue = self.worker(make_queue)
+        scheduled_at = time.time()
+        queue.schedule(task_type, "past", run_at=datetime.now(UTC) - timedelta(hours=1))
+        (run,) = self.runs.wait_for("past")
+        assert run.at - scheduled_at < LATE
+
+    def test_delay_postpones_the_task(self, make_queue: Callable[..., TaskQueue]) -> None:
+        task_type = self.define()
+        queue = self.worker(make_queue)
+        due = time.time() + 0.6
+        queue.schedule(task_type, "later", delay=timedelta(seconds=0.6))
+        time.sleep(0.3)
+        assert self.runs.of("later") == []
+        (run,) = self.runs.wait_for("later")
+        assert due - EARLY <= run.at < due + LATE, f"started {run.at - due:+.3f}s from its due time"
+
+    def test_run_at_postpones_the_task(self, make_queue: Callable[..., TaskQueue]) -> None:
+        task_type = self.define()
+        queue = self.worker(make_queue)
+        run_at = datetime.now(UTC) + timedelta(seconds=0.6)
+        queue.schedule(task_type, "at", run_at=run_at)
+        (run,) = self.runs.wait_for("at")
+        due = run_at.timestamp()
+        assert due - EARLY <= run.at < due + LATE, f"started {run.at - due:+.3f}s from its due time"
+
+    def test_a_worker_starts_a_due_task_promptly(self, make_queue: Callable[..., TaskQueue]) -> None:
+        """The worker sleeps until the next due time and is woken for sooner ones: no polling interval."""
+        task_type = self.define()
+        queue = self.worker(make_queue)
+        time.sleep(0.2)  # the worker is idle, waiting
+        now = time.time()
+        delays = [0.15 + 0.1 * n for n in range(8)]
+        queue.schedule_many([(task_type, n, {"delay": timedelta(seconds=d)}) for n, d in enumerate(delays)])
+        lateness = []
+        for n, delay in enumerate(delays):
+            (run,) = self.runs.wait_for(n)
+            lateness.append(run.at - (now + delay))
+        print(f"lateness: {', '.join(f'{x * 1000:.1f}' for x in lateness)} ms")
+        assert min(lateness) > -EARLY and max(lateness) < LATE
+
+    def test_a_sleeping_worker_wakes_for_a_sooner_task(self, make_queue: Callable[..., TaskQueue]) -> None:
+        task_type = self.define()
+        queue = self.worker(make_queue)
+        queue.schedule(task_type, "in a minute", delay=timedelta(minutes=1))
+        time.sleep(0.3)  # the worker now sleeps until that task is due
+        due = time.time() + 0.3
+        queue.schedule(task_type, "sooner", delay=timedelta(seconds=0.3))
+        (run,) = self.runs.wait_for("sooner")
+        assert due - EARLY <= run.at < due + LATE
+
+    def test_a_task_scheduled_by_another_instance_wakes_the_worker(
+        self, make_queue: Callable[..., TaskQueue]
+    ) -> None:
+        task_type = self.define()
+        self.worker(make_queue)
+        producer = make_queue()
+        time.sleep(0.2)
+        due = time.time() + 0.2
+        producer.schedule(task_type, "from elsewhere", delay=timedelta(seconds=0.2))
+        (run,) = self.runs.wait_for("from elsewhere")
+        assert run.at < due + LATE
+
+    def test_there_is_no_head_of_line_blocking(self, make_queue: Callable[..., TaskQueue]) -> None:
+        """A 0.5 s task scheduled after a 5 s task runs at about 0.5 s."""
+        task_type = self.define()
+        queue = self.worker(make_queue)
+        now = time.time()
+        queue.schedule(task_type, "5 s", delay=timedelta(seconds=5))
+        queue.schedule(task_type, "0.5 s", delay=timedelta(seconds=0.5))
+        (run,) = self.runs.wait_for("0.5 s")
+        assert now + 0.5 - EARLY <= run.at < now + 0.5 + LATE
+        assert self.runs.of("5 s") == []
+
+    def test_a_worker_started_late_runs_the_tasks_that_became_due(
+        self, make_queue: Callable[..., TaskQueue]
+    ) -> None:
+        task_type = self.define()
+        queue = make_queue()
+        queue.schedule_many([(task_type, n, {"delay": timedelta(milliseconds=50)}) for n in range(3)])
+        time.sleep(0.2)
+        queue.start()
+        for n in range(3):
+            self.runs.wait_for(n)
+
+    def test_a_worker_runs_only_the_task_types_it_was_given(self, make_queue: Callable[..., TaskQueue]) -> None:
+        mine, other = self.define("contract.mine"), self.define("contract.other")
+        queue = self.worker(make_queue, mine)
+        other_id = queue.schedule(other, "other")
+        queue.schedule(mine, "mine")
+        self.runs.wait_for("mine")
+        time.sleep(0.2)
+        assert self.runs.of("other") == []
+        assert queue.status(other_id) == TaskStatus.SCHEDULED
+
+    def test_a_worker_runs_every_registered_type_by_default(self, make_queue: Callable[..., TaskQueue]) -> None:
+        first, second = self.define("contract.first"), self.define("contract.second")
+        queue = self.worker(make_queue)
+        queue.schedule(first, 1)
+        queue.schedule(second, 2)
+        self.runs.wait_for(1)
+        self.runs.wait_for(2)
+
+    def test_run_worker_with_an_unknown_task_type_raises_a_clear_error(
+        self, make_queue: Callable[..., TaskQueue]
+    ) -> None:
+        self.define("contract.known")
+        with pytest.raises(UnknownTaskType, match=r"no handler for task type 'contract\.unknown'.*contract\.known"):
+            make_queue().run_worker(["contract.unknown"])
+
+    def test_run_worker_without_any_handler_raises(self, make_queue: Callable[..., TaskQueue]) -> None:
+        with pytest.raises(UnknownTaskType, match="no task types"):
+            make_queue().run_worker()
+
+    def test_stop_returns_promptly_when_the_worker_is_idle(self, make_queue: Callable[..., TaskQueue]) -> None:
+        task_type = self.define()
+        queue = self.worker(make_queue)
+        queue.schedule(task_type, "in an hour", delay=timedelta(hours=1))
+        time.sleep(0.3)
+        started = time.monotonic()
+        queue.stop()
+        assert time.monotonic() - started < 1.0
+
+    def test_stop_lets_the_running_task_finish(self, make_queue: Callable[..., TaskQueue]) -> None:
+        task_type = self.define(body=lambda payload: time.sleep(0.4))
+        queue = self.worker(make_queue)
+        task_id = queue.schedule(task_type, "slow")
+        self.runs.wait_for("slow")
+        queue.stop()
+        assert queue.status(task_id) == TaskStatus.SUCCEEDED
+
+    # -- cancelling ------------------------------------------------------------------------------------
+
+    def test_cancel_before_due_returns_true_and_the_task_never_runs(
+        self, make_queue: Callable[..., TaskQueue]
+    ) -> None:
+        task_type = self.define()
+        queue = self.worker(make_queue)
+        task_id = queue.schedule(task_type, "cancelled", delay=timedelta(milliseconds=300))
+        assert queue.cancel(task_id) is True
+        assert queue.status(task_id) == TaskStatus.CANCELLED
+        queue.schedule(task_type, "marker", delay=timedelta(milliseconds=500))
+        self.runs.wait_for("marker")
+        assert self.runs.payloads() == ["marker"]
+        assert queue.status(task_id) == TaskStatus.CANCELLED
+
+    def test_cancel_after_the_task_ran_returns_false(self, make_queue: Callable[..., TaskQueue]) -> None:
+        task_type = self.define()
+        queue = self.worker(make_queue)
+        task_id = queue.schedule(task_type, "done")
+        wait_until(lambda: queue.status(task_id) == TaskStatus.SUCCEEDED, what="status succeeded")
+        assert queue.cancel(task_id) is False
+        assert queue.status(task_id) == TaskStatus.SUCCEEDED
+
+    def test_cancel_of_a_running_task_returns_false(self, make_queue: Callable[..., TaskQueue]) -> None:
+        release = threading.Event()
+        task_type = self.define(body=lambda payload: release.wait(10))
+        queue = self.worker(make_queue)
+        task_id = queue.schedule(task_type, "running")
+        try:
+            self.runs.wait_for("running")
+            assert queue.status(task_id) == TaskStatus.RUNNING
+            assert queue.cancel(task_id) is False
+        finally:
+            release.set()
+        wait_until(lambda: queue.status(task_id) == TaskStatus.SUCCEEDED, what="status succeeded")
+
+    def test_cancel_twice_returns_false_the_second_time(self, make_queue: Callable[..., TaskQueue]) -> None:
+        task_type = self.define()
+        queue = make_queue()
+        task_id = queue.schedule(task_type, 1, delay=timedelta(hours=1))
+        assert queue.cancel(task_id) is True
+        assert queue.cancel(task_id) is False
+        assert queue.status(task_id) == TaskStatus.CANCELLED
+
+    def test_cancel_of_an_unknown_id_returns_false(self, make_queue: Callable[..., TaskQueue]) -> None:
+        assert make_queue().cancel("0123456789abcdef0123456789abcdef") is False
+
+    def test_status_of_an_unknown_id_is_unknown(self, make_queue: Callable[..., TaskQueue]) -> None:
+        queue = make_queue()
+        assert queue.status("0123456789abcdef0123456789abcdef") == TaskStatus.UNKNOWN
+        assert queue.info("0123456789abcdef0123456789abcdef") is None
+
+    def test_a_cancel_racing_the_due_time_either_cancels_or_the_task_runs_never_both(
+        self, make_queue: Callable[..., TaskQueue]
+    ) -> None:
+        task_type = self.define(body=lambda payload: time.sleep(0.001))
+        queue = self.worker(make_queue)
+        canceller = make_queue()
+        count = 300
+        due = datetime.now(UTC) + timedelta(milliseconds=300)
+        ids = queue.schedule_many([(task_type, n, {"run_at": due}) for n in range(count)])
+        order = list(enumerate(ids))
+        random.Random(7).shuffle(order)
+        cancelled: dict[int, bool] = {}
+
+        def cancel_all() -> None:
+            time.sleep(max(0.0, due.timestamp() - time.time() - 0.01))  # start just before they are due
+            for n, task_id in order:
+                cancelled[n] = canceller.cancel(task_id)
+
+        thread = threading.Thread(target=cancel_all)
+        thread.start()
+        thread.join(30)
+        assert len(cancelled) == count
+        not_cancelled = [n for n, done in cancelled.items() if not done]
+        wait_until(lambda: set(not_cancelled) <= set(self.runs.payloads()), timeout=15,
+                   what="every task that was not cancelled to run")
+        time.sleep(0.2)
+        runs = Counter(self.runs.payloads())
+        assert [n for n, done in cancelled.items() if done and runs[n]] == [], "cancelled tasks that ran"
+        assert [n for n in not_cancelled if runs[n] != 1] == [], "tasks not run exactly once"
+        for n, task_id in enumerate(ids[:50]):
+            expected = TaskStatus.CANCELLED if cancelled[n] else TaskStatus.SUCCEEDED
+            wait_until(lambda task_id=task_id, expected=expected: queue.status(task_id) == expected,
+                       what=f"status of task {n} to be {expected}")
+        print(f"{count - len(not_cancelled)} cancelled, {len(not_cancelled)} ran")
+
+    # -- failures and retries ----------------------------------------------------------------------
+
+    def test_a_failing_task_is_retried_with_exponential_backoff_then_failed_with_its_error(
+        self, make_queue: Callable[..., TaskQueue]
+    ) -> None:
+        def fail(payload: Any) -> None:
+            raise ValueError(f"cannot send to {payload}")
+
+        task_type = self.define(body=fail, max_attempts=4, backoff=QUICK)
+        queue = self.worker(make_queue)
+        task_id = queue.schedule(task_type, "nowhere")
+        runs = self.runs.wait_for("nowhere", count=4)
+        wait_until(lambda: queue.status(task_id) == TaskStatus.FAILED, what="status failed")
+        gaps = [later.at - earlier.at for earlier, later in itertools.pairwise(runs)]
+        print(f"gaps between attempts: {', '.join(f'{gap * 1000:.0f}' for gap in gaps)} ms")
+        for n, gap in enumerate(gaps):
+            expected = QUICK.total_seconds() * 2**n  # 50, 100, 200 ms
+            assert expected - EARLY <= gap < expected + LATE, f"gap {n + 1} was {gap:.3f}s, expected {expected}s"
+        info = queue.info(task_id)
+        assert info is not None
+        assert info.attempts == 4
+        assert info.error is not None and "ValueError: cannot send to nowhere" in info.error
+        time.sleep(0.5)
+        assert len(self.runs.of("nowhere")) == 4
+
+    def test_a_task_that_fails_then_succeeds_is_succeeded(self, make_queue: Callable[..., TaskQueue]) -> None:
+        failures = Counter[str]()
+
+        def flaky(payload: str) -> None:
+            failures[payload] += 1
+            if failures[payload] <= 2:
+                raise ConnectionError("try again")
+
+        task_type = self.define(body=flaky, max_attempts=5, backoff=QUICK)
+        queue = self.worker(make_queue)
+        task_id = queue.schedule(task_type, "flaky")
+        wait_until(lambda: queue.status(task_id) == TaskStatus.SUCCEEDED, what="status succeeded")
+        info = queue.info(task_id)
+        assert info is not None and info.attempts == 3
+        assert len(self.runs.of("flaky")) == 3
+
+    def test_retry_runs_a_failed_task_again_with_its_attempts_starting_over(
+        self, make_queue: Callable[..., TaskQueue]
+    ) -> None:
+        broken = threading.Event()
+        broken.set()
+
+        def body(payload: Any) -> None:
+            if broken.is_set():
+                raise RuntimeError("the SMS gateway is down")
+
+        task_type = self.define(body=body, max_attempts=2, backoff=QUICK)
+        queue = self.worker(make_queue)
+        task_id = queue.schedule(task_type, "sms")
+        wait_until(lambda: queue.status(task_id) == TaskStatus.FAILED, what="status failed")
+        assert len(self.runs.of("sms")) == 2
+        broken.clear()
+        assert queue.retry(task_id) is True
+        self.runs.wait_for("sms", count=3)
+        wait_until(lambda: queue.status(task_id) == TaskStatus.SUCCEEDED, what="status succeeded")
+        info = queue.info(task_id)
+        assert info is not None and info.attempts == 1
+        assert queue.retry(task_id) is False
+
+    def test_retry_of_a_task_that_is_not_failed_returns_false(self, make_queue: Callable[..., TaskQueue]) -> None:
+        task_type = self.define()
+        queue = make_queue()
+        task_id = queue.schedule(task_type, 1, delay=timedelta(hours=1))
+        assert queue.retry(task_id) is False
+        assert queue.status(task_id) == TaskStatus.SCHEDULED
+        assert queue.retry("0123456789abcdef0123456789abcdef") is False
+
+    # -- volume ------------------------------------------------------------------------------------
+
+    def test_schedule_many_of_1000_tasks_runs_each_exactly_once_across_two_workers(
+        self, make_queue: Callable[..., TaskQueue]
+    ) -> None:
+        task_type = self.define()
+        self.worker(make_queue)
+        self.worker(make_queue)
+        producer = make_queue()
+        started = time.monotonic()
+        ids = producer.schedule_many(
+            [(task_type, n, {"delay": timedelta(milliseconds=n % 200)}) for n in range(1000)]
+        )
+        print(f"scheduled 1000 tasks in {time.monotonic() - started:.3f}s")
+        assert len(set(ids)) == 1000
+        wait_until(lambda: len(set(self.runs.payloads())) == 1000, timeout=60, what="1000 distinct tasks to run")
+        time.sleep(0.3)
+        runs = Counter(self.runs.payloads())
+        assert [n for n, times in runs.items() if times != 1] == []
+        assert set(runs) == set(range(1000))
+        for task_id in random.Random(3).sample(ids, 20):
+            wait_until(lambda task_id=task_id: producer.status(task_id) == TaskStatus.SUCCEEDED,
+                       what="status succeeded")
+
+    # -- outages -------------------------------------------------------------------------------------
+
+    def test_an_unreachable_backend_raises_store_unavailable(
+        self, unreachable_url: str | None, queue_options: dict[str, Any]
+    ) -> None:
+        if unreachable_url is None:
+            pytest.skip("this backend's test file gives no unreachable_url")
+        task_type = self.define()
+        queue = TaskQueue(unreachable_url, handlers=self.handlers, **queue_options)
+        try:
+            with pytest.raises(StoreUnavailable):
+                queue.schedule(task_type, 1)
+            with pytest.raises(StoreUnavailable):
+                queue.status("0123456789abcdef0123456789abcdef")
+            with pytest.raises(StoreUnavailable):
+                queue.cancel("0123456789abcdef0123456789abcdef")
+        finally:
+            queue.close()

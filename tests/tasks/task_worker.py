@@ -1,0 +1,149 @@
+"""One task worker, run as its own OS process by tests/tasks/test_task_workers.py.
+
+    python tests/tasks/task_worker.py --url URL --worker NAME --ledger PATH
+        [--cancel-store URL] [--visibility-timeout SECONDS] [--prefetch N] [--task-seconds SECONDS]
+
+Registers one handler, for the task type "workers.task", runs ``TaskQueue.start()`` on it and appends one
+JSON line per event to its own ledger (opened with O_APPEND; each line is one write() and fsync'ed, so no
+line is lost, split or merged, and no two processes share a file):
+
+    {"event": "ready", "pid": ...}            the worker thread is running
+    {"event": "ran", "n": ..., "attempt_started_at": ...}
+                                              written by the handler (payload ``{"n": …}``) before it returns
+    {"event": "holding", "n": ...}            payload ``{"n": …, "hang": true}``: the first run of it in the
+                                              whole fleet (a marker file next to the ledger) never returns
+    {"event": "dying", "n": ...}              payload ``{"n": …, "die": true}``: the handler SIGKILLs its process
+    {"event": "cpu", "user": ..., "system": ...}
+                                              on SIGUSR1: this process's CPU seconds so far (os.times())
+    {"event": "stopped"}                      after a clean shutdown on SIGTERM
+
+Every line carries "worker" and "at" (this process's wall clock, time.time()).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from mutexcron.tasks import HandlerRegistry, TaskQueue, task_handler
+
+TASK_TYPE = "workers.task"
+HANG_MARKER = "hang.marker"
+
+
+class Ledger:
+    """An append-only JSON-lines file that belongs to this process alone."""
+
+    def __init__(self, path: Path, worker: str) -> None:
+        self.worker = worker
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._lock = threading.Lock()
+
+    def write(self, event: str, **fields: Any) -> None:
+        entry = {"event": event, "worker": self.worker, "at": time.time(), **fields}
+        line = (json.dumps(entry) + "\n").encode()
+        with self._lock:
+            written = os.write(self._fd, line)
+            assert written == len(line), f"short write to the ledger: {written} of {len(line)} bytes"
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", required=True, help="task backend URL")
+    parser.add_argument("--cancel-store", default=None, help="cancel store URL (backends that need one)")
+    parser.add_argument("--worker", required=True, help="this worker's name")
+    parser.add_argument("--ledger", required=True, type=Path, help="this worker's own JSON-lines ledger")
+    parser.add_argument("--visibility-timeout", type=float, default=30.0, help="seconds (default 30)")
+    parser.add_argument("--prefetch", type=int, default=10)
+    parser.add_argument("--task-seconds", type=float, default=0.0, help="how long each task runs (default 0)")
+    parser.add_argument("--max-attempts", type=int, default=5)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr,
+        format=f"%(asctime)s {args.worker} %(threadName)s %(name)s %(levelname)s %(message)s",
+    )
+    if args.url.startswith("django:"):
+        import django
+
+        django.setup()
+    ledger = Ledger(args.ledger, args.worker)
+    marker = args.ledger.parent / HANG_MARKER
+    hanging = threading.Event()
+
+    def first_hang_in_fleet() -> bool:
+        try:
+            os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        except FileExistsError:
+            return False
+        return True
+
+    handlers = HandlerRegistry()
+
+    @task_handler(TASK_TYPE, registry=handlers, visibility_timeout=timedelta(seconds=args.visibility_timeout),
+                  backoff=timedelta(milliseconds=100), max_attempts=args.max_attempts)
+    def run(payload: dict[str, Any]) -> None:
+        started = time.time()
+        if payload.get("die"):  # a task that kills whichever worker runs it
+            ledger.write("dying", n=payload["n"])
+            os.kill(os.getpid(), signal.SIGKILL)
+        if payload.get("hang") and first_hang_in_fleet():
+            ledger.write("holding", n=payload["n"])
+            hanging.set()
+            threading.Event().wait()  # until this process is killed; the heartbeat keeps the claim alive
+        if args.task_seconds:
+            time.sleep(args.task_seconds)
+        ledger.write("ran", n=payload["n"], started_at=started)
+
+    wakeup = threading.Event()
+    flags = {"stop": False, "cpu": False}
+
+    def on_signal(name: str) -> Any:
+        def handler(signum: int, frame: object) -> None:
+            flags[name] = True
+            wakeup.set()
+
+        return handler
+
+    signal.signal(signal.SIGTERM, on_signal("stop"))
+    signal.signal(signal.SIGINT, on_signal("stop"))
+    signal.signal(signal.SIGUSR1, on_signal("cpu"))
+
+    options = {"cancel_store": args.cancel_store} if args.cancel_store else {}
+    queue = TaskQueue(args.url, handlers=handlers, worker_id=args.worker, **options)
+    queue.start(prefetch=args.prefetch)
+    ledger.write("ready", pid=os.getpid())
+    while not flags["stop"]:
+        wakeup.wait(1.0)  # a bounded wait keeps the main thread responsive to signals
+        wakeup.clear()
+        if flags["cpu"]:
+            flags["cpu"] = False
+            times = os.times()
+            ledger.write("cpu", user=times.user, system=times.system)
+    if hanging.is_set():
+        ledger.write("stopped")
+        os._exit(0)  # the hung handler would keep stop() waiting
+    queue.close()
+    ledger.write("stopped")
+    ledger.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,279 @@
+"""Task workers as real OS processes sharing one backend: every task runs once, a killed worker's task is
+not lost, an idle worker costs nothing.
+
+Each worker is tests/tasks/task_worker.py in its own process, writing its own JSON-lines ledger; the tests
+read the ledgers (polling them with a deadline, never a bare sleep) and judge the fleet from them.
+
+The tests run once per backend in ``BACKENDS``: a backend's test file adds its entry, a function from the
+pytest request to a :class:`WorkerBackend` (the URL of that test's own tasks, and any cancel store).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mutexcron.tasks import TaskQueue, TaskStatus
+from tests.tasks.contract import wait_until
+
+pytestmark = pytest.mark.fleet
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+WORKER_SCRIPT = ROOT / "tests" / "tasks" / "task_worker.py"
+TASK_TYPE = "workers.task"
+
+
+@dataclass(frozen=True)
+class WorkerBackend:
+    url: str
+    cancel_store: str | None = None
+    env: dict[str, str] = field(default_factory=dict)  # extra environment of the worker processes
+
+    def queue(self) -> TaskQueue:
+        """A producer queue in the test process (no handlers needed to schedule, cancel or inspect)."""
+        options = {"cancel_store": self.cancel_store} if self.cancel_store else {}
+        return TaskQueue(self.url, **options)
+
+
+BACKENDS: dict[str, Callable[[pytest.FixtureRequest], WorkerBackend]] = {
+    "redis": lambda request: WorkerBackend(request.getfixturevalue("redis_tasks_url")),
+}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def worker_backend(request: pytest.FixtureRequest) -> WorkerBackend:
+    return BACKENDS[request.param](request)
+
+
+# -- the fleet -----------------------------------------------------------------------------------------
+
+
+def read_ledger(path: Path) -> list[dict[str, Any]]:
+    """The complete lines of a ledger, parsed (a line still being written has no newline yet)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
+
+
+@dataclass
+class Worker:
+    name: str
+    process: subprocess.Popen[bytes]
+    ledger: Path
+    log: Path
+
+    def entries(self, event: str | None = None) -> list[dict[str, Any]]:
+        return [e for e in read_ledger(self.ledger) if event is None or e["event"] == event]
+
+    def log_tail(self, lines: int = 40) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def cpu_seconds(self) -> float:
+        """Ask the worker for its CPU time (SIGUSR1) and wait for the answer in its ledger."""
+        before = len(self.entries("cpu"))
+        self.process.send_signal(signal.SIGUSR1)
+        entries = wait_until(lambda: (found := self.entries("cpu")) and len(found) > before and found,
+                             timeout=5, what=f"{self.name} to report its CPU time")
+        return entries[-1]["user"] + entries[-1]["system"]
+
+
+class Fleet:
+    """The worker processes of one test; whatever happens, teardown terminates every one of them."""
+
+    def __init__(self, directory: Path, backend: WorkerBackend) -> None:
+        self.directory, self.backend = directory, backend
+        self.workers: list[Worker] = []
+
+    def start(self, name: str, *options: str) -> Worker:
+        ledger, log = self.directory / f"{name}.jsonl", self.directory / f"{name}.log"
+        env = dict(os.environ) | self.backend.env
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        command = [sys.executable, str(WORKER_SCRIPT), "--url", self.backend.url, "--worker", name,
+                   "--ledger", str(ledger), *options]
+        if self.backend.cancel_store:
+            command += ["--cancel-store", self.backend.cancel_store]
+        with log.open("wb") as output:
+            process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)
+        worker = Worker(name, process, ledger, log)
+        self.workers.append(worker)
+        return worker
+
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        def ready() -> bool:
+            for worker in self.workers:
+                assert worker.process.poll() is None, (
+                    f"{worker.name} exited with {worker.process.returncode}:\n{worker.log_tail()}")
+            return all(worker.entries("ready") for worker in self.workers)
+
+        wait_until(ready, timeout, "every worker to be ready", interval=0.05)
+
+    def ran(self) -> list[dict[str, Any]]:
+        return [entry for worker in self.workers for entry in worker.entries("ran")]
+
+    def stop(self, workers: list[Worker] | None = None, timeout: float = 10.0) -> None:
+        """SIGTERM, then check each one shut down cleanly (exit 0 and a "stopped" line)."""
+        stopping = [w for w in (workers or self.workers) if w.process.poll() is None]
+        for worker in stopping:
+            worker.process.send_signal(signal.SIGTERM)
+        for worker in stopping:
+            assert worker.process.wait(timeout) == 0, f"{worker.name} failed to stop:\n{worker.log_tail()}"
+            assert worker.entries("stopped"), f"{worker.name} wrote no 'stopped' line"
+
+    def terminate_all(self) -> None:
+        for worker in self.workers:
+            if worker.process.poll() is None:
+                worker.process.send_signal(signal.SIGTERM)
+        for worker in self.workers:
+            try:
+                worker.process.wait(8)
+            except subprocess.TimeoutExpired:
+                worker.process.kill()
+                worker.process.wait()
+
+    def report(self) -> str:
+        return "\n".join(f"--- {w.name} (exit {w.process.poll()}):\n{w.log_tail()}" for w in self.workers)
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, worker_backend: WorkerBackend) -> Iterator[Fleet]:
+    fleet = Fleet(tmp_path, worker_backend)
+    try:
+        yield fleet
+    finally:
+        fleet.terminate_all()
+        print(fleet.report())  # shown by pytest only if the test failed
+
+
+@pytest.fixture
+def producer(worker_backend: WorkerBackend) -> Iterator[TaskQueue]:
+    queue = worker_backend.queue()
+    yield queue
+    queue.close()
+
+
+# -- the tests -----------------------------------------------------------------------------------------
+
+
+def test_every_task_runs_exactly_once_across_four_workers(fleet: Fleet, producer: TaskQueue) -> None:
+    workers = [fleet.start(f"worker-{n}") for n in range(4)]
+    fleet.wait_ready()
+    count = 2000
+    # Half due at once, half spread over the next 1.5 s, scheduled in a few batches while workers run.
+    tasks = [(TASK_TYPE, {"n": n}, {"delay": timedelta(milliseconds=0 if n % 2 else (n * 3) % 1500)})
+             for n in range(count)]
+    ids: list[str] = []
+    for start in range(0, count, 500):
+        ids += producer.schedule_many(tasks[start : start + 500])
+    wait_until(lambda: len({e["n"] for e in fleet.ran()}) >= count, timeout=60, what=f"{count} tasks to run")
+    time.sleep(0.5)  # anything that would run twice has had time to
+    fleet.stop()
+
+    runs = Counter(entry["n"] for entry in fleet.ran())
+    assert set(runs) == set(range(count))
+    assert [n for n, times in runs.items() if times > 1] == [], "tasks run more than once"
+    per_worker = {w.name: len(w.entries("ran")) for w in workers}
+    print(f"{count} tasks, each run once; per worker: {per_worker}")
+    assert sum(1 for ran in per_worker.values() if ran) >= 2, "the work was not shared"
+    for task_id in ids[::100]:
+        assert producer.status(task_id) == TaskStatus.SUCCEEDED
+
+
+def test_a_killed_workers_task_is_run_by_another_after_the_visibility_timeout(
+    fleet: Fleet, producer: TaskQueue
+) -> None:
+    visibility = 1.0
+    workers = [fleet.start(f"worker-{n}", "--visibility-timeout", str(visibility)) for n in range(4)]
+    fleet.wait_ready()
+    task_id = producer.schedule(TASK_TYPE, {"n": 0, "hang": True})
+
+    def holding() -> tuple[Worker, dict[str, Any]] | None:
+        found = [(w, e) for w in workers for e in w.entries("holding")]
+        assert len(found) <= 1, f"more than one worker holds the task: {found}"
+        return found[0] if found else None
+
+    holder, _ = wait_until(holding, timeout=10, what="a worker to hang on the task")
+    # While its worker lives, the heartbeat keeps the task: nobody else runs it for well past the timeout.
+    time.sleep(2.5 * visibility)
+    assert fleet.ran() == [], "the task of a live (hung) worker was run by another"
+    assert producer.status(task_id) == TaskStatus.RUNNING
+
+    holder.process.kill()
+    killed_at = time.time()
+    holder.process.wait(5)
+    ran = wait_until(lambda: fleet.ran(), timeout=visibility + 10, what="another worker to run the task")
+    (entry,) = ran
+    latency = entry["started_at"] - killed_at
+    print(f"kill-to-rerun latency: {latency:.3f}s (visibility timeout {visibility}s)")
+    assert entry["worker"] != holder.name
+    assert latency < visibility + 2, f"took {latency:.2f}s to run the task again after the kill"
+    wait_until(lambda: producer.status(task_id) == TaskStatus.SUCCEEDED, what="status succeeded")
+    info = producer.info(task_id)
+    assert info is not None and info.attempts == 2  # at least once: the killed attempt counts
+    fleet.stop([w for w in workers if w is not holder])
+    assert len(fleet.ran()) == 1
+
+
+def test_a_task_that_kills_its_workers_fails_after_max_attempts(fleet: Fleet, producer: TaskQueue) -> None:
+    """At least once must not mean forever: a task whose every attempt kills its worker is given up
+    (failed, with why) once its attempts are used, instead of killing the fleet one worker at a time."""
+    options = ("--visibility-timeout", "1", "--max-attempts", "2")
+    workers = [fleet.start(f"worker-{n}", *options) for n in range(3)]
+    fleet.wait_ready()
+    task_id = producer.schedule(TASK_TYPE, {"n": 0, "die": True})
+
+    wait_until(lambda: producer.status(task_id) == TaskStatus.FAILED, timeout=20, what="the task to be failed")
+    deaths = [e for w in workers for e in w.entries("dying")]
+    assert len(deaths) == 2, f"{len(deaths)} workers ran the poisonous task; max_attempts is 2"
+    info = producer.info(task_id)
+    assert info is not None and "never finished" in (info.error or "")
+    fleet.stop([w for w in workers if w.process.poll() is None])
+
+
+def test_idle_workers_use_almost_no_cpu(fleet: Fleet, producer: TaskQueue) -> None:
+    """One worker knows of a task due in an hour, the other of nothing: both sleep without polling."""
+    producer.schedule(TASK_TYPE, {"n": 0}, delay=timedelta(hours=1))
+    workers = [fleet.start(f"worker-{n}") for n in range(2)]
+    fleet.wait_ready()
+    time.sleep(0.5)  # past start-up
+    before = [w.cpu_seconds() for w in workers]
+    time.sleep(2.0)
+    used = [w.cpu_seconds() - b for w, b in zip(workers, before, strict=True)]
+    print(f"CPU seconds used by idle workers over 2 s: {', '.join(f'{u:.3f}' for u in used)}")
+    assert max(used) < 0.1, f"idle workers used {used} CPU seconds in 2 s"
+    # ...and they are asleep, not dead: a task scheduled now runs at once.
+    scheduled_at = time.time()
+    producer.schedule(TASK_TYPE, {"n": 1})
+    (entry,) = wait_until(lambda: fleet.ran(), timeout=5, what="the task to run")
+    assert entry["started_at"] - scheduled_at < 0.5
+    fleet.stop()
+
+
+def test_workers_start_tasks_on_time(fleet: Fleet, producer: TaskQueue) -> None:
+    for n in range(3):
+        fleet.start(f"worker-{n}")
+    fleet.wait_ready()
+    time.sleep(0.3)
+    now = datetime.now(UTC)
+    due = {n: now + timedelta(milliseconds=200 + 37 * n) for n in range(40)}
+    producer.schedule_many([(TASK_TYPE, {"n": n}, {"run_at": at}) for n, at in due.items()])
+    wait_until(lambda: len(fleet.ran()) >= len(due), timeout=20, what="every task to run")
+    lateness = sorted(e["started_at"] - due[e["n"]].timestamp() for e in fleet.ran())
+    print(f"lateness over {len(lateness)} tasks: min {lateness[0] * 1000:.1f} ms, "
+          f"median {lateness[len(lateness) // 2] * 1000:.1f} ms, max {lateness[-1] * 1000:.1f} ms")
+    assert lateness[0] > -0.03 and lateness[-1] < 0.5
+    fleet.stop()
