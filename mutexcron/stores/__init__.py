@@ -42,7 +42,7 @@ SCHEMES: dict[str, str] = {
     "django": "mutexcron_django.store.DjangoLockStore",  # the app's own database (needs mutexcron_django)
 }
 
-_EXTRAS = {"redis": "redis", "pymongo": "mongo", "bson": "mongo"}
+_EXTRAS = {"redis": "redis", "pymongo": "mongo", "bson": "mongo", "pika": "rabbitmq", "django": "django"}
 
 
 def _import_class(path: str, *, what: str) -> Any:

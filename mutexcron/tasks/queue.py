@@ -96,6 +96,7 @@ class TaskQueue:
         self._worker_id = worker_id
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.worker_error: BaseException | None = None  # why a background worker (start()) died, if it did
 
     @property
     def worker_id(self) -> str:
@@ -172,11 +173,22 @@ class TaskQueue:
         if self._thread is not None and self._thread.is_alive():
             raise RuntimeError("the worker is already running")
         self._stop.clear()
-        self._thread = threading.Thread(
-            target=self.run_worker, args=(task_types,), kwargs={"prefetch": prefetch},
-            name="mutexcron-task-worker", daemon=True,
-        )
+        self.worker_error = None
+
+        def run() -> None:
+            try:
+                self.run_worker(task_types, prefetch=prefetch)
+            except Exception as error:
+                self.worker_error = error
+                logger.exception("task worker %s died; no tasks are run by it any more", self.worker_id)
+
+        self._thread = threading.Thread(target=run, name="mutexcron-task-worker", daemon=True)
         self._thread.start()
+
+    @property
+    def worker_alive(self) -> bool:
+        """True while a background worker started with :meth:`start` is running."""
+        return self._thread is not None and self._thread.is_alive()
 
     def stop(self, timeout: float | None = 30.0) -> None:
         """Ask the worker to stop after the task it is running, and wait for it (background worker)."""

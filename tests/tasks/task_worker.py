@@ -15,6 +15,7 @@ line is lost, split or merged, and no two processes share a file):
     {"event": "dying", "n": ...}              payload ``{"n": …, "die": true}``: the handler SIGKILLs its process
     {"event": "cpu", "user": ..., "system": ...}
                                               on SIGUSR1: this process's CPU seconds so far (os.times())
+    {"event": "died", "error": ...}           the worker thread died (the process exits 1)
     {"event": "stopped"}                      after a clean shutdown on SIGTERM
 
 Every line carries "worker" and "at" (this process's wall clock, time.time()).
@@ -132,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     while not flags["stop"]:
         wakeup.wait(1.0)  # a bounded wait keeps the main thread responsive to signals
         wakeup.clear()
+        if not queue.worker_alive and not hanging.is_set():
+            ledger.write("died", error=repr(queue.worker_error))
+            return 1  # a worker thread that died must not look like a clean stop
         if flags["cpu"]:
             flags["cpu"] = False
             times = os.times()

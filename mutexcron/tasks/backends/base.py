@@ -38,10 +38,6 @@ class Delivery(ABC):
     def fail(self, error: str) -> None:
         """The handler failed for the last time: keep the task as failed (retryable by hand)."""
 
-    def drop(self) -> None:
-        """The task was cancelled after it was delivered (backends whose cancel is a mark): discard it."""
-        self.ack()
-
 
 class TaskBackend(ABC):
     """Where tasks wait. Every method raises :class:`~mutexcron.errors.StoreUnavailable` on connection errors."""

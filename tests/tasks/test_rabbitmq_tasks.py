@@ -1,0 +1,1018 @@
+"""The RabbitMQ task backend: the shared TaskQueue contract and worker-fleet tests, plus what only RabbitMQ has
+(the level topology, persistence, re-entry of long delays, generations, a consumer I/O thread).
+
+Against the real broker at $MUTEXCRON_TEST_AMQP_URL (default amqp://guest:guest@127.0.0.1:5672/) and the test
+Redis (the cancel store). The delay topology (28 level queues) is declared once per session under a session
+prefix and shared, as applications with their own ``queue_prefix`` share it; every test has its own
+``queue_prefix`` for its task queues, which are deleted after it. Tests that need a topology of their own
+(other levels, classic queues) get a whole prefix of their own, deleted after them too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shutil
+import subprocess
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pika
+import pika.exceptions
+import pytest
+import redis
+from pika.adapters.blocking_connection import BlockingChannel
+
+from mutexcron.errors import StoreConfigError, StoreUnavailable
+from mutexcron.tasks import HandlerRegistry, NewTask, TaskQueue, TaskStatus, UnknownTaskType, task_handler
+from mutexcron.tasks.backends import rabbitmq as rabbitmq_module
+from mutexcron.tasks.backends.rabbitmq import (
+    HEADER_ATTEMPT,
+    HEADER_GEN,
+    HEADER_RUN_AT,
+    HEADER_UNTIL,
+    RabbitMQTaskBackend,
+    Topology,
+)
+from mutexcron.tasks.cancel_marks import RedisCancelMarks, Verdict, cancel_marks_from_url
+from tests.tasks import test_task_workers as fleet_tests
+from tests.tasks.contract import TaskQueueContract, wait_until
+from tests.tcp_proxy import TcpProxy
+
+AMQP_URL = os.environ.get("MUTEXCRON_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+UNKNOWN_ID = "0123456789abcdef0123456789abcdef"
+
+
+# -- fixtures -----------------------------------------------------------------------------------------------
+
+
+def _amqp_channel() -> tuple[pika.BlockingConnection, Any]:
+    connection = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
+    return connection, connection.channel()
+
+
+def _rabbitmqctl(*args: str) -> Any | None:
+    """``rabbitmqctl … --formatter json`` parsed, or None where rabbitmqctl cannot be used here."""
+    if shutil.which("rabbitmqctl") is None:
+        return None
+    try:
+        done = subprocess.run(["rabbitmqctl", "-q", "--formatter", "json", *args], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return json.loads(done.stdout or "[]")
+
+
+def _delete(queues: list[str], exchanges: list[str]) -> None:
+    connection, channel = _amqp_channel()
+    try:
+        for name in queues:
+            channel.queue_delete(name)
+        for name in exchanges:
+            channel.exchange_delete(name)
+    finally:
+        connection.close()
+
+
+def _markers(prefix: str) -> list[str]:
+    """The names the topology's "declared" marker can have under ``prefix`` (for the settings tests use)."""
+    return [f"{prefix}mutexcron.delay.ready.{n}x{u}ms.{t}"
+            for n in range(1, 29) for u in (5, 10) for t in ("quorum", "classic")]
+
+
+class Declared:
+    """Task queues declared during a test (by any backend in this process), to delete afterwards."""
+
+    def __init__(self) -> None:
+        self.queues: set[str] = set()
+
+
+@pytest.fixture(scope="session")
+def amqp_session_prefix() -> Iterator[str]:
+    """The prefix of the delay topology that this session's tests share; everything under it goes at the end."""
+    connection, _ = _amqp_channel()  # fail loudly when there is no broker
+    connection.close()
+    prefix = f"mxtest-{uuid.uuid4().hex[:8]}."
+    yield prefix
+    queues, exchanges = Topology(prefix).names()
+    exchanges += _markers(prefix)
+    listed_queues = _rabbitmqctl("list_queues", "name") or []
+    listed_exchanges = _rabbitmqctl("list_exchanges", "name") or []
+    queues += [q["name"] for q in listed_queues if q["name"].startswith(prefix)]
+    exchanges += [e["name"] for e in listed_exchanges if e["name"].startswith(prefix)]
+    _delete(sorted(set(queues)), sorted(set(exchanges)))
+
+
+@pytest.fixture
+def declared(monkeypatch: pytest.MonkeyPatch) -> Iterator[Declared]:
+    found = Declared()
+    original = Topology.declare_task_queue
+
+    def recording(self: Topology, channel: Any, task_type: str) -> None:
+        found.queues.add(self.task_queue(task_type))
+        original(self, channel, task_type)
+
+    monkeypatch.setattr(Topology, "declare_task_queue", recording)
+    yield found
+    _delete(sorted(found.queues), [])
+
+
+@pytest.fixture
+def amqp_url(amqp_session_prefix: str, declared: Declared) -> str:
+    """The shared delay topology, and task queues of this test's own."""
+    return f"{AMQP_URL}?prefix={amqp_session_prefix}&queue_prefix={amqp_session_prefix}{uuid.uuid4().hex[:10]}."
+
+
+@pytest.fixture
+def own_prefix(amqp_session_prefix: str, declared: Declared) -> Iterator[Callable[..., str]]:
+    """``own_prefix(**options)``: a URL with a whole topology of this test's own (deleted afterwards)."""
+    made: list[Topology] = []
+
+    def make(**options: Any) -> str:
+        prefix = f"{amqp_session_prefix}own-{uuid.uuid4().hex[:8]}."
+        made.append(Topology(prefix))
+        query = "&".join(f"{key}={value}" for key, value in {"prefix": prefix, **options}.items())
+        return f"{AMQP_URL}?{query}"
+
+    yield make
+    for topology in made:
+        queues, exchanges = topology.names()
+        _delete(queues, exchanges + _markers(topology.prefix))
+
+
+class Recorder:
+    """Handlers that record what they ran (payload, time.time()); thread-safe."""
+
+    def __init__(self) -> None:
+        self.handlers = HandlerRegistry()
+        self._lock = threading.Lock()
+        self.ran: list[tuple[Any, float]] = []
+
+    def define(self, task_type: str = "rabbit.task", body: Callable[[Any], Any] | None = None, **options: Any) -> str:
+        def handler(payload: Any) -> None:
+            with self._lock:
+                self.ran.append((payload, time.time()))
+            if body is not None:
+                body(payload)
+
+        task_handler(task_type, registry=self.handlers, **options)(handler)
+        return task_type
+
+    def payloads(self) -> list[Any]:
+        with self._lock:
+            return [payload for payload, _ in self.ran]
+
+    def at(self, payload: Any, timeout: float = 5.0) -> float:
+        return wait_until(lambda: next((at for p, at in list(self.ran) if p == payload), None), timeout,
+                          f"{payload!r} to run")
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+def queues(amqp_url: str, redis_url: str, recorder: Recorder) -> Iterator[Callable[..., TaskQueue]]:
+    """``queues(url=None)``: TaskQueues with the recorder's handlers and this test's cancel store; closed after."""
+    made: list[TaskQueue] = []
+
+    def make(url: str | None = None) -> TaskQueue:
+        queue = TaskQueue(url or amqp_url, cancel_store=redis_url, handlers=recorder.handlers)
+        made.append(queue)
+        return queue
+
+    yield make
+    for queue in reversed(made):
+        queue.close()
+
+
+def backend_of(queue: TaskQueue) -> RabbitMQTaskBackend:
+    assert isinstance(queue.backend, RabbitMQTaskBackend)
+    return queue.backend
+
+
+def publish_raw(backend: RabbitMQTaskBackend, task_id: str, task_type: str, payload: str, *, gen: int = 1,
+                attempt: int = 1, delay_ms: float = 0) -> None:
+    """Publish a task message without touching its record (a duplicate, a stale copy, a lost record)."""
+    message = rabbitmq_module._Message(task_id, task_type, payload, round(time.time() * 1000), gen, attempt)
+    backend._publish_with_retry([message], lambda _m: delay_ms)
+
+
+# -- the shared contract -------------------------------------------------------------------------------------
+
+
+class TestRabbitMQTaskQueue(TaskQueueContract):
+    @pytest.fixture
+    def queue_url(self, amqp_url: str) -> str:
+        return amqp_url
+
+    @pytest.fixture
+    def queue_options(self, redis_url: str) -> dict[str, Any]:
+        return {"cancel_store": redis_url}
+
+    @pytest.fixture
+    def unreachable_url(self) -> str:
+        return "amqp://guest:s3cret@127.0.0.1:1/"
+
+    def test_an_unreachable_backend_raises_store_unavailable(  # type: ignore[override]
+        self, unreachable_url: str, queue_options: dict[str, Any]
+    ) -> None:
+        """Scheduling needs the broker; status and cancel need only the cancel store, so they fail when it fails."""
+        task_type = self.define()
+        queue = TaskQueue(unreachable_url, handlers=self.handlers, **queue_options)
+        try:
+            with pytest.raises(StoreUnavailable, match=r"127\.0\.0\.1:1") as caught:
+                queue.schedule(task_type, 1)
+            assert "s3cret" not in str(caught.value)
+            assert queue.status(UNKNOWN_ID) == TaskStatus.UNKNOWN  # the cancel store answers
+        finally:
+            queue.close()
+        both_down = TaskQueue(unreachable_url, handlers=self.handlers, cancel_store="redis://:s3cret@127.0.0.1:1/0")
+        try:
+            for call in (lambda: both_down.status(UNKNOWN_ID), lambda: both_down.cancel(UNKNOWN_ID)):
+                with pytest.raises(StoreUnavailable) as caught:
+                    call()
+                assert "s3cret" not in str(caught.value)
+        finally:
+            both_down.close()
+
+
+# -- the shared worker-fleet tests (real OS processes), on RabbitMQ -----------------------------------------
+
+
+@pytest.fixture
+def worker_backend(amqp_url: str, redis_url: str) -> fleet_tests.WorkerBackend:
+    return fleet_tests.WorkerBackend(amqp_url, cancel_store=redis_url)
+
+
+fleet = fleet_tests.fleet
+producer = fleet_tests.producer
+test_fleet_every_task_runs_exactly_once_across_four_workers = pytest.mark.fleet(
+    fleet_tests.test_every_task_runs_exactly_once_across_four_workers)
+test_fleet_a_sigkilled_workers_task_is_run_by_another = pytest.mark.fleet(
+    fleet_tests.test_a_killed_workers_task_is_run_by_another_after_the_visibility_timeout)
+test_fleet_idle_workers_use_almost_no_cpu = pytest.mark.fleet(fleet_tests.test_idle_workers_use_almost_no_cpu)
+test_fleet_workers_start_tasks_on_time = pytest.mark.fleet(fleet_tests.test_workers_start_tasks_on_time)
+
+
+# -- URLs and configuration ----------------------------------------------------------------------------------
+
+
+def test_from_url_reads_our_options_and_leaves_pikas(redis_url: str) -> None:
+    url = ("amqp://guest:pw@127.0.0.1:5672/%2Fapp?prefix=app.&queue_prefix=app.q.&levels=20&unit_ms=5"
+           "&queue_type=classic&delay_queue_type=classic&heartbeat=7&blocked_connection_timeout=9")
+    backend = RabbitMQTaskBackend.from_url(url, cancel_store=redis_url)
+    try:
+        topology = backend.topology
+        assert (topology.prefix, topology.queue_prefix, topology.levels, topology.unit_ms) == ("app.", "app.q.", 20, 5)
+        assert (topology.queue_type, topology.delay_queue_type) == ("classic", "classic")
+        assert backend.parameters.virtual_host == "/app"
+        assert (backend.parameters.heartbeat, backend.heartbeat) == (7, 7)
+        assert backend.parameters.blocked_connection_timeout == 9
+        assert topology.task_queue("send-sms") == "app.q.send-sms"
+        assert isinstance(backend.marks, RedisCancelMarks)
+        assert "pw" not in repr(backend)
+    finally:
+        backend.close()
+
+
+def test_defaults(redis_url: str) -> None:
+    backend = RabbitMQTaskBackend.from_url(AMQP_URL, cancel_store=redis_url)
+    try:
+        topology = backend.topology
+        assert (topology.prefix, topology.queue_prefix, topology.levels, topology.unit_ms) == ("", "", 28, 10)
+        assert (topology.queue_type, topology.delay_queue_type) == ("quorum", "quorum")
+        assert topology.task_queue("send-sms") == "send-sms"  # the seed's contract: the queue is the task type
+        assert topology.max_delay_ms == (2**28 - 1) * 10  # about 31 days
+        assert backend.heartbeat is None  # the consumers' heartbeat follows the visibility timeouts
+        assert backend.parameters.blocked_connection_timeout == 30
+    finally:
+        backend.close()
+
+
+def test_a_task_queue_url_picks_the_rabbitmq_backend(amqp_url: str, redis_url: str) -> None:
+    queue = TaskQueue(amqp_url, cancel_store=redis_url)
+    try:
+        assert isinstance(queue.backend, RabbitMQTaskBackend)
+    finally:
+        queue.close()
+
+
+def test_the_cancel_store_is_required() -> None:
+    with pytest.raises(StoreConfigError, match="cancel_store"):
+        TaskQueue(AMQP_URL)
+    with pytest.raises(StoreConfigError, match="unknown cancel store scheme"):
+        TaskQueue(AMQP_URL, cancel_store="memcached://:pw@127.0.0.1/")
+    with pytest.raises(StoreConfigError, match="must be a URL"):
+        cancel_marks_from_url("127.0.0.1:6379")
+
+
+@pytest.mark.parametrize("query, message", [
+    ("levels=abc", "not an integer"),
+    ("levels=0", ">= 1"),
+    ("levels=30", "over RabbitMQ's limit"),
+    ("unit_ms=0", ">= 1"),
+    ("queue_type=lazy", "quorum or classic"),
+    ("delay_queue_type=stream", "quorum or classic"),
+    ("prefix=a%23b", "without"),
+    ("queue_prefix=" + "x" * 65, "at most 64"),
+    ("no_such_option=1", "Unknown URL parameter"),
+])
+def test_malformed_options_are_rejected(query: str, message: str, redis_url: str) -> None:
+    with pytest.raises(StoreConfigError, match=message) as caught:
+        RabbitMQTaskBackend.from_url(f"amqp://guest:s3cret@127.0.0.1:5672/?{query}", cancel_store=redis_url)
+    assert "s3cret" not in str(caught.value)
+
+
+def test_a_bad_port_or_cancel_store_url_is_a_config_error(redis_url: str) -> None:
+    with pytest.raises(StoreConfigError, match="port"):
+        RabbitMQTaskBackend.from_url("amqp://guest:s3cret@127.0.0.1:notaport/", cancel_store=redis_url)
+    with pytest.raises(StoreConfigError, match="not a number"):
+        RabbitMQTaskBackend.from_url(AMQP_URL, cancel_store="redis://127.0.0.1:6379/nine")
+    with pytest.raises(StoreConfigError, match="retention"):
+        RabbitMQTaskBackend.from_url(AMQP_URL, cancel_store="redis://127.0.0.1:6379/0?retention=soon")
+
+
+def test_names_of_the_backend_are_not_task_types(queues: Callable[..., TaskQueue], recorder: Recorder) -> None:
+    recorder.define("mutexcron.delay.3")
+    with pytest.raises(UnknownTaskType, match="the backend's own"):
+        queues().schedule("mutexcron.delay.3", 1)
+
+
+def test_a_worker_on_an_unreachable_broker_raises_store_unavailable(recorder: Recorder, redis_url: str) -> None:
+    recorder.define()
+    queue = TaskQueue("amqp://guest:s3cret@127.0.0.1:1/", cancel_store=redis_url, handlers=recorder.handlers)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match=r"127\.0\.0\.1:1") as caught:
+            queue.run_worker()
+        assert "s3cret" not in str(caught.value)
+        assert time.monotonic() - started < 10
+    finally:
+        queue.close()
+
+
+def test_a_queue_of_another_type_is_a_config_error_naming_the_option(
+    own_prefix: Callable[..., str], redis_url: str, recorder: Recorder
+) -> None:
+    recorder.define()
+    url = own_prefix()
+    classic = TaskQueue(url + "&queue_type=classic", cancel_store=redis_url, handlers=recorder.handlers)
+    quorum = TaskQueue(url, cancel_store=redis_url, handlers=recorder.handlers)
+    try:
+        classic.schedule("rabbit.task", 1, delay=timedelta(hours=1))
+        with pytest.raises(StoreConfigError, match=r"406.*queue_type"):
+            quorum.schedule("rabbit.task", 2, delay=timedelta(hours=1))
+    finally:
+        classic.close()
+        quorum.close()
+
+
+# -- topology ------------------------------------------------------------------------------------------------
+
+
+def _topic_match(pattern: str, key: str) -> bool:
+    """AMQP topic matching: ``*`` is one word, ``#`` zero or more."""
+    words, keys = pattern.split("."), key.split(".")
+
+    def match(i: int, j: int) -> bool:
+        if i == len(words):
+            return j == len(keys)
+        if words[i] == "#":
+            return any(match(i + 1, k) for k in range(j, len(keys) + 1))
+        return j < len(keys) and words[i] in ("*", keys[j]) and match(i + 1, j + 1)
+
+    return match(0, 0)
+
+
+def _simulate(topology: Topology, task_type: str, delay_ms: float) -> tuple[list[int], str]:
+    """Follow a message through the bindings: the levels it waits in, and the queue it ends in."""
+    exchange, key, _ = topology.route(task_type, delay_ms)
+    bindings = list(topology.bindings())
+    levels: list[int] = []
+    while exchange != topology.tasks_exchange:
+        targets = [(dest, to_exchange) for source, dest, pattern, to_exchange in bindings
+                   if source == exchange and _topic_match(pattern, key)]
+        assert len(targets) == 1, f"{key!r} at {exchange!r} routes to {targets}"
+        destination, to_exchange = targets[0]
+        if to_exchange:
+            exchange = destination
+            continue
+        level = int(destination.rsplit(".", 1)[1])
+        levels.append(level)
+        exchange = topology.level_exchange(level)  # where the level dead-letters to
+    assert _topic_match(topology.task_binding(task_type), key)
+    return levels, topology.task_queue(task_type)
+
+
+@pytest.mark.parametrize("levels", [28, 6, 1])
+def test_a_message_waits_in_exactly_the_levels_of_its_set_bits_highest_first(levels: int) -> None:
+    topology = Topology("p.", queue_prefix="p.q.", levels=levels)
+    samples = list(range(2**min(levels, 8))) + [random.Random(levels).randrange(2**levels) for _ in range(300)]
+    for units in samples:
+        waited, queue = _simulate(topology, "send.sms", units * topology.unit_ms)
+        assert waited == sorted((bit for bit in range(levels) if units >> bit & 1), reverse=True), units
+        assert sum(2**level * topology.unit_ms for level in waited) == units * topology.unit_ms
+        assert queue == "p.q.send.sms"
+
+
+def test_routes_round_up_and_long_delays_are_truncated() -> None:
+    topology = Topology("p.", levels=6)
+    assert topology.route("t", 0) == ("p.mutexcron.tasks", "@.p.t", False)
+    assert topology.route("t", -50) == ("p.mutexcron.tasks", "@.p.t", False)
+    assert topology.route("t", 1) == ("p.mutexcron.delay", "1.@.p.t", False)  # never early: 1 ms is one unit
+    assert topology.route("t", 60) == ("p.mutexcron.delay", "0.1.1.@.p.t", False)  # 6 units: binary 110
+    assert topology.route("t", 630) == ("p.mutexcron.delay", "1.1.1.1.1.1.@.p.t", False)
+    assert topology.route("t", 631) == ("p.mutexcron.delay", "1.1.1.1.1.1.@.p.t", True)
+
+
+def test_a_task_type_binding_matches_that_queue_only() -> None:
+    """kombu binds ``#.<routing key>``, so a queue for ``b`` also gets ``a.b``; the ``@`` word prevents that."""
+    topology = Topology("", levels=4)
+    for task_type, other in [("b", "a.b"), ("a.b", "b"), ("x", "x.y"), ("0", "1.0")]:
+        for delay in (0, 10, 70):
+            _, key, _ = topology.route(other, delay)
+            assert not _topic_match(topology.task_binding(task_type), key), (task_type, other, key)
+
+
+def test_the_declared_queues_are_durable_with_the_level_ttls_and_the_messages_persistent(
+    own_prefix: Callable[..., str], redis_url: str, recorder: Recorder
+) -> None:
+    recorder.define()
+    queue = TaskQueue(own_prefix(levels="8"), cancel_store=redis_url, handlers=recorder.handlers)
+    try:
+        topology = backend_of(queue).topology
+        queue.schedule("rabbit.task", "now")
+        queue.schedule("rabbit.task", "in an hour", delay=timedelta(hours=1))  # waits in the top level (255 units)
+        connection, channel = _amqp_channel()
+        try:
+            # A re-declaration with other settings is refused (406), so these succeed only if the queues
+            # exist exactly like this: durable, with these arguments. No management plugin needed.
+            for level in range(8):
+                channel.queue_declare(topology.level_queue(level), durable=True,
+                                      arguments=topology.level_arguments(level))
+            ok = channel.queue_declare(topology.task_queue("rabbit.task"), durable=True,
+                                       arguments={"x-queue-type": "quorum"})
+            assert ok.method.message_count == 1
+            method, properties, body = channel.basic_get(topology.task_queue("rabbit.task"), auto_ack=False)
+            assert method is not None and body == b'"now"'
+            assert properties.delivery_mode == 2 and properties.content_type == "application/json"
+            assert properties.type == "rabbit.task" and len(properties.message_id) == 32
+            assert properties.headers[HEADER_GEN] == 1 and properties.headers[HEADER_ATTEMPT] == 1
+            channel.basic_nack(method.delivery_tag, requeue=True)
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker, match="406"):
+                channel.queue_declare(topology.level_queue(0), durable=False, arguments=topology.level_arguments(0))
+        finally:
+            connection.close()
+        listed = _rabbitmqctl("list_queues", "name", "durable", "type", "arguments")
+        if listed is not None:
+            mine = {q["name"]: q for q in listed if q["name"].startswith(topology.prefix)}
+            for level in range(8):
+                found = mine[topology.level_queue(level)]
+                arguments = {name: value for name, _kind, value in found["arguments"]}
+                assert found["durable"] is True and found["type"] == "quorum"
+                assert arguments["x-message-ttl"] == 2**level * 10
+                assert arguments["x-dead-letter-strategy"] == "at-least-once"
+                assert arguments["x-overflow"] == "reject-publish"
+            assert mine[topology.task_queue("rabbit.task")]["durable"] is True
+    finally:
+        queue.close()
+
+
+def test_classic_level_queues_work_too(own_prefix: Callable[..., str], redis_url: str, recorder: Recorder) -> None:
+    recorder.define()
+    queue = TaskQueue(own_prefix(delay_queue_type="classic", queue_type="classic", levels="10"),
+                      cancel_store=redis_url, handlers=recorder.handlers)
+    try:
+        queue.start()
+        due = time.time() + 0.3
+        queue.schedule("rabbit.task", "classic", delay=timedelta(seconds=0.3))
+        assert due <= recorder.at("classic") < due + 0.2
+    finally:
+        queue.close()
+
+
+# -- timing --------------------------------------------------------------------------------------------------
+
+
+def test_lateness_is_small_and_never_early(queues: Callable[..., TaskQueue], recorder: Recorder) -> None:
+    recorder.define()
+    queue = queues()
+    queue.start(prefetch=50)
+    queue.schedule("rabbit.task", "warm-up")  # the first publish declares the topology
+    recorder.at("warm-up")
+    rng = random.Random(11)
+    count = 300
+    now = datetime.now(UTC)
+    due = {n: now + timedelta(milliseconds=rng.uniform(500, 3000)) for n in range(count)}
+    queue.schedule_many([("rabbit.task", n, {"run_at": at}) for n, at in due.items()])
+    assert datetime.now(UTC) < now + timedelta(milliseconds=500), "publishing took longer than the shortest delay"
+    wait_until(lambda: len(recorder.payloads()) >= count + 1, timeout=20, what=f"{count} tasks to run")
+    lateness = sorted(at - due[n].timestamp() for n, at in recorder.ran if n != "warm-up")
+    p50, p99 = lateness[len(lateness) // 2], lateness[int(len(lateness) * 0.99)]
+    print(f"lateness over {count} tasks: min {lateness[0] * 1000:.1f} ms, p50 {p50 * 1000:.1f} ms, "
+          f"p99 {p99 * 1000:.1f} ms, max {lateness[-1] * 1000:.1f} ms")
+    assert lateness[0] > -0.002, "a task ran early"
+    assert lateness[-1] < 0.2
+
+
+def test_a_5_s_task_is_not_blocked_by_and_does_not_block_a_sooner_one(
+    queues: Callable[..., TaskQueue], recorder: Recorder
+) -> None:
+    recorder.define()
+    queue = queues()
+    queue.start()
+    now = time.time()
+    queue.schedule("rabbit.task", "5 s", delay=timedelta(seconds=5))
+    queue.schedule("rabbit.task", "0.5 s", delay=timedelta(seconds=0.5))
+    queue.schedule("rabbit.task", "2 s", delay=timedelta(seconds=2))
+    assert now + 0.5 <= recorder.at("0.5 s") < now + 0.5 + 0.2
+    assert now + 2 <= recorder.at("2 s", timeout=5) < now + 2 + 0.2
+    assert now + 5 <= recorder.at("5 s", timeout=8) < now + 5 + 0.2
+    assert recorder.payloads() == ["0.5 s", "2 s", "5 s"]
+
+
+def test_a_delay_longer_than_the_levels_hold_re_enters_them_and_arrives_on_time(
+    amqp_url: str, redis_url: str, recorder: Recorder
+) -> None:
+    recorder.define()
+    url = amqp_url + "&levels=6"  # one pass holds at most 63 units: 0.63 s
+    queue = TaskQueue(url, cancel_store=redis_url, handlers=recorder.handlers)
+    try:
+        assert backend_of(queue).topology.max_delay_ms == 630
+        queue.start()
+        now = time.time()
+        task_id = queue.schedule("rabbit.task", "long", delay=timedelta(seconds=1.7))  # three passes
+        time.sleep(0.9)
+        assert recorder.payloads() == []
+        assert queue.status(task_id) == TaskStatus.SCHEDULED
+        ran_at = recorder.at("long")
+        print(f"1.7 s in passes of 0.63 s: lateness {(ran_at - now - 1.7) * 1000:.1f} ms")
+        assert now + 1.7 <= ran_at < now + 1.7 + 0.2
+        wait_until(lambda: queue.status(task_id) == TaskStatus.SUCCEEDED)
+        info = queue.info(task_id)
+        assert info is not None and info.attempts == 1
+    finally:
+        queue.close()
+
+
+def test_a_long_delay_message_carries_its_due_time(own_prefix: Callable[..., str], redis_url: str) -> None:
+    """It sits in the top levels; only the consumer re-publishes it, so no worker is needed to check it."""
+    queue = TaskQueue(own_prefix(levels="4"), cancel_store=redis_url)
+    try:
+        topology = backend_of(queue).topology
+        before = time.time() * 1000
+        queue.schedule("rabbit.task", 1, delay=timedelta(seconds=60))
+        connection, channel = _amqp_channel()
+        try:
+            method, properties, _ = channel.basic_get(topology.level_queue(3), auto_ack=True)
+            assert method is not None and method.routing_key == f"1.1.1.1.@.{topology.task_queue('rabbit.task')}"
+            assert properties.headers[HEADER_UNTIL] == properties.headers[HEADER_RUN_AT]  # the task's due time
+            assert before + 59_000 < properties.headers[HEADER_UNTIL] < time.time() * 1000 + 61_000
+        finally:
+            connection.close()
+    finally:
+        queue.close()
+
+
+# -- records, generations and redeliveries -------------------------------------------------------------------
+
+
+@pytest.fixture
+def marks(redis_url: str) -> Iterator[RedisCancelMarks]:
+    store = RedisCancelMarks.from_url(redis_url)
+    yield store
+    store.close()
+
+
+def test_claim_verdicts(marks: RedisCancelMarks) -> None:
+    def task(task_id: str) -> NewTask:
+        marks.create([NewTask(task_id, "t", '"p"', datetime.now(UTC))])
+        return NewTask(task_id, "t", '"p"', datetime.now(UTC))
+
+    def claim(task_id: str, gen: int = 1, redelivered: bool = False, attempt: int = 1) -> tuple[Verdict, int]:
+        found = marks.claim(task_id, gen=gen, attempt=attempt, redelivered=redelivered)
+        return found.verdict, found.attempts
+
+    assert claim("nothing") == (Verdict.MISSING, 0)
+    task("a")
+    assert claim("a") == (Verdict.RUN, 1)
+    assert claim("a") == (Verdict.DUPLICATE, 1)  # a second copy while it runs
+    assert claim("a", redelivered=True) == (Verdict.RUN, 2)  # the broker saw the consumer die: at least once
+    assert marks.finish("a", gen=1, status=TaskStatus.SUCCEEDED)
+    assert claim("a", redelivered=True) == (Verdict.DONE, 2)  # a crash after success, before the ack
+    assert claim("a", gen=2, redelivered=True) == (Verdict.DONE, 2)
+
+    task("b")
+    assert marks.cancel("b") is True
+    assert claim("b") == (Verdict.CANCELLED, 0)
+    assert marks.cancel("b") is False
+
+    task("c")
+    assert claim("c") == (Verdict.RUN, 1)
+    assert marks.cancel("c") is False  # started
+    assert marks.reschedule("c", gen=1, new_gen=2, run_at=datetime.now(UTC), error="boom")
+    assert claim("c", gen=1, redelivered=True) == (Verdict.STALE, 1)  # the original, after its retry went out
+    assert claim("c", gen=2, attempt=2) == (Verdict.RUN, 2)
+    assert marks.finish("c", gen=2, status=TaskStatus.FAILED, error="boom again")
+    assert claim("c", gen=2, redelivered=True) == (Verdict.DONE, 2)
+    assert claim("c", gen=3, attempt=1) == (Verdict.RUN, 1)  # retry(id)'s message overtook the record update
+    assert marks.reopen("c", gen=2, new_gen=3, run_at=datetime.now(UTC)) is True
+
+    task("d")
+    assert claim("d") == (Verdict.RUN, 1)
+    assert claim("d", gen=2, attempt=2) == (Verdict.RUN, 2)  # retry_later's message before its record update
+    assert marks.reschedule("d", gen=1, new_gen=2, run_at=datetime.now(UTC), error="x") is False  # moved on
+
+    record = marks.get("c")
+    assert record is not None and (record.status, record.gen, record.attempts) == (TaskStatus.RUNNING, 3, 1)
+    assert marks.adopt(NewTask("c", "t", '"p"', datetime.now(UTC)), gen=1, attempts=1) is False
+    assert marks.adopt(NewTask("e", "t", '"p"', datetime.now(UTC)), gen=4, attempts=2) is True
+    record = marks.get("e")
+    assert record is not None and (record.status, record.gen, record.attempts) == (TaskStatus.RUNNING, 4, 2)
+
+
+def test_records_expire_after_the_retention_but_failed_ones_are_kept(
+    redis_server_url: str, redis_prefix: str
+) -> None:
+    store = RedisCancelMarks.from_url(f"{redis_server_url}?prefix={redis_prefix}&retention=3600")
+    client = redis.Redis.from_url(redis_server_url)
+    try:
+        in_a_day = datetime.now(UTC) + timedelta(days=1)
+        store.create([NewTask("later", "t", "1", in_a_day), NewTask("ok", "t", "1", datetime.now(UTC)),
+                      NewTask("bad", "t", "1", datetime.now(UTC))])
+        assert 86_400_000 + 3_590_000 < client.pttl(store.key("later")) <= 86_400_000 + 3_600_000
+        for task_id, status in (("ok", TaskStatus.SUCCEEDED), ("bad", TaskStatus.FAILED)):
+            assert store.claim(task_id, gen=1, attempt=1, redelivered=False).verdict == Verdict.RUN
+            assert store.finish(task_id, gen=1, status=status, error="E" * 30_000)
+        assert 3_590_000 < client.pttl(store.key("ok")) <= 3_600_000
+        assert client.pttl(store.key("bad")) == -1
+        record = store.get("bad")
+        assert record is not None and record.error is not None and len(record.error) <= 20_001  # clipped
+        assert store.key("x") == f"{redis_prefix}{{x}}"
+    finally:
+        store.close()
+        client.close()
+
+
+def test_a_redelivery_after_success_is_dropped_and_a_stale_copy_too(
+    queues: Callable[..., TaskQueue], recorder: Recorder
+) -> None:
+    recorder.define()
+    queue = queues()
+    queue.start()
+    task_id = queue.schedule("rabbit.task", "once")
+    wait_until(lambda: queue.status(task_id) == TaskStatus.SUCCEEDED)
+    publish_raw(backend_of(queue), task_id, "rabbit.task", '"once"')  # the same message again
+    publish_raw(backend_of(queue), task_id, "rabbit.task", '"once"', gen=0)  # an older generation
+    queue.schedule("rabbit.task", "marker", delay=timedelta(milliseconds=100))
+    recorder.at("marker")
+    time.sleep(0.1)
+    assert Counter(recorder.payloads()) == {"once": 1, "marker": 1}
+    info = queue.info(task_id)
+    assert info is not None and (info.status, info.attempts) == (TaskStatus.SUCCEEDED, 1)
+
+
+def test_a_message_whose_record_is_lost_still_runs(queues: Callable[..., TaskQueue], recorder: Recorder,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    recorder.define()
+    queue = queues()
+    queue.start()
+    with caplog.at_level(logging.WARNING, logger="mutexcron.tasks.rabbitmq"):
+        publish_raw(backend_of(queue), UNKNOWN_ID, "rabbit.task", '"orphan"', attempt=2)
+        recorder.at("orphan")
+        wait_until(lambda: queue.status(UNKNOWN_ID) == TaskStatus.SUCCEEDED)
+    assert "has no record" in caplog.text
+    info = queue.info(UNKNOWN_ID)
+    assert info is not None and (info.payload, info.attempts) == ("orphan", 2)
+
+
+def test_a_foreign_message_is_rejected_and_the_worker_carries_on(
+    queues: Callable[..., TaskQueue], recorder: Recorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    recorder.define()
+    queue = queues()
+    queue.start()
+    topology = backend_of(queue).topology
+    queue.schedule("rabbit.task", "first")
+    recorder.at("first")
+    connection, channel = _amqp_channel()
+    with caplog.at_level(logging.ERROR, logger="mutexcron.tasks.rabbitmq"):
+        channel.basic_publish("", topology.task_queue("rabbit.task"), b"\xff not ours")  # no id, no type
+        connection.close()
+        queue.schedule("rabbit.task", "after")
+        recorder.at("after")
+    assert "rejecting a message" in caplog.text
+    assert recorder.payloads() == ["first", "after"]
+
+
+def test_a_delivery_can_only_be_settled_once(queues: Callable[..., TaskQueue], recorder: Recorder) -> None:
+    recorder.define()
+    queue = queues()
+    backend = backend_of(queue)
+    task_id = queue.schedule("rabbit.task", "x")
+    settled: list[Any] = []
+    stop = threading.Event()
+
+    def handle(delivery: Any) -> None:
+        delivery.ack()
+        with pytest.raises(RuntimeError, match="already"):
+            delivery.fail("again")
+        settled.append(delivery)
+        stop.set()
+
+    backend.consume(["rabbit.task"], handle, stop, visibility_timeout=lambda _t: timedelta(seconds=30))
+    assert len(settled) == 1 and settled[0].id == task_id and settled[0].attempt == 1
+    assert queue.status(task_id) == TaskStatus.SUCCEEDED
+
+
+# -- consumers -----------------------------------------------------------------------------------------------
+
+
+def test_a_handler_longer_than_the_heartbeat_keeps_its_task(
+    amqp_url: str, redis_url: str, recorder: Recorder
+) -> None:
+    """The connection lives in its own I/O thread, so heartbeats go on while the handler runs: the broker
+    does not drop the connection and hand the task to the second worker."""
+    recorder.define(body=lambda payload: time.sleep(3.5))
+    url = amqp_url + "&heartbeat=1"
+    first = TaskQueue(url, cancel_store=redis_url, handlers=recorder.handlers)
+    second = TaskQueue(url, cancel_store=redis_url, handlers=recorder.handlers)
+    try:
+        first.start()
+        task_id = first.schedule("rabbit.task", "long")
+        recorder.at("long")
+        second.start()
+        wait_until(lambda: first.status(task_id) == TaskStatus.SUCCEEDED, timeout=10)
+        time.sleep(0.3)
+        assert recorder.payloads() == ["long"]
+        info = first.info(task_id)
+        assert info is not None and info.attempts == 1
+    finally:
+        first.close()
+        second.close()
+
+
+def test_workers_starting_together_on_a_new_quorum_queue_all_end_up_consuming(
+    own_prefix: Callable[..., str], redis_url: str, recorder: Recorder
+) -> None:
+    """RabbitMQ 3.10 closes the channel (541, ``{badmatch,{error,noproc}}``) of a consumer of a quorum queue that
+    another worker declared a moment before; the worker must retry, not die."""
+    recorder.define()
+    url = own_prefix(levels="12")  # a new topology too: its declaration keeps the broker busy meanwhile
+    workers = [TaskQueue(url, cancel_store=redis_url, handlers=recorder.handlers) for _ in range(6)]
+    try:
+        barrier = threading.Barrier(len(workers))
+        starters = [threading.Thread(target=lambda q=q: (barrier.wait(), q.start())) for q in workers]
+        for starter in starters:
+            starter.start()
+        for starter in starters:
+            starter.join(10)
+        wait_until(lambda: all(backend_of(q)._links and all(link.channel is not None for link in backend_of(q)._links)
+                               for q in workers), timeout=10, what="every worker to consume")
+        assert all(q._thread is not None and q._thread.is_alive() for q in workers)
+        workers[0].schedule_many([("rabbit.task", n) for n in range(60)])
+        wait_until(lambda: len(recorder.payloads()) == 60, what="the tasks to run")
+    finally:
+        for queue in workers:
+            queue.close()
+
+
+def test_a_consumer_whose_set_up_fails_after_connecting_retries(
+    queues: Callable[..., TaskQueue], recorder: Recorder, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    recorder.define()
+    original = BlockingChannel.basic_consume
+    failures = Counter[str]()
+
+    def crashing(self: BlockingChannel, *args: Any, **kwargs: Any) -> Any:
+        if not failures["consume"]:
+            failures["consume"] += 1
+            raise pika.exceptions.ConnectionClosedByBroker(541, "INTERNAL_ERROR")  # as 3.10 does, see above
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(BlockingChannel, "basic_consume", crashing)
+    queue = queues()
+    with caplog.at_level(logging.WARNING, logger="mutexcron.tasks.rabbitmq"):
+        queue.start()
+        queue.schedule("rabbit.task", "after the retry")
+        recorder.at("after the retry")
+    assert failures["consume"] == 1 and "541" in caplog.text and "reconnecting" in caplog.text
+
+
+def test_a_consumer_channel_closed_by_the_broker_is_made_again(
+    queues: Callable[..., TaskQueue], recorder: Recorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As when the broker's consumer_timeout closes it: here, an ack of a delivery tag it never sent (406)."""
+    recorder.define()
+    queue = queues()
+    queue.start()
+    backend = backend_of(queue)
+    (link,) = wait_until(lambda: [link for link in backend._links if link.channel is not None],
+                         what="the consumer to connect")
+    with caplog.at_level(logging.WARNING, logger="mutexcron.tasks.rabbitmq"):
+        link.call(lambda: link.channel.basic_ack(999_999))
+        wait_until(lambda: link not in backend._links, what="the link to end")
+        queue.schedule("rabbit.task", "after")
+        recorder.at("after")
+    assert "PRECONDITION_FAILED" in caplog.text and "reconnecting" in caplog.text
+
+
+def test_a_deleted_task_queue_is_declared_again_and_consumed(
+    queues: Callable[..., TaskQueue], recorder: Recorder
+) -> None:
+    """The broker cancels the consumers of a deleted queue; the worker starts over, which declares it again."""
+    recorder.define()
+    queue = queues()
+    queue.start()
+    backend = backend_of(queue)
+    queue.schedule("rabbit.task", "before")
+    recorder.at("before")
+    (link,) = backend._links
+    connection, channel = _amqp_channel()
+    channel.queue_delete(backend.topology.task_queue("rabbit.task"))
+    connection.close()
+    wait_until(lambda: link not in backend._links and backend._links, what="a new consumer")
+    producer = queues()  # a producer that has not declared the queue yet
+    producer.schedule("rabbit.task", "after", delay=timedelta(milliseconds=50))
+    recorder.at("after")
+
+
+def test_stop_is_seen_without_wake_and_at_once_with_it(queues: Callable[..., TaskQueue], recorder: Recorder) -> None:
+    recorder.define()
+    backend = backend_of(queues())
+    for use_wake, bound in ((False, 0.8), (True, 0.2)):
+        stop = threading.Event()
+        thread = threading.Thread(target=backend.consume, args=(["rabbit.task"], lambda d: d.ack(), stop),
+                                  kwargs={"visibility_timeout": lambda _t: timedelta(seconds=30)})
+        thread.start()
+        wait_until(lambda: backend._links, what="the consumer to connect")
+        time.sleep(0.3)
+        started = time.monotonic()
+        stop.set()
+        if use_wake:
+            backend.wake()
+        thread.join(5)
+        assert not thread.is_alive()
+        assert time.monotonic() - started < bound, f"wake={use_wake}: {time.monotonic() - started:.3f}s"
+
+
+def test_prefetched_tasks_not_started_go_back_to_the_queue_on_stop(
+    queues: Callable[..., TaskQueue], recorder: Recorder
+) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def body(payload: Any) -> None:
+        started.set()
+        release.wait(10)
+
+    recorder.define(body=body)
+    queue = queues()
+    ids = queue.schedule_many([("rabbit.task", n) for n in range(5)])
+    queue.start(prefetch=10)
+    assert started.wait(5)
+    stopping = threading.Thread(target=queue.stop)
+    stopping.start()
+    time.sleep(0.1)
+    release.set()
+    stopping.join(10)
+    assert recorder.payloads() == [0]
+    for task_id in ids[1:]:
+        info = queue.info(task_id)
+        assert info is not None and (info.status, info.attempts) == (TaskStatus.SCHEDULED, 0)
+    queues().start()
+    wait_until(lambda: sorted(recorder.payloads()) == [0, 1, 2, 3, 4], what="the rest to run")
+
+
+def _through(proxy: TcpProxy, url: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=f"guest:guest@127.0.0.1:{proxy.port}"))
+
+
+def test_a_worker_rides_out_a_broker_outage_and_loses_no_task(
+    amqp_url: str, redis_url: str, recorder: Recorder
+) -> None:
+    recorder.define()
+    server = urlsplit(AMQP_URL)
+    proxy = TcpProxy(server.hostname or "127.0.0.1", server.port or 5672)
+    worker = TaskQueue(_through(proxy, amqp_url), cancel_store=redis_url, handlers=recorder.handlers)
+    direct = TaskQueue(amqp_url, cancel_store=redis_url, handlers=recorder.handlers)
+    try:
+        worker.start()
+        direct.schedule("rabbit.task", "before")
+        recorder.at("before")
+        proxy.cut()
+        ids = [direct.schedule("rabbit.task", f"during {n}", delay=timedelta(milliseconds=100 * n)) for n in range(3)]
+        time.sleep(1.0)
+        assert [p for p in recorder.payloads() if p.startswith("during")] == []
+        proxy.restore()
+        for n in range(3):
+            recorder.at(f"during {n}", timeout=10)
+        for task_id in ids:
+            wait_until(lambda task_id=task_id: direct.status(task_id) == TaskStatus.SUCCEEDED)
+        time.sleep(0.2)
+        assert Counter(recorder.payloads()) == {"before": 1, "during 0": 1, "during 1": 1, "during 2": 1}
+    finally:
+        worker.close()
+        direct.close()
+        proxy.close()
+
+
+def test_a_producer_reconnects_after_losing_its_connection(amqp_url: str, redis_url: str) -> None:
+    server = urlsplit(AMQP_URL)
+    proxy = TcpProxy(server.hostname or "127.0.0.1", server.port or 5672)
+    queue = TaskQueue(_through(proxy, amqp_url), cancel_store=redis_url)
+    try:
+        queue.schedule("rabbit.task", 1, delay=timedelta(hours=1))
+        proxy.cut()
+        proxy.restore()
+        second = queue.schedule("rabbit.task", 2, delay=timedelta(hours=1))  # on a new connection, transparently
+        assert queue.status(second) == TaskStatus.SCHEDULED
+        proxy.cut()
+        with pytest.raises(StoreUnavailable, match="cannot"):
+            queue.schedule("rabbit.task", 3, delay=timedelta(hours=1))
+    finally:
+        queue.close()
+        proxy.close()
+
+
+def test_a_failed_publish_leaves_no_scheduled_record(amqp_url: str, redis_url: str, marks: RedisCancelMarks) -> None:
+    server = urlsplit(AMQP_URL)
+    proxy = TcpProxy(server.hostname or "127.0.0.1", server.port or 5672)
+    queue = TaskQueue(_through(proxy, amqp_url), cancel_store=redis_url)
+    try:
+        proxy.cut()
+        created: list[str] = []
+        original = marks.create
+
+        def spy(tasks: Any) -> None:
+            created.extend(task.id for task in tasks)
+            original(tasks)
+
+        backend_of(queue).marks.create = spy  # type: ignore[method-assign]
+        with pytest.raises(StoreUnavailable):
+            queue.schedule("rabbit.task", 1)
+        assert len(created) == 1 and marks.get(created[0]) is None
+    finally:
+        queue.close()
+        proxy.close()
+
+
+def test_a_batch_that_fails_half_way_keeps_the_records_of_the_tasks_that_were_sent(
+    queues: Callable[..., TaskQueue], recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorder.define()
+    queue = queues()
+    backend = backend_of(queue)
+    original = backend._publish
+    sent = Counter[str]()
+
+    def failing_after_two(channel: Any, message: Any, delay_ms: float) -> None:
+        if sent["ok"] >= 2:
+            raise pika.exceptions.StreamLostError("the link dropped")
+        original(channel, message, delay_ms)
+        sent["ok"] += 1
+
+    monkeypatch.setattr(backend, "_publish", failing_after_two)
+    tasks = [NewTask(f"batch{n}", "rabbit.task", str(n), datetime.now(UTC)) for n in range(5)]
+    with pytest.raises(StoreUnavailable, match="StreamLostError"):
+        backend.enqueue(tasks)
+    assert [queue.status(task.id) for task in tasks] == [TaskStatus.SCHEDULED] * 2 + [TaskStatus.UNKNOWN] * 3
+    monkeypatch.setattr(backend, "_publish", original)
+    queue.start()
+    wait_until(lambda: sorted(recorder.payloads()) == [0, 1], what="the two tasks that were sent to run")
+    time.sleep(0.2)
+    assert sorted(recorder.payloads()) == [0, 1]
+
+
+# -- speed ---------------------------------------------------------------------------------------------------
+
+
+def test_publish_and_drain_throughput(queues: Callable[..., TaskQueue], recorder: Recorder) -> None:
+    recorder.define()
+    queue = queues()
+    count = 3000
+    due = datetime.now(UTC) + timedelta(seconds=4)
+    started = time.perf_counter()
+    queue.schedule_many([("rabbit.task", n, {"run_at": due}) for n in range(count)])
+    published = time.perf_counter() - started
+    queue.start(prefetch=100)
+    wait_until(lambda: len(recorder.payloads()) >= count, timeout=60, what=f"{count} tasks to run")
+    times = sorted(at for _, at in recorder.ran)
+    drain = times[-1] - times[0]
+    print(f"scheduled {count} delayed tasks in {published:.2f}s = {count / published:,.0f} tasks/s (confirmed); "
+          f"one worker ran them from {(times[0] - due.timestamp()) * 1000:.0f} ms after their due time in "
+          f"{drain:.2f}s = {count / drain:,.0f} tasks/s")
+    assert sorted(recorder.payloads()) == list(range(count))
