@@ -18,7 +18,10 @@ class MutexcronConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401 - registers the system checks
+        from django.conf import settings
+
+        # checks: registers the system checks; tasks: the handler of django.tasks tasks (Django 6)
+        from . import checks, tasks  # noqa: F401
         from .autostart import install
         from .conf import get_settings
         from .discovery import autodiscover
@@ -26,7 +29,9 @@ class MutexcronConfig(AppConfig):
         conf = get_settings()  # a bad MUTEXCRON setting raises ImproperlyConfigured here
         if isinstance(conf.store, str):
             conf.build_store().close()  # and so does a malformed store URL (this connects to nothing)
-        autodiscover(conf.modules)
+        if "TASKS" in getattr(settings, "MUTEXCRON", {}) and isinstance(conf.tasks.backend, str):
+            conf.tasks.build_queue().close()  # a malformed task backend or cancel store URL (connects to nothing)
+        autodiscover(conf.modules, conf.tasks.modules)  # the @mutex_cron and the @task_handler modules
         post_migrate.connect(seed_after_migrate, sender=self, dispatch_uid="mutexcron-seed")
         if conf.autostart:
             install()

@@ -9,9 +9,14 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from mutexcron._urls import mask_url
 from mutexcron.cron import resolve_timezone
 from mutexcron.errors import StoreConfigError
 from mutexcron.stores import LockStore, store_from_url
+from mutexcron.tasks import TaskBackend, TaskQueue
+from mutexcron.tasks.cancel_marks import SCHEMES as CANCEL_STORE_SCHEMES
+from mutexcron.tasks.cancel_marks import CancelMarkStore, cancel_marks_from_url
+from mutexcron.tasks.queue import BACKENDS as TASK_BACKEND_SCHEMES
 
 DEFAULTS: dict[str, Any] = {
     "STORE": "django",  # the project's own database; or "django://<alias>", "redis://…", "mongodb://…"
@@ -20,7 +25,54 @@ DEFAULTS: dict[str, Any] = {
     "INSTANCE_ID": None,  # default: host:pid
     "HISTORY_RETENTION": timedelta(days=30),  # None keeps run history forever
     "MODULES": ["cron"],  # <app>.<module> files imported at start-up to find @mutex_cron jobs
+    "TASKS": {},  # delayed one-off tasks: see TASKS_DEFAULTS
 }
+
+TASKS_DEFAULTS: dict[str, Any] = {
+    "BACKEND": "django",  # the project's own database; or "django://<alias>", "redis://…", "amqp://…"
+    "CANCEL_STORE": None,  # amqp:// only (required there): "django" or "redis://…"
+    "MODULES": ["tasks"],  # <app>.<module> files imported at start-up to find @task_handler handlers
+}
+# Task backends whose URL scheme needs a cancel store (the broker cannot look a waiting message up).
+NEEDS_CANCEL_STORE = ("amqp", "amqps")
+
+
+@dataclass(frozen=True)
+class TasksSettings:
+    """``MUTEXCRON["TASKS"]``, checked; ``backend`` and ``cancel_store`` are what TaskQueue takes."""
+
+    backend: str | TaskBackend = "django://"
+    cancel_store: str | None = None
+    modules: tuple[str, ...] = ("tasks",)
+
+    @property
+    def urls(self) -> list[str]:
+        """The configured URLs (to scrub their passwords from any text shown to people)."""
+        return [url for url in (self.backend, self.cancel_store) if isinstance(url, str)]
+
+    def build_queue(self, **options: Any) -> TaskQueue:
+        """A new TaskQueue on the configured backend (``options`` go to TaskQueue: handlers, worker_id).
+
+        Building connects to nothing; a malformed URL raises ImproperlyConfigured naming the key."""
+        marks: CancelMarkStore | None = None
+        if self.cancel_store is not None:
+            try:
+                marks = cancel_marks_from_url(self.cancel_store, backend="the RabbitMQ task backend")
+            except StoreConfigError as error:
+                raise ImproperlyConfigured(f"MUTEXCRON['TASKS']['CANCEL_STORE']: {error}") from None
+        try:
+            return TaskQueue(self.backend, cancel_store=marks, **options)  # type: ignore[arg-type]
+        except StoreConfigError as error:
+            if marks is not None:
+                marks.close()
+            raise ImproperlyConfigured(f"MUTEXCRON['TASKS']['BACKEND']: {error}") from None
+
+    def describe(self) -> str:
+        """The backend (and cancel store) as shown to people: passwords masked."""
+        backend = mask_url(self.backend) if isinstance(self.backend, str) else repr(self.backend)
+        if self.cancel_store is None:
+            return backend
+        return f"{backend} (cancel store {mask_url(self.cancel_store)})"
 
 
 @dataclass(frozen=True)
@@ -31,6 +83,7 @@ class MutexcronSettings:
     instance_id: str | None
     history_retention: timedelta | None
     modules: tuple[str, ...]
+    tasks: TasksSettings = TasksSettings()
 
     @property
     def store_spec(self) -> str | LockStore:
@@ -54,7 +107,7 @@ def get_settings() -> MutexcronSettings:
     user = getattr(settings, "MUTEXCRON", {})
     if not isinstance(user, dict):
         raise ImproperlyConfigured(f"MUTEXCRON must be a dict, not {type(user).__name__}")
-    unknown = set(user) - set(DEFAULTS) - {"TASKS"}
+    unknown = set(user) - set(DEFAULTS)
     if unknown:
         raise ImproperlyConfigured(
             f"MUTEXCRON has unknown key(s) {sorted(unknown)}; known keys: {sorted(DEFAULTS)}"
@@ -80,4 +133,65 @@ def get_settings() -> MutexcronSettings:
     modules = values["MODULES"]
     if not isinstance(modules, list | tuple) or not all(isinstance(m, str) and m for m in modules):
         raise _fail("MODULES", f'must be a list of module names such as ["cron"], not {modules!r}')
-    return MutexcronSettings(store, values["AUTOSTART"], timezone, instance_id, retention, tuple(modules))
+    return MutexcronSettings(store, values["AUTOSTART"], timezone, instance_id, retention, tuple(modules),
+                             _tasks_settings(values["TASKS"]))
+
+
+def _task_fail(key: str, message: str) -> ImproperlyConfigured:
+    return ImproperlyConfigured(f"MUTEXCRON['TASKS'][{key!r}] {message}")
+
+
+def _scheme(url: str) -> str:
+    return url.split("://", 1)[0].lower() if "://" in url else ""
+
+
+def _tasks_settings(tasks: object) -> TasksSettings:
+    """Check ``MUTEXCRON["TASKS"]`` (a dict, every key optional). URLs are shown with passwords masked.
+
+    Only the shape is checked here (types, schemes, which keys go together); a malformed URL is found
+    when the queue is built (``AppConfig.ready()`` builds it once when TASKS is set, connecting to nothing).
+    """
+    if not isinstance(tasks, dict):
+        raise _fail("TASKS", f'must be a dict such as {{"BACKEND": "redis://…"}}, not {type(tasks).__name__}')
+    unknown = set(tasks) - set(TASKS_DEFAULTS)
+    if unknown:
+        raise ImproperlyConfigured(
+            f"MUTEXCRON['TASKS'] has unknown key(s) {sorted(unknown)}; known keys: {sorted(TASKS_DEFAULTS)}"
+        )
+    values = {**TASKS_DEFAULTS, **tasks}
+
+    backend = values["BACKEND"]
+    if isinstance(backend, str):
+        spec = "django://" if backend.strip() == "django" else backend.strip()
+        if _scheme(spec) not in TASK_BACKEND_SCHEMES:
+            shown = repr(mask_url(backend) if "://" in backend else backend)
+            raise _task_fail("BACKEND", f'must be "django", "django://<alias>", a redis://… or amqp://… URL, '
+                                        f"or a TaskBackend, not {shown}")
+    elif isinstance(backend, TaskBackend):
+        spec = backend
+    else:
+        raise _task_fail("BACKEND", f'must be "django", a task backend URL or a TaskBackend, not {backend!r}')
+
+    cancel_store = values["CANCEL_STORE"]
+    needs_marks = isinstance(spec, str) and _scheme(spec) in NEEDS_CANCEL_STORE
+    if cancel_store is None:
+        if needs_marks:
+            raise _task_fail("CANCEL_STORE", f'is required with the RabbitMQ backend {mask_url(spec)!r}: "django" '
+                                             "(the project's database) or a redis://… URL")
+    elif not needs_marks:
+        shown = repr(mask_url(cancel_store) if isinstance(cancel_store, str) else cancel_store)
+        raise _task_fail("CANCEL_STORE", f"is only for the RabbitMQ (amqp://) backend, whose broker cannot cancel "
+                                         f"a waiting message; remove it (it is {shown}, the backend "
+                                         f"{mask_url(spec) if isinstance(spec, str) else spec!r})")
+    elif not isinstance(cancel_store, str) or not cancel_store.strip():
+        raise _task_fail("CANCEL_STORE", f'must be "django" or a redis://… URL, not {cancel_store!r}')
+    else:
+        cancel_store = "django://" if cancel_store.strip() == "django" else cancel_store.strip()
+        if _scheme(cancel_store) not in {*CANCEL_STORE_SCHEMES, "django"}:
+            shown = repr(mask_url(cancel_store) if "://" in cancel_store else cancel_store)
+            raise _task_fail("CANCEL_STORE", f'must be "django" or a redis://… URL, not {shown}')
+
+    modules = values["MODULES"]
+    if not isinstance(modules, list | tuple) or not all(isinstance(m, str) and m for m in modules):
+        raise _task_fail("MODULES", f'must be a list of module names such as ["tasks"], not {modules!r}')
+    return TasksSettings(spec, cancel_store, tuple(modules))

@@ -1,19 +1,30 @@
-"""Find the jobs: import ``<app>.<module>`` (``cron`` by default) for every installed app, like admin.py.
+"""Find the jobs and task handlers: import ``<app>.<module>`` for every installed app, like admin.py.
 
-A bad declaration (invalid cron spec, duplicate name, ...) does not crash start-up: it is kept and
-reported by the system checks (mutexcron.E001/E002), which stop ``runserver`` and ``migrate`` with a
-clear message naming the app, the module and the job.
+- Jobs: the modules in ``MUTEXCRON["MODULES"]`` (``cron`` by default) declare ``@mutex_cron`` jobs.
+- Task handlers: the modules in ``MUTEXCRON["TASKS"]["MODULES"]`` (``tasks`` by default) declare
+  ``@task_handler`` handlers. ``tasks`` is also the conventional name of Celery's and ``django.tasks``'
+  modules: those are imported too (which is what their own start-up does sooner or later); set
+  ``TASKS["MODULES"]`` to another name (``["task_handlers"]``) to import only modules of your own.
+
+A module named in both lists is imported once. A bad declaration (invalid cron spec, duplicate job
+name, invalid task type or handler options, two handlers for one type) does not crash start-up: it is
+kept and reported by the system checks (mutexcron.E001/E002 for jobs, E003 for task handlers), which
+stop ``runserver``, ``migrate`` and ``mutexcron worker`` with a message naming the app, the module and
+the declaration. Any other exception raised by a module propagates, as it does for admin.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import import_module
+from typing import Any
 
 from django.apps import apps
+from django.core.checks import Error, register
 from django.utils.module_loading import module_has_submodule
 
 from mutexcron.errors import MutexcronError
+from mutexcron.tasks import TaskError
 
 
 @dataclass(frozen=True)
@@ -22,21 +33,51 @@ class DeclarationError:
     error: MutexcronError
 
 
-declaration_errors: list[DeclarationError] = []
+declaration_errors: list[DeclarationError] = []  # @mutex_cron: mutexcron.E001 / E002 (checks.py)
+handler_errors: list[DeclarationError] = []  # @task_handler: mutexcron.E003 (below)
 
 
-def autodiscover(module_names: tuple[str, ...]) -> list[str]:
-    """Import every ``<app>.<name>`` that exists; return the modules imported."""
+def is_handler_error(error: MutexcronError) -> bool:
+    """Whether a declaration error comes from ``@task_handler`` (task type, handler options, duplicate type)."""
+    return isinstance(error, TaskError) or str(error).startswith("task type ")
+
+
+def _keep(problem: DeclarationError) -> None:
+    found = handler_errors if is_handler_error(problem.error) else declaration_errors
+    if not any(seen.module == problem.module and str(seen.error) == str(problem.error) for seen in found):
+        found.append(problem)  # the apps' ready() may run again (override_settings): report it once
+
+
+def autodiscover(module_names: tuple[str, ...], handler_module_names: tuple[str, ...] = ()) -> list[str]:
+    """Import every ``<app>.<name>`` that exists, for the jobs' and the handlers' module names (each module
+    once); return the modules imported. A declaration error is kept for the checks, by its kind."""
     imported = []
+    names = list(dict.fromkeys([*module_names, *handler_module_names]))
     for app_config in apps.get_app_configs():
-        for name in module_names:
+        for name in names:
             if not module_has_submodule(app_config.module, name):
                 continue
             dotted = f"{app_config.name}.{name}"
             try:
                 import_module(dotted)
             except MutexcronError as error:
-                declaration_errors.append(DeclarationError(dotted, error))
+                _keep(DeclarationError(dotted, error))
             else:
                 imported.append(dotted)
     return imported
+
+
+@register("mutexcron")
+def check_handler_declarations(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """mutexcron.E003: a task handler module raised while declaring its handlers."""
+    messages = []
+    for problem in handler_errors:
+        duplicate = "has two handlers" in str(problem.error)
+        messages.append(Error(
+            f"{problem.module}: {problem.error}",
+            hint="Give one of the functions another task type; a type has exactly one handler." if duplicate
+            else "Fix the @task_handler declaration; tasks of the module's types are not run until then.",
+            obj=problem.module,
+            id="mutexcron.E003",
+        ))
+    return messages

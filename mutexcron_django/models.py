@@ -58,3 +58,71 @@ class JobRun(models.Model):
     @property
     def duration(self):  # type: ignore[no-untyped-def]
         return self.finished_at - self.started_at if self.finished_at else None
+
+
+class ScheduledTask(models.Model):
+    """A delayed one-off task of ``TaskQueue("django://")`` (see ``mutexcron_django.tasks_backend``).
+
+    ``due`` is when it may run next (its ``run_at``, or a retry's time); ``claim_token`` is the token of
+    the worker's claim that holds it while ``running``, until ``visible_until`` (database clock).
+    """
+
+    class Status(models.TextChoices):
+        SCHEDULED = "scheduled"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    id = models.CharField(primary_key=True, max_length=64)
+    task_type = models.CharField(max_length=100)
+    payload = models.TextField(help_text="JSON")
+    run_at = models.DateTimeField(help_text="when it was scheduled to run")
+    due = models.DateTimeField(help_text="when it may run next (a retry moves it)")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.SCHEDULED)
+    attempts = models.IntegerField(default=0)
+    claims = models.BigIntegerField(default=0, help_text="how many times a worker claimed it")
+    claim_token = models.CharField(max_length=64, null=True, blank=True)
+    claimed_by = models.CharField(max_length=255, null=True, blank=True)
+    visible_until = models.DateTimeField(null=True, blank=True, help_text="a running claim expires then")
+    error = models.TextField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "scheduled task"
+        indexes = [
+            models.Index(fields=["status", "task_type", "due"], name="mutexcron_task_claim_idx"),
+            models.Index(fields=["status", "visible_until"], name="mutexcron_task_visible_idx"),
+            models.Index(fields=["status", "finished_at"], name="mutexcron_task_finished_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_type} {self.id} ({self.status})"
+
+
+class TaskMark(models.Model):
+    """A task's record beside a message broker (RabbitMQ): status, attempts, generation, cancel mark.
+
+    See ``mutexcron.tasks.cancel_marks`` and ``mutexcron_django.cancel_marks``. A row whose
+    ``expires_at`` has passed counts as absent (and is pruned); NULL never expires (a failed task).
+    """
+
+    id = models.CharField(primary_key=True, max_length=64)
+    task_type = models.CharField(max_length=100)
+    payload = models.TextField(help_text="JSON")
+    run_at = models.DateTimeField()
+    status = models.CharField(max_length=16, choices=ScheduledTask.Status.choices)
+    attempts = models.IntegerField(default=0)
+    gen = models.IntegerField(default=1)
+    error = models.TextField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = "task mark"
+
+    def __str__(self) -> str:
+        return f"{self.task_type} {self.id} ({self.status}, generation {self.gen})"

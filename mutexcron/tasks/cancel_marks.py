@@ -368,6 +368,7 @@ SCHEMES: dict[str, str] = {
     "redis": "mutexcron.tasks.cancel_marks.RedisCancelMarks",
     "rediss": "mutexcron.tasks.cancel_marks.RedisCancelMarks",
     "unix": "mutexcron.tasks.cancel_marks.RedisCancelMarks",
+    "django": "mutexcron_django.cancel_marks.DjangoCancelMarks",  # the SQL database (needs mutexcron_django)
 }
 
 

@@ -56,7 +56,7 @@ DATABASES = {
         "PORT": os.environ.get("MUTEXCRON_TEST_PG_PORT", "5432"),
         "USER": os.environ.get("MUTEXCRON_TEST_PG_USER", "postgres"),
         "NAME": "test",
-        "TEST": {"NAME": f"mutexcron_test_{_RUN}"},
+        "TEST": {"NAME": f"mutexcron_test_{_RUN}", "DEPENDENCIES": []},
     },
     "mariadb": {
         "ENGINE": "django.db.backends.mysql",
@@ -65,7 +65,12 @@ DATABASES = {
         "USER": "root",
         "PASSWORD": "",
         "NAME": "test",
-        "TEST": {"NAME": f"mutexcron_test_{_RUN}", "CHARSET": "utf8mb4", "COLLATION": "utf8mb4_bin"},
+        "TEST": {
+            "NAME": f"mutexcron_test_{_RUN}",
+            "CHARSET": "utf8mb4",
+            "COLLATION": "utf8mb4_bin",
+            "DEPENDENCIES": [],
+        },
         "OPTIONS": {"charset": "utf8mb4"},
     },
 }

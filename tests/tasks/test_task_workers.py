@@ -49,6 +49,9 @@ class WorkerBackend:
 
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest], WorkerBackend]] = {
     "redis": lambda request: WorkerBackend(request.getfixturevalue("redis_tasks_url")),
+    # django:// on a fresh PostgreSQL database, migrated and dropped by tests/django/tasks_support.py
+    "django": lambda request: __import__("tests.django.tasks_support", fromlist=["fleet_backend"])
+    .fleet_backend(request, "postgresql"),
 }
 
 

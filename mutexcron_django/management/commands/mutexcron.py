@@ -5,6 +5,7 @@
 - ``trigger NAME``: run a job now under its lock; fails (exit 1) if the job failed or did not run.
 - ``unlock NAME [--delete]``: free a job's lock (an operator's action); ``--delete`` removes an orphan's.
 - ``seed``: create the missing lock documents; ``prune [--older-than DAYS]``: delete old run history.
+- ``worker [--types A,B] [--prefetch N]``: a foreground task worker; SIGTERM or SIGINT stops it cleanly.
 
 Each subcommand is one method decorated with :func:`subcommand`; its arguments are declared in the
 decorator, so adding one (``worker``, say) is adding one method.
@@ -79,6 +80,23 @@ def _days(text: str) -> float:
     return days
 
 
+def _task_types(text: str) -> list[str]:
+    types = [name.strip() for name in text.split(",") if name.strip()]
+    if not types:
+        raise argparse.ArgumentTypeError(f"{text!r} names no task type (give A,B)")
+    return list(dict.fromkeys(types))
+
+
+def _prefetch(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
 def _when(value: datetime | None, zone: tzinfo = UTC) -> str:
     if value is None:
         return "-"
@@ -106,7 +124,7 @@ def _lock_state(state: LockState | None, now: datetime) -> str:
 
 
 class Command(BaseCommand):
-    help = "Inspect and operate mutexcron jobs: list, run, trigger, unlock, seed, prune."
+    help = "Inspect and operate mutexcron jobs and tasks: list, run, trigger, unlock, seed, prune, worker."
 
     # -- plumbing -----------------------------------------------------------------------------------
 
@@ -417,6 +435,112 @@ class Command(BaseCommand):
         except DatabaseError as error:
             raise CommandError(f"could not prune the run history: {error}") from None
         self.stdout.write(f"deleted {deleted} run(s) that started before {_when(cutoff)} (older than {retention})")
+
+
+    # -- worker ---------------------------------------------------------------------------------------
+
+    @subcommand(
+        "worker",
+        "Run a task worker in the foreground until SIGTERM or SIGINT (which stop it after the running task).",
+        argument("--types", type=_task_types, metavar="A,B",
+                 help="Run only these task types (comma-separated); default: every registered one."),
+        argument("--prefetch", type=_prefetch, default=10, metavar="N",
+                 help="Claim up to N due tasks at a time (default 10)."),
+    )
+    def worker(self, *, types: list[str] | None = None, prefetch: int = 10, verbosity: int = 1, **_: Any) -> None:
+        from django.core.exceptions import ImproperlyConfigured
+
+        from mutexcron._urls import scrub
+        from mutexcron.errors import MutexcronError
+
+        from ...tasks import get_task_queue
+
+        conf = get_settings().tasks
+        try:
+            queue = get_task_queue()
+        except ImproperlyConfigured as error:
+            raise CommandError(str(error)) from None
+        registered = queue.handlers.types()
+        if types is None:
+            if not registered:
+                raise CommandError(
+                    "no task handlers are registered (looked for @task_handler in the installed apps' modules: "
+                    f"{', '.join(conf.modules)}; see MUTEXCRON['TASKS']['MODULES'])"
+                )
+            types = registered
+        unknown = [name for name in types if name not in queue.handlers]
+        if unknown:
+            raise CommandError(f"unknown task type(s) {', '.join(unknown)}; registered: "
+                               f"{', '.join(registered) or 'none'}")
+
+        def masked(text: str) -> str:
+            for url in conf.urls:
+                text = scrub(text, url)
+            return text
+
+        stop = threading.Event()
+        received: list[int] = []
+
+        def on_signal(signum: int, frame: object) -> None:
+            received.append(signum)
+            stop.set()
+
+        try:
+            previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        except ValueError:
+            raise CommandError("mutexcron worker must run in the main thread (it stops on SIGTERM/SIGINT)") from None
+        logger = logging.getLogger("mutexcron")
+        level = logger.level
+        log_handler = self._log_to_stderr(logger, verbosity)
+        failure: list[BaseException] = []
+
+        def consume() -> None:
+            try:
+                queue.run_worker(types, prefetch=prefetch)
+            except BaseException as error:  # reported by the main thread
+                failure.append(error)
+            finally:
+                stop.set()
+
+        thread = threading.Thread(target=consume, name="mutexcron-task-worker", daemon=True)
+        try:
+            self.stdout.write(
+                f"mutexcron task worker {queue.worker_id} running {', '.join(types)} on "
+                f"{masked(repr(queue.backend))} (prefetch {prefetch}); stop with SIGTERM or Ctrl-C"
+            )
+            self.stdout.flush()
+            thread.start()
+            while not stop.wait(0.5):
+                pass
+            if received:
+                self.stdout.write(f"mutexcron: {signal.Signals(received[0]).name} received; stopping task worker "
+                                  f"{queue.worker_id} after the task it is running")
+                self.stdout.flush()
+            # A second signal while the running task finishes: leave at once; the task comes back after its
+            # visibility timeout (the claim was not released), to this or another worker.
+            for sig in previous:
+                signal.signal(sig, self._leave_now)
+            while thread.is_alive():
+                queue.stop(timeout=0)  # again until it stops: run_worker may have cleared an early stop
+                thread.join(0.5)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if log_handler is not None:
+                logger.removeHandler(log_handler)
+                logger.setLevel(level)
+        if failure:
+            error = failure[0]
+            if isinstance(error, MutexcronError | ImproperlyConfigured):
+                raise CommandError(f"the task worker stopped: {masked(str(error))}") from None
+            raise error
+        self.stdout.write(f"mutexcron: task worker {queue.worker_id} stopped")
+
+    def _leave_now(self, signum: int, frame: object) -> None:
+        sys.stderr.write(f"mutexcron: {signal.Signals(signum).name} received again; exiting without waiting for "
+                         "the running task (it runs again after its visibility timeout)\n")
+        sys.stderr.flush()
+        os._exit(1)
 
 
 __all__ = ["Command", "argument", "subcommand"]

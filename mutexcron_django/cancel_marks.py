@@ -1,0 +1,242 @@
+"""Task records of the RabbitMQ task backend in the app's SQL database: ``cancel_store="django://[alias]"``.
+
+The :class:`~mutexcron.tasks.cancel_marks.CancelMarkStore` interface on the ``TaskMark`` model (table
+``mutexcron_taskmark``): one row per task with its status, attempts, generation, error and expiry. Every
+change is a compare-and-set on one row: ``cancel``, ``finish``, ``reschedule`` and ``reopen`` are one
+conditional ``UPDATE … WHERE id = … AND status = … AND gen = …`` each; ``claim`` (whose verdict depends on
+the row) first locks the row with a no-op ``UPDATE`` (a row lock on PostgreSQL and MySQL/MariaDB, the
+write lock on SQLite, so no read-then-write upgrade can fail), then reads and decides, in one transaction.
+A cancel and a claim of one task are therefore serialised on its row: exactly one of them wins.
+
+Expiry: SQL has no TTL, so a row whose ``expires_at`` has passed (database clock) counts as absent, and
+expired rows are deleted by :meth:`DjangoCancelMarks.prune` (run by ``create`` at most every 10 minutes).
+``expires_at`` is ``max(run_at, now) + retention``, NULL for a failed task (kept until it is retried).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import ParamSpec, TypeVar
+from urllib.parse import unquote, urlsplit
+
+from django.db import Error, IntegrityError, connections, router, transaction
+from django.db.models import F, Q
+
+from mutexcron._urls import mask_url, pop_query_options
+from mutexcron.errors import StoreConfigError, StoreUnavailable
+from mutexcron.tasks.cancel_marks import DEFAULT_RETENTION, MAX_ERROR_CHARS, CancelMarkStore, Claim, TaskRecord, Verdict
+from mutexcron.tasks.model import NewTask, TaskStatus
+
+from .models import TaskMark
+from .tasks_backend import DbNow, _drop_if_broken
+
+__all__ = ["DjangoCancelMarks"]
+
+PRUNE_EVERY = 600.0  # seconds between two deletions of expired rows by one store
+PRUNE_CHUNK = 1000
+FINISHED = (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _live() -> Q:
+    return Q(expires_at__isnull=True) | Q(expires_at__gt=DbNow())
+
+
+def _clip(error: str | None) -> str | None:
+    if not error:
+        return None
+    return error if len(error) <= MAX_ERROR_CHARS else "…" + error[-MAX_ERROR_CHARS:]
+
+
+class DjangoCancelMarks(CancelMarkStore):
+    """Task records as ``TaskMark`` rows; ``using`` is the database alias (default: the router's)."""
+
+    def __init__(self, using: str | None = None, *, retention: timedelta = DEFAULT_RETENTION) -> None:
+        self.using = using or router.db_for_write(TaskMark)
+        if self.using not in connections.databases:
+            known = ", ".join(sorted(connections.databases))
+            raise StoreConfigError(f"django://{self.using}: no database alias {self.using!r} (DATABASES has {known})")
+        if not isinstance(retention, timedelta) or retention <= timedelta(0):
+            raise StoreConfigError(f"cancel store retention must be a positive duration, not {retention!r}")
+        self.retention = retention
+        self._next_prune = 0.0
+        self._prune_lock = threading.Lock()
+
+    @classmethod
+    def from_url(cls, url: str) -> DjangoCancelMarks:
+        """``django://`` or ``django://<alias>``, with ``?retention=<seconds>`` (default 7 days)."""
+        cleaned, options = pop_query_options(url, ("retention",))
+        parts = urlsplit(cleaned)
+        if parts.query or parts.fragment or parts.path.strip("/"):
+            raise StoreConfigError(f"malformed cancel store URL {mask_url(url)!r}: use django://[alias][?retention=…]")
+        retention = DEFAULT_RETENTION
+        if "retention" in options:
+            try:
+                retention = timedelta(seconds=float(options["retention"]))
+            except (ValueError, OverflowError):
+                raise StoreConfigError(
+                    f"cancel store URL {mask_url(url)!r}: retention={options['retention']!r} is not a number of seconds"
+                ) from None
+        return cls(unquote(parts.netloc) or None, retention=retention)
+
+    @property
+    def _marks(self):  # type: ignore[no-untyped-def]
+        return TaskMark.objects.using(self.using)
+
+    def _call(self, operation: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return operation(*args, **kwargs)
+        except Error as error:
+            _drop_if_broken(self.using)
+            raise StoreUnavailable(f"task cancel store django://{self.using}: {type(error).__name__}: {error}") \
+                from error
+
+    def _expiry(self, run_at: datetime) -> datetime:
+        return max(run_at, datetime.now(UTC)) + self.retention
+
+    # -- the interface ------------------------------------------------------------------------------
+
+    def create(self, tasks: Sequence[NewTask]) -> None:
+        if not tasks:
+            return
+        features = connections[self.using].features
+
+        def run() -> None:
+            rows = [
+                TaskMark(id=task.id, task_type=task.task_type, payload=task.payload, run_at=task.run_at,
+                         status=TaskStatus.SCHEDULED.value, attempts=0, gen=1, error=None,
+                         expires_at=self._expiry(task.run_at), updated_at=DbNow())
+                for task in tasks
+            ]
+            # Like the Redis store: a record of the same id (an expired one) is overwritten.
+            self._marks.bulk_create(
+                rows, batch_size=500, update_conflicts=True,
+                unique_fields=["id"] if features.supports_update_conflicts_with_target else None,
+                update_fields=["task_type", "payload", "run_at", "status", "attempts", "gen", "error", "expires_at",
+                               "updated_at"],
+            )
+
+        self._call(run)
+        self._maybe_prune()
+
+    def discard(self, task_ids: Sequence[str]) -> None:
+        if task_ids:
+            self._call(lambda: self._marks.filter(pk__in=list(task_ids)).delete())
+
+    def get(self, task_id: str) -> TaskRecord | None:
+        row = self._call(lambda: self._marks.filter(_live(), pk=task_id).first())
+        return _record(row) if row is not None else None
+
+    def cancel(self, task_id: str) -> bool:
+        return self._call(lambda: self._marks.filter(_live(), pk=task_id, status=TaskStatus.SCHEDULED.value)
+                          .update(status=TaskStatus.CANCELLED.value, updated_at=DbNow()) == 1)
+
+    def claim(self, task_id: str, *, gen: int, attempt: int, redelivered: bool) -> Claim:
+        def run() -> Claim:
+            with transaction.atomic(using=self.using):
+                # Lock the row first (a write): the decision below is made on a row nobody else can change.
+                self._marks.filter(pk=task_id).update(gen=F("gen"))
+                row = self._marks.filter(_live(), pk=task_id).first()
+                if row is None:
+                    return Claim(Verdict.MISSING, 0)
+                attempts = row.attempts
+                if row.status == TaskStatus.CANCELLED:
+                    return Claim(Verdict.CANCELLED, attempts)
+                if gen < row.gen:
+                    return Claim(Verdict.STALE, attempts)
+                if row.status == TaskStatus.SUCCEEDED:
+                    return Claim(Verdict.DONE, attempts)
+                if gen == row.gen:
+                    if row.status == TaskStatus.FAILED:
+                        return Claim(Verdict.DONE, attempts)
+                    if row.status == TaskStatus.RUNNING and not redelivered:
+                        return Claim(Verdict.DUPLICATE, attempts)
+                    attempts += 1
+                else:
+                    attempts = attempt
+                self._marks.filter(pk=task_id).update(
+                    status=TaskStatus.RUNNING.value, gen=gen, attempts=attempts,
+                    expires_at=self._expiry(datetime.now(UTC)), updated_at=DbNow(),
+                )
+                return Claim(Verdict.RUN, attempts)
+
+        return self._call(run)
+
+    def adopt(self, task: NewTask, *, gen: int, attempts: int) -> bool:
+        def run() -> bool:
+            with transaction.atomic(using=self.using):
+                self._marks.filter(pk=task.id, expires_at__lte=DbNow()).delete()
+                try:
+                    with transaction.atomic(using=self.using):
+                        self._marks.create(
+                            id=task.id, task_type=task.task_type, payload=task.payload, run_at=task.run_at,
+                            status=TaskStatus.RUNNING.value, attempts=attempts, gen=gen, error=None,
+                            expires_at=self._expiry(task.run_at), updated_at=DbNow(),
+                        )
+                except IntegrityError:
+                    return False  # a record appeared meanwhile
+                return True
+
+        return self._call(run)
+
+    def finish(self, task_id: str, *, gen: int, status: TaskStatus, error: str | None = None) -> bool:
+        if status not in FINISHED:
+            raise ValueError(f"finish() takes succeeded, failed or cancelled, not {status!r}")
+        expires = None if status == TaskStatus.FAILED else self._expiry(datetime.now(UTC))
+        return self._call(lambda: self._marks.filter(_live(), pk=task_id, status=TaskStatus.RUNNING.value, gen=gen)
+                          .update(status=status.value, error=_clip(error), expires_at=expires,
+                                  updated_at=DbNow()) == 1)
+
+    def reschedule(self, task_id: str, *, gen: int, new_gen: int, run_at: datetime, error: str) -> bool:
+        return self._call(lambda: self._marks.filter(_live(), pk=task_id, status=TaskStatus.RUNNING.value, gen=gen)
+                          .update(status=TaskStatus.SCHEDULED.value, gen=new_gen, run_at=run_at, error=_clip(error),
+                                  expires_at=self._expiry(run_at), updated_at=DbNow()) == 1)
+
+    def reopen(self, task_id: str, *, gen: int, new_gen: int, run_at: datetime) -> bool:
+        def run() -> bool:
+            live = self._marks.filter(_live(), pk=task_id)
+            if live.filter(status=TaskStatus.FAILED.value, gen=gen).update(
+                status=TaskStatus.SCHEDULED.value, gen=new_gen, run_at=run_at, attempts=0,
+                expires_at=self._expiry(run_at), updated_at=DbNow(),
+            ) == 1:
+                return True
+            # The re-published message overtook this call (and claimed the record): done already.
+            return live.exclude(status=TaskStatus.CANCELLED.value).filter(gen__gte=new_gen).exists()
+
+        return self._call(run)
+
+    def prune(self) -> int:
+        """Delete expired rows; returns how many."""
+        def run() -> int:
+            deleted = 0
+            while True:
+                ids = list(self._marks.filter(expires_at__lte=DbNow()).values_list("pk", flat=True)[:PRUNE_CHUNK])
+                if not ids:
+                    return deleted
+                deleted += self._marks.filter(pk__in=ids, expires_at__lte=DbNow()).delete()[0]
+
+        return self._call(run)
+
+    def _maybe_prune(self) -> None:
+        with self._prune_lock:
+            if time.monotonic() < self._next_prune:
+                return
+            self._next_prune = time.monotonic() + PRUNE_EVERY
+        with contextlib.suppress(StoreUnavailable):  # the next create tries again later; nothing depends on it
+            self.prune()
+
+    def __repr__(self) -> str:
+        return f"<DjangoCancelMarks database={self.using!r}>"
+
+
+def _record(row: TaskMark) -> TaskRecord:
+    return TaskRecord(
+        id=row.id, task_type=row.task_type, payload=row.payload, run_at=row.run_at.astimezone(UTC),
+        status=TaskStatus(row.status), attempts=row.attempts, gen=row.gen, error=row.error or None,
+    )

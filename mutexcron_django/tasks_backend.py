@@ -1,0 +1,1016 @@
+"""Delayed tasks in the app's own SQL database: ``TaskQueue("django://[alias][?max_sleep=…&retention=…]")``.
+
+One row per task in the ``ScheduledTask`` model (table ``mutexcron_scheduledtask``): ``id`` (the uuid hex
+TaskQueue gives), ``task_type``, ``payload`` (JSON text), ``run_at``, ``due`` (when it may run next: a retry
+moves it), ``status``, ``attempts``, ``claims`` (how many claims ever), ``claim_token`` (the token of the
+claim that holds a running task), ``claimed_by``, ``visible_until``, ``error`` and timestamps. Every time
+that decides something is the database's clock (``Now()``; ``UTC_TIMESTAMP(6)`` on MySQL/MariaDB), as in
+the SQL lock store, except ``run_at`` itself, which the producer computes (``delay`` is added to its clock).
+
+**Claim.** PostgreSQL and MySQL/MariaDB: in one transaction, for each task type, ``SELECT … WHERE status =
+'scheduled' AND task_type = … AND due <= now ORDER BY due LIMIT n FOR UPDATE SKIP LOCKED`` (the index
+(status, task_type, due) gives the order, so each reads and locks at most ``n`` rows), the earliest ``n``
+of those, then ``UPDATE … SET status = 'running', claim_token = <new token>, attempts + 1, visible_until
+= now + visibility timeout WHERE id IN (those)``. Two workers never lock the same row, so
+they never get the same task and never wait for each other. SQLite (one writer at a time): one
+conditional ``UPDATE … WHERE id IN (SELECT id … due <= now ORDER BY due LIMIT n) AND status =
+'scheduled'`` in autocommit, then the rows marked with this claim's token are read back. Before each
+claim, running tasks whose ``visible_until`` passed (their worker died or hung) go back to
+``scheduled``, due now, with the attempt counted.
+
+**Owner token.** Ack, retry_later, fail, release and the heartbeat's extension are ``UPDATE … WHERE id =
+… AND status = 'running' AND claim_token = <the delivery's token>``: a worker whose claim expired (and
+was re-claimed by another) changes nothing. A heartbeat thread per worker extends the claims of its
+deliveries (prefetched ones included) every third of their visibility timeout. Cancel is ``UPDATE …
+SET status = 'cancelled' WHERE id = … AND status = 'scheduled'`` (True when one row changed): it races
+with claims on the row itself, so a task is either cancelled or run, never both. A failed task is kept
+(with its error) until ``retry(id)``; succeeded and cancelled ones are deleted ``retention`` after they
+finished (default 7 days, ``?retention=<seconds>``), by the workers, at most once an hour.
+
+**Waking, without polling at a fixed interval.** After a claim that found nothing, a worker reads with
+one query the earliest ``due`` of its task types and the earliest ``visible_until`` of their running
+tasks (and the database's time), and sleeps until then. It is woken early:
+
+* in the same process (any database), through an in-process condition: ``enqueue`` (once its
+  transaction commits), ``retry``, ``retry_later``, a release and a re-queued expired claim post the due
+  time of what they changed to every worker of that database alias in the process;
+* across processes on PostgreSQL, by ``LISTEN``/``NOTIFY`` on channel ``mutexcron_tasks``: the enqueue
+  transaction sends ``NOTIFY`` (delivered when it commits, not at all if it rolls back) with the earliest
+  due time per task type, and a claim sends its visibility deadline, so that sleeping workers take over
+  a dead worker's tasks on time. Each process LISTENs on one psycopg (3) connection of its own, opened by
+  a thread beside its workers (and closed when the last of them stops); a worker does its first claim
+  only once LISTEN is in place, and looks again whenever that connection had to be re-opened;
+* across processes on SQLite and MySQL/MariaDB there is **no notification channel**: a task scheduled by
+  another process (a web process, typically) is seen at the latest after ``max_sleep`` (default 1 s;
+  ``django://?max_sleep=0.2``), the longest a waiting worker sleeps without looking. So a task due
+  sooner than ``max_sleep`` after it was scheduled elsewhere may start up to ``max_sleep`` late. Such a
+  look is one read (the earliest due time); the worker claims only when something is due. On PostgreSQL
+  ``max_sleep`` defaults to 60 s and only covers lost notifications (1 s while LISTEN is down).
+
+**Connections.** Django connections belong to a thread. A worker calls ``close_old_connections()`` before
+and after each claim/run cycle (a long-lived worker survives restarts of the database; ``CONN_MAX_AGE`` is
+honoured, so with Django's default of 0 every cycle opens a connection: about 4 ms and cold catalog caches
+on PostgreSQL, which is most of its ~10 ms start lateness; ``CONN_MAX_AGE = 60`` or a pool brings it to
+~3-5 ms), it holds no connection while it sleeps (unless ``CONN_MAX_AGE`` keeps one), and it closes its
+connections when it stops. Database errors are raised as :class:`~mutexcron.errors.StoreUnavailable`
+(deadlocks and lock timeouts are retried twice first); after one, an unusable connection is closed so
+that the next call reconnects.
+
+**Limits.** ``run_at`` comes from the producer's clock and ``now`` from the database's: a skew between
+them shifts start times by as much. LISTEN needs psycopg 3 (with psycopg2, PostgreSQL workers fall back
+to ``max_sleep``, 1 s). The in-process wake-ups need ``transaction.on_commit``, so a task scheduled
+inside a transaction that never commits (Django's ``TestCase``) wakes nobody, as it should.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, ParamSpec, TypeVar
+from urllib.parse import unquote, urlsplit
+
+from django.db import Error, close_old_connections, connections, router, transaction
+from django.db.models import Case, CharField, DateTimeField, ExpressionWrapper, F, Value, When
+from django.db.models.functions import Cast, Coalesce, Concat, Now
+
+from mutexcron._urls import mask_url, pop_query_options
+from mutexcron.errors import StoreConfigError, StoreUnavailable
+from mutexcron.tasks.backends.base import Delivery, TaskBackend
+from mutexcron.tasks.handlers import validate_task_type
+from mutexcron.tasks.model import NewTask, TaskInfo, TaskStatus
+
+from .models import ScheduledTask
+
+__all__ = ["DbNow", "DjangoDelivery", "DjangoTaskBackend"]
+
+logger = logging.getLogger("mutexcron.tasks.django")
+
+CHANNEL = "mutexcron_tasks"  # PostgreSQL LISTEN/NOTIFY channel (channels are per database)
+DEFAULT_MAX_SLEEP = 1.0  # seconds; SQLite and MySQL/MariaDB: no wake-up across processes
+DEFAULT_MAX_SLEEP_NOTIFIED = 60.0  # seconds; PostgreSQL: NOTIFY wakes workers, this covers lost ones
+UNLISTENED_MAX_SLEEP = 1.0  # PostgreSQL while the LISTEN connection is down
+DEFAULT_RETENTION = timedelta(days=7)
+PRUNE_EVERY = 3600.0  # seconds between two deletions of old finished tasks by one worker
+PRUNE_CHUNK = 1000
+STOP_CHECK_SECONDS = 0.25  # a waiting worker notices a set ``stop`` within this, even without wake()
+LISTEN_POLL_SECONDS = 0.1  # the LISTEN thread notices that no worker needs it any more within this
+BUSY_PAUSE = 0.005  # seconds: due tasks exist but another worker holds them (for a few ms)
+WARM_UP_AHEAD = 0.05  # seconds: a sleeping worker connects this long before a known due time
+ENQUEUE_CHUNK = 500
+REQUEUE_LIMIT = 100  # expired claims put back per claim call
+LISTEN_READY_TIMEOUT = 5.0
+MAX_ERROR_CHARS = 32_000
+DEADLOCK_RETRIES = 3
+
+Status = ScheduledTask.Status
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class DbNow(Now):
+    """Django's ``Now()``, except ``UTC_TIMESTAMP(6)`` on MySQL/MariaDB.
+
+    Django stores UTC there whatever the session time zone, while ``CURRENT_TIMESTAMP`` is in the session
+    zone (the server's own zone unless set), so due times written by Python and the database's "now" would
+    disagree by the zone's offset.
+    """
+
+    def as_mysql(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
+        return self.as_sql(compiler, connection, template="UTC_TIMESTAMP(6)", **extra_context)
+
+
+def _now_plus(duration: timedelta) -> ExpressionWrapper:
+    return ExpressionWrapper(DbNow() + Value(duration), output_field=DateTimeField())
+
+
+def _now_minus(duration: timedelta) -> ExpressionWrapper:
+    return ExpressionWrapper(DbNow() - Value(duration), output_field=DateTimeField())
+
+
+# The clock DbNow() reads, in raw SQL (for the one query that is not built by the ORM); % doubled for params.
+_NOW_SQL = {
+    "postgresql": "STATEMENT_TIMESTAMP()",
+    "mysql": "UTC_TIMESTAMP(6)",
+    "sqlite": "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')",
+}
+
+
+def _aware(value: datetime | str | None) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _ms(value: datetime) -> int:
+    return round(value.timestamp() * 1000)
+
+
+def _seconds(raw: str, name: str, url: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise StoreConfigError(
+            f"task backend URL {mask_url(url)!r}: {name}={raw!r} must be a positive number of seconds"
+        )
+    return value
+
+
+def _clip(error: str) -> str:
+    """A handler's traceback, shortened in the middle if it is huge."""
+    error = str(error)
+    if len(error) <= MAX_ERROR_CHARS:
+        return error
+    half = MAX_ERROR_CHARS // 2
+    return f"{error[:half]}\n[…]\n{error[-half:]}"
+
+
+def _is_retryable(error: BaseException) -> bool:
+    """A deadlock, serialization failure, lock wait timeout or a busy SQLite file: worth one more try."""
+    cause = error.__cause__ or error
+    if getattr(cause, "sqlstate", None) in ("40P01", "40001", "55P03"):
+        return True
+    args = getattr(cause, "args", ())
+    if args and args[0] in (1205, 1213):  # MySQL/MariaDB: lock wait timeout, deadlock
+        return True
+    return "database is locked" in str(cause)
+
+
+# -- in-process wake-ups -------------------------------------------------------------------------------
+
+WAKE = None  # a message that means "look again now" (wake(), or a LISTEN connection that was re-opened)
+
+
+class _Inbox:
+    """The wake-up messages of one consume() call: ``(due_ms, task_type)`` (``"*"``: any type) or WAKE."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.messages: list[tuple[int, str] | None] = []
+
+    def put(self, message: tuple[int, str] | None) -> None:
+        with self.cond:
+            self.messages.append(message)
+            self.cond.notify_all()
+
+    def take(self) -> list[tuple[int, str] | None]:
+        """The messages received so far (the caller holds ``cond`` or does not care about a race)."""
+        messages, self.messages = self.messages, []
+        return messages
+
+
+class _Hub:
+    """Every consume() of one database alias in this process: in-process wake-ups, and on PostgreSQL the
+    thread that LISTENs on its own connection and turns notifications into the same wake-ups."""
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+        self.pid = os.getpid()
+        self._lock = threading.Lock()
+        self._inboxes: set[_Inbox] = set()
+        self._listener: threading.Thread | None = None
+        self.listening = threading.Event()
+
+    def post(self, message: tuple[int, str] | None) -> None:
+        with self._lock:
+            inboxes = list(self._inboxes)
+        for inbox in inboxes:
+            inbox.put(message)
+
+    def subscribe(self, inbox: _Inbox, *, listen: bool) -> None:
+        with self._lock:
+            self._inboxes.add(inbox)
+            if listen and self._listener is None:
+                self.listening.clear()
+                self._listener = threading.Thread(
+                    target=self._listen, name=f"mutexcron-task-listen-{self.alias}", daemon=True
+                )
+                self._listener.start()
+        # Listening (confirmed) before the first claim: no notification sent after it can be missed.
+        if listen and not self.listening.wait(LISTEN_READY_TIMEOUT):
+            logger.warning("task workers on database %r: LISTEN is not ready; sleeping at most %.1fs meanwhile",
+                           self.alias, UNLISTENED_MAX_SLEEP)
+
+    def unsubscribe(self, inbox: _Inbox) -> None:
+        with self._lock:
+            self._inboxes.discard(inbox)
+            listener = self._listener if not self._inboxes else None
+        if listener is not None:
+            # The last worker of this database here: wait (briefly) for the LISTEN connection to close, so
+            # that nothing holds the database once the workers stopped (dropping it, e.g. after tests).
+            listener.join(LISTEN_POLL_SECONDS + 1.0)
+
+    def _wanted(self) -> bool:
+        with self._lock:
+            if self._inboxes:
+                return True
+            self._listener = None  # decided under the lock: a new subscriber starts a new listener
+            return False
+
+    def _listen(self) -> None:
+        import psycopg
+
+        conn: Any = None
+        failures = 0
+        try:
+            while self._wanted():
+                try:
+                    if conn is None:
+                        conn = psycopg.connect(**_listen_params(self.alias), autocommit=True)
+                        conn.execute(f"LISTEN {CHANNEL}")
+                        if failures:
+                            logger.info("task workers on database %r: LISTEN connection re-opened", self.alias)
+                            self.post(WAKE)  # notifications may have been lost meanwhile: look now
+                        failures = 0
+                        self.listening.set()
+                    for notify in conn.notifies(timeout=LISTEN_POLL_SECONDS):
+                        message = _parse_wake(notify.payload)
+                        if message is not None:
+                            self.post(message)
+                except (psycopg.Error, OSError) as error:
+                    self.listening.clear()
+                    failures += 1
+                    if failures == 1:
+                        logger.warning("task workers on database %r: LISTEN connection: %s", self.alias, error)
+                    if conn is not None:
+                        with contextlib.suppress(Exception):
+                            conn.close()
+                        conn = None
+                    time.sleep(min(2.0, 0.1 * 2 ** min(failures, 5)))
+        finally:
+            self.listening.clear()
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    conn.close()
+
+
+_hubs: dict[str, _Hub] = {}
+_hubs_lock = threading.Lock()
+
+
+def _hub(alias: str) -> _Hub:
+    with _hubs_lock:
+        hub = _hubs.get(alias)
+        if hub is None or hub.pid != os.getpid():  # a forked child has none of its parent's threads
+            hub = _hubs[alias] = _Hub(alias)
+        return hub
+
+
+def _listen_params(alias: str) -> dict[str, Any]:
+    params = dict(connections[alias].get_connection_params())
+    for key in ("cursor_factory", "context", "prepare_threshold"):
+        params.pop(key, None)
+    return params
+
+
+def _wake_payload(due_ms: int, task_type: str) -> str:
+    return f"{due_ms} {task_type}"
+
+
+def _parse_wake(payload: str) -> tuple[int, str] | None:
+    due, _, task_type = payload.partition(" ")
+    try:
+        return int(due), task_type
+    except ValueError:
+        return None
+
+
+# -- the backend -----------------------------------------------------------------------------------------
+
+
+class DjangoTaskBackend(TaskBackend):
+    """The ``ScheduledTask`` model as a task backend (see the module docstring for the protocol).
+
+    ``using``: the database alias (default: the router's for ScheduledTask). ``max_sleep``: the longest
+    a waiting worker sleeps without looking (default 1 s; 60 s on PostgreSQL, whose workers are woken by
+    NOTIFY). ``retention``: how long succeeded and cancelled tasks are kept (default 7 days).
+    """
+
+    def __init__(
+        self,
+        using: str | None = None,
+        *,
+        max_sleep: timedelta | float | None = None,
+        retention: timedelta | float = DEFAULT_RETENTION,
+    ) -> None:
+        self.using = using or router.db_for_write(ScheduledTask)
+        if self.using not in connections.databases:
+            known = ", ".join(sorted(connections.databases))
+            raise StoreConfigError(f"django://{self.using}: no database alias {self.using!r} (DATABASES has {known})")
+        self.vendor = connections[self.using].vendor
+        self.notifies = self.vendor == "postgresql"  # producers send NOTIFY (plain SQL, any driver)
+        self.listens = self.notifies and _has_psycopg3()  # workers LISTEN (psycopg 3)
+        if max_sleep is None:
+            max_sleep = DEFAULT_MAX_SLEEP_NOTIFIED if self.listens else DEFAULT_MAX_SLEEP
+        self.max_sleep = _positive_seconds(max_sleep, "max_sleep")
+        self.retention = timedelta(seconds=_positive_seconds(retention, "retention"))
+        self._inboxes: set[_Inbox] = set()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_url(cls, url: str, *, cancel_store: str | None = None) -> DjangoTaskBackend:
+        """``django://`` (the router's database), ``django://<alias>``; options ``?max_sleep=<seconds>``
+        and ``?retention=<seconds>``. Connects to nothing."""
+        if cancel_store is not None:
+            raise StoreConfigError(
+                "the Django task backend cancels atomically in its own table: it takes no cancel_store "
+                f"(given {mask_url(str(cancel_store))!r})"
+            )
+        cleaned, options = pop_query_options(url, ("max_sleep", "retention"))
+        parts = urlsplit(cleaned)
+        if parts.query or parts.fragment or parts.path.strip("/"):
+            raise StoreConfigError(
+                f"malformed task backend URL {mask_url(url)!r}: use django://[alias][?max_sleep=<seconds>"
+                "&retention=<seconds>]"
+            )
+        kwargs: dict[str, Any] = {}
+        for name in ("max_sleep", "retention"):
+            if name in options:
+                kwargs[name] = _seconds(options[name], name, url)
+        return cls(unquote(parts.netloc) or None, **kwargs)
+
+    @property
+    def _tasks(self):  # type: ignore[no-untyped-def]
+        return ScheduledTask.objects.using(self.using)
+
+    def _call(self, operation: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        for attempt in range(DEADLOCK_RETRIES):
+            try:
+                return operation(*args, **kwargs)
+            except Error as error:
+                if attempt + 1 < DEADLOCK_RETRIES and _is_retryable(error) and not self._in_atomic():
+                    time.sleep(0.01 * (attempt + 1))
+                    continue
+                _drop_if_broken(self.using)
+                raise StoreUnavailable(f"task backend django://{self.using}: {type(error).__name__}: {error}") \
+                    from error
+        raise AssertionError("unreachable")
+
+    def _in_atomic(self) -> bool:
+        return connections[self.using].in_atomic_block
+
+    def _notify(self, messages: list[str]) -> None:
+        """NOTIFY (PostgreSQL) in the current transaction: delivered to listeners when it commits."""
+        if not self.notifies or not messages:
+            return
+        with connections[self.using].cursor() as cursor:
+            for payload in dict.fromkeys(messages):
+                cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, payload])
+
+    def _post(self, messages: list[tuple[int, str] | None]) -> None:
+        """Wake this process's workers of this database once the current transaction (if any) commits."""
+        if not messages:
+            return
+        hub = _hub(self.using)
+
+        def post() -> None:
+            for message in messages:
+                hub.post(message)
+
+        transaction.on_commit(post, using=self.using)
+
+    # -- producing --------------------------------------------------------------------------------
+
+    def enqueue(self, tasks: Sequence[NewTask]) -> None:
+        if not tasks:
+            return
+        earliest: dict[str, int] = {}
+        for task in tasks:
+            due = _ms(task.run_at)
+            earliest[task.task_type] = min(due, earliest.get(task.task_type, due))
+
+        def run() -> None:
+            with transaction.atomic(using=self.using):
+                for start in range(0, len(tasks), ENQUEUE_CHUNK):
+                    rows = [
+                        ScheduledTask(
+                            id=task.id, task_type=task.task_type, payload=task.payload, run_at=task.run_at,
+                            due=task.run_at, status=Status.SCHEDULED, created_at=DbNow(), updated_at=DbNow(),
+                        )
+                        for task in tasks[start : start + ENQUEUE_CHUNK]
+                    ]
+                    self._tasks.bulk_create(rows, ignore_conflicts=True)  # an existing id is left as it is
+                self._notify([_wake_payload(due, task_type) for task_type, due in earliest.items()])
+                self._post([(due, task_type) for task_type, due in earliest.items()])
+
+        self._call(run)
+
+    def cancel(self, task_id: str) -> bool:
+        if not isinstance(task_id, str) or not task_id:
+            return False
+        return self._call(lambda: self._tasks.filter(pk=task_id, status=Status.SCHEDULED).update(
+            status=Status.CANCELLED, finished_at=DbNow(), updated_at=DbNow(), visible_until=None) == 1)
+
+    def info(self, task_id: str) -> TaskInfo | None:
+        if not isinstance(task_id, str) or not task_id:
+            return None
+        row = self._call(lambda: self._tasks.filter(pk=task_id).first())
+        return _info(row) if row is not None else None
+
+    def retry(self, task_id: str) -> bool:
+        if not isinstance(task_id, str) or not task_id:
+            return False
+
+        def run() -> bool:
+            with transaction.atomic(using=self.using):
+                changed = self._tasks.filter(pk=task_id, status=Status.FAILED).update(
+                    status=Status.SCHEDULED, attempts=0, due=DbNow(), finished_at=None, claim_token=None,
+                    visible_until=None, updated_at=DbNow(),
+                )
+                if changed != 1:
+                    return False
+                task_type = self._tasks.filter(pk=task_id).values_list("task_type", flat=True).first() or "*"
+                self._notify([_wake_payload(0, task_type)])
+                self._post([(0, task_type)])
+                return True
+
+        return self._call(run)
+
+    def failed(self, limit: int = 100) -> list[str]:
+        """Ids of failed tasks, most recent first."""
+        return self._call(lambda: list(self._tasks.filter(status=Status.FAILED).order_by("-finished_at")
+                                       .values_list("pk", flat=True)[: max(0, limit)]))
+
+    def prune(self, older_than: timedelta | None = None) -> int:
+        """Delete succeeded and cancelled tasks that finished longer than ``older_than`` (default: the
+        retention) ago; failed ones are kept until retried. Returns how many were deleted."""
+        cutoff = _now_minus(older_than if older_than is not None else self.retention)
+
+        def run() -> int:
+            deleted = 0
+            while True:
+                ids = list(self._tasks.filter(status__in=[Status.SUCCEEDED, Status.CANCELLED], finished_at__lt=cutoff)
+                           .values_list("pk", flat=True)[:PRUNE_CHUNK])
+                if not ids:
+                    return deleted
+                deleted += self._tasks.filter(pk__in=ids).delete()[0]
+
+        return self._call(run)
+
+    # -- consuming --------------------------------------------------------------------------------
+
+    def consume(
+        self,
+        task_types: Sequence[str],
+        handle: Callable[[Delivery], None],
+        stop: threading.Event,
+        *,
+        visibility_timeout: Callable[[str], timedelta],
+        prefetch: int = 10,
+    ) -> None:
+        types = [validate_task_type(t) for t in dict.fromkeys(task_types)]
+        if not types:
+            raise ValueError("consume: no task types")
+        consumer = _Consumer(self, types, handle, stop, visibility_timeout, max(1, int(prefetch)))
+        with self._lock:
+            self._inboxes.add(consumer.inbox)
+        try:
+            consumer.run()
+        finally:
+            with self._lock:
+                self._inboxes.discard(consumer.inbox)
+
+    def wake(self) -> None:
+        with self._lock:
+            inboxes = list(self._inboxes)
+        for inbox in inboxes:
+            inbox.put(WAKE)
+
+    def close(self) -> None:
+        """Nothing to release: Django owns the connections (each worker closes its own when it stops)."""
+
+    def __repr__(self) -> str:
+        return f"<DjangoTaskBackend database={self.using!r} max_sleep={self.max_sleep}s>"
+
+    # -- what a consumer runs -------------------------------------------------------------------------
+
+    def _requeue_expired(self) -> None:
+        """Running tasks whose claim expired (worker dead or hung) are scheduled again, due now."""
+        expired = list(self._tasks.filter(status=Status.RUNNING, visible_until__lte=DbNow())
+                       .values_list("pk", "task_type")[:REQUEUE_LIMIT])
+        if not expired:
+            return
+        why = Concat(
+            Value("visibility timeout: worker "), Coalesce(F("claimed_by"), Value("?")),
+            Value(" did not finish attempt "), Cast(F("attempts"), output_field=CharField()),
+            output_field=CharField(),
+        )
+        with transaction.atomic(using=self.using):
+            changed = self._tasks.filter(
+                pk__in=[pk for pk, _ in expired], status=Status.RUNNING, visible_until__lte=DbNow()
+            ).update(status=Status.SCHEDULED, due=DbNow(), claim_token=None, visible_until=None, error=why,
+                     updated_at=DbNow())
+            if changed:
+                types = sorted({task_type for _, task_type in expired})
+                logger.warning("%d task(s) of %s went back to scheduled: their claim expired", changed,
+                               ", ".join(types))
+                self._notify([_wake_payload(0, task_type) for task_type in types])
+                self._post([(0, task_type) for task_type in types])
+
+    def _claim(self, types: list[str], limit: int, owner: str,
+               visibility: dict[str, timedelta]) -> list[DjangoDelivery]:
+        """Claim up to ``limit`` due tasks of ``types`` for ``owner``."""
+        self._requeue_expired()
+        token = uuid.uuid4().hex
+        if len(set(visibility.values())) == 1:
+            until: Any = _now_plus(next(iter(visibility.values())))
+        else:
+            until = Case(*(When(task_type=t, then=_now_plus(v)) for t, v in visibility.items()),
+                         default=_now_plus(max(visibility.values())), output_field=DateTimeField())
+        changes = {
+            "status": Status.RUNNING, "attempts": F("attempts") + 1, "claims": F("claims") + 1,
+            "claim_token": token, "claimed_by": owner, "visible_until": until, "started_at": DbNow(),
+            "updated_at": DbNow(),
+        }
+        due = self._tasks.filter(status=Status.SCHEDULED, due__lte=DbNow())
+        fields = ("pk", "task_type", "payload", "attempts")
+        if self.vendor == "sqlite":
+            # One writer at a time: the conditional UPDATE picks and marks the rows in one statement.
+            chosen = due.filter(task_type__in=types).order_by("due", "pk").values("pk")[:limit]
+            if self._tasks.filter(pk__in=chosen, status=Status.SCHEDULED).update(**changes) == 0:
+                return []
+            rows = list(self._tasks.filter(status=Status.RUNNING, task_type__in=types, claim_token=token)
+                        .order_by("due", "pk").values_list(*fields))
+            return [DjangoDelivery(self, pk, task_type, payload, attempts, token, visibility[task_type])
+                    for pk, task_type, payload, attempts in rows]
+        with transaction.atomic(using=self.using):
+            picked: list[tuple[Any, ...]] = []
+            # One query per type: the index (status, task_type, due) gives each one's order, so each stops
+            # after ``limit`` rows (one query with IN would sort every due row, and MySQL would lock them all).
+            for task_type in types:
+                picked += list(due.filter(task_type=task_type).select_for_update(skip_locked=True)
+                               .annotate(db_now=DbNow()).order_by("due", "pk")
+                               .values_list("due", *fields, "db_now")[:limit])
+            picked = sorted(picked, key=lambda row: (row[0], row[1]))[:limit]  # the rest is unlocked at commit
+            if not picked:
+                return []
+            self._tasks.filter(pk__in=[row[1] for row in picked]).update(**changes)
+            if self.notifies:  # sleeping workers learn when these claims expire (if this worker dies)
+                shortest = min(visibility[row[2]] for row in picked)
+                deadline = _ms(_aware(picked[0][-1]) + shortest)  # type: ignore[operator]
+                self._notify([_wake_payload(deadline, "*")])
+        return [DjangoDelivery(self, pk, task_type, payload, attempts + 1, token, visibility[task_type])
+                for _, pk, task_type, payload, attempts, _ in picked]
+
+    def _next(self, types: list[str]) -> tuple[int, int | None]:
+        """The database's now, and the earliest due time of ``types`` or visibility deadline of their
+        running tasks (None: nothing), in ms: one query."""
+        connection = connections[self.using]
+        qn = connection.ops.quote_name
+        table = qn(ScheduledTask._meta.db_table)
+        status, task_type, due, until = (qn(c) for c in ("status", "task_type", "due", "visible_until"))
+        columns = [_NOW_SQL.get(self.vendor, "CURRENT_TIMESTAMP")]
+        params: list[Any] = []
+        for one in types:
+            columns.append(f"(SELECT MIN({due}) FROM {table} WHERE {status} = %s AND {task_type} = %s)")
+            params += [Status.SCHEDULED.value, one]
+        marks = ", ".join(["%s"] * len(types))
+        columns.append(f"(SELECT MIN({until}) FROM {table} WHERE {status} = %s AND {task_type} IN ({marks}))")
+        params += [Status.RUNNING.value, *types]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT " + ", ".join(columns), params)
+            row = cursor.fetchone()
+        now = _aware(row[0])
+        assert now is not None
+        times = [_ms(t) for t in (_aware(value) for value in row[1:]) if t is not None]
+        return _ms(now), (min(times) if times else None)
+
+    def _settle(self, delivery: DjangoDelivery, what: str, wake: tuple[int, str] | None = None,
+                **changes: Any) -> bool:
+        if delivery.heartbeat is not None:
+            delivery.heartbeat.untrack(delivery)
+
+        def run() -> int:
+            mine = self._tasks.filter(pk=delivery.id, status=Status.RUNNING, claim_token=delivery.token)
+            return mine.update(updated_at=DbNow(), visible_until=None, **changes)
+
+        if self._call(run) == 1:
+            if wake is not None:
+                self._post([wake])
+            return True
+        logger.warning(
+            "task %s (%s): could not %s attempt %d: the claim expired and the task was re-queued or taken by "
+            "another worker (raise the handler's visibility_timeout?)",
+            delivery.id, delivery.task_type, what, delivery.attempt,
+        )
+        return False
+
+    def _release(self, delivery: DjangoDelivery) -> None:
+        def run() -> int:
+            with transaction.atomic(using=self.using):
+                mine = self._tasks.filter(pk=delivery.id, status=Status.RUNNING, claim_token=delivery.token)
+                changed = mine.update(status=Status.SCHEDULED, attempts=F("attempts") - 1, claim_token=None,
+                                      visible_until=None, updated_at=DbNow())
+                if changed:
+                    self._notify([_wake_payload(0, delivery.task_type)])
+                    self._post([(0, delivery.task_type)])
+                return changed
+
+        if delivery.heartbeat is not None:
+            delivery.heartbeat.untrack(delivery)
+        if self._call(run) != 1:
+            logger.warning("task %s (%s): could not release attempt %d: the claim expired",
+                           delivery.id, delivery.task_type, delivery.attempt)
+
+    def _extend(self, deliveries: list[DjangoDelivery]) -> set[DjangoDelivery]:
+        """Extend the claims of ``deliveries`` to now + their visibility timeout; the ones still held."""
+        kept: set[DjangoDelivery] = set()
+        groups: dict[tuple[str, timedelta], list[DjangoDelivery]] = {}
+        for delivery in deliveries:
+            groups.setdefault((delivery.token, delivery.visibility), []).append(delivery)
+        for (token, visibility), group in groups.items():
+            ids = [d.id for d in group]
+            mine = self._tasks.filter(pk__in=ids, status=Status.RUNNING, claim_token=token)
+            if mine.update(visible_until=_now_plus(visibility)) == len(ids):
+                kept.update(group)
+            else:
+                held = set(mine.values_list("pk", flat=True))
+                kept.update(d for d in group if d.id in held)
+        return kept
+
+
+def _drop_if_broken(alias: str) -> None:
+    """After a database error outside a transaction, close this thread's connection if it is unusable (or
+    past CONN_MAX_AGE), so that the next call reconnects: threads that no request cycle cleans up (a
+    producer thread, a broker's consumer) would otherwise keep a dead connection for ever."""
+    connection = connections[alias]
+    if not connection.in_atomic_block:
+        with contextlib.suppress(Exception):
+            connection.close_if_unusable_or_obsolete()
+
+
+def _has_psycopg3() -> bool:
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:  # psycopg2: no LISTEN here; workers are bounded by max_sleep instead
+        return False
+    return True
+
+
+def _positive_seconds(value: timedelta | float, name: str) -> float:
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise StoreConfigError(f"Django task backend: {name} must be a positive timedelta or seconds, not {value!r}")
+    return float(value)
+
+
+def _status(value: str | None) -> TaskStatus:
+    try:
+        return TaskStatus(value)
+    except ValueError:
+        return TaskStatus.UNKNOWN
+
+
+def _info(row: ScheduledTask) -> TaskInfo:
+    try:
+        payload: object = json.loads(row.payload)
+    except ValueError:
+        payload = row.payload  # not JSON (written by hand): shown as it is
+    return TaskInfo(
+        id=row.id, task_type=row.task_type, payload=payload, run_at=row.run_at, status=_status(row.status),
+        attempts=row.attempts, error=row.error or None,
+    )
+
+
+@dataclass(eq=False)
+class DjangoDelivery(Delivery):
+    """A claimed task; ``token`` (the claim's) proves the claim is still this worker's."""
+
+    backend: DjangoTaskBackend
+    id: str
+    task_type: str
+    payload: str
+    attempt: int
+    token: str
+    visibility: timedelta
+    heartbeat: _Heartbeat | None = field(default=None, repr=False)
+
+    def ack(self) -> None:
+        self.backend._settle(self, "ack", status=Status.SUCCEEDED, finished_at=DbNow())
+
+    def retry_later(self, delay: timedelta, error: str) -> None:
+        due_ms = round((time.time() + max(delay, timedelta(0)).total_seconds()) * 1000)
+        self.backend._settle(self, "schedule a retry of", (due_ms, self.task_type), status=Status.SCHEDULED,
+                             due=_now_plus(max(delay, timedelta(0))), claim_token=None, error=_clip(error))
+
+    def fail(self, error: str) -> None:
+        self.backend._settle(self, "fail", status=Status.FAILED, error=_clip(error), finished_at=DbNow())
+
+    def release(self) -> None:
+        """Give the task back unrun (the worker is stopping): due again at once, this attempt not counted."""
+        self.backend._release(self)
+
+
+class _Heartbeat:
+    """A thread that extends the claims of a worker's deliveries until they are settled.
+
+    A claim is extended (to now + its visibility timeout) once a third of that timeout has passed since
+    it was made or last extended; the thread sleeps otherwise, and closes its database connection after
+    each round (heartbeats are rare: every few minutes with the default timeout).
+    """
+
+    def __init__(self, backend: DjangoTaskBackend) -> None:
+        self.backend = backend
+        self._cond = threading.Condition()
+        self._next: dict[DjangoDelivery, float] = {}
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="mutexcron-task-heartbeat", daemon=True)
+        self._thread.start()
+
+    def track(self, delivery: DjangoDelivery, claimed_at: float) -> None:
+        delivery.heartbeat = self
+        with self._cond:
+            self._next[delivery] = claimed_at + delivery.visibility.total_seconds() / 3
+            self._cond.notify()
+
+    def untrack(self, delivery: DjangoDelivery) -> None:
+        with self._cond:
+            self._next.pop(delivery, None)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while not self._closed:
+                        now = time.monotonic()
+                        upcoming = min(self._next.values(), default=None)
+                        if upcoming is not None and upcoming <= now:
+                            break
+                        self._cond.wait(None if upcoming is None else upcoming - now)
+                    if self._closed:
+                        return
+                    started = time.monotonic()
+                    batch = [d for d, at in self._next.items() if at <= started]
+                self._extend(batch, started)
+        finally:
+            connections[self.backend.using].close()
+
+    def _extend(self, batch: list[DjangoDelivery], started: float) -> None:
+        try:
+            kept = self.backend._call(self.backend._extend, batch)
+        except StoreUnavailable as error:
+            logger.warning("could not extend the claims of %d task(s): %s", len(batch), error)
+            with self._cond:
+                for delivery in batch:
+                    if delivery in self._next:
+                        self._next[delivery] = started + min(1.0, delivery.visibility.total_seconds() / 6)
+            return
+        finally:
+            connections[self.backend.using].close()
+        with self._cond:
+            for delivery in batch:
+                if delivery not in self._next:
+                    continue  # settled meanwhile
+                if delivery in kept:
+                    self._next[delivery] = started + delivery.visibility.total_seconds() / 3
+                else:
+                    del self._next[delivery]
+                    logger.warning("task %s (%s): the claim of attempt %d was lost; another worker may run it",
+                                   delivery.id, delivery.task_type, delivery.attempt)
+
+
+class _Consumer:
+    """One consume() call: claim, run, and sleep until something may be due (or a wake-up)."""
+
+    def __init__(
+        self,
+        backend: DjangoTaskBackend,
+        types: list[str],
+        handle: Callable[[Delivery], None],
+        stop: threading.Event,
+        visibility_timeout: Callable[[str], timedelta],
+        limit: int,
+    ) -> None:
+        self.backend = backend
+        self.types = types
+        self.type_set = set(types)
+        self.handle = handle
+        self.stop = stop
+        self.visibility_timeout = visibility_timeout
+        self.limit = limit
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        self.inbox = _Inbox()
+        self.hub = _hub(backend.using)
+        self.claimed_once = False
+        self.next_prune = time.monotonic()
+        self.warmed_at: float | None = None
+
+    def run(self) -> None:
+        self.hub.subscribe(self.inbox, listen=self.backend.listens)
+        heartbeat = _Heartbeat(self.backend)
+        try:
+            self._loop(heartbeat)
+        finally:
+            heartbeat.close()
+            self.hub.unsubscribe(self.inbox)
+            # This thread's connections (Django's are per thread): all of them in a worker thread, which
+            # ends with this call; only ours in the main thread (run_worker() in a command), not the app's.
+            if threading.current_thread() is threading.main_thread():
+                connections[self.backend.using].close()
+            else:
+                connections.close_all()
+
+    @contextlib.contextmanager
+    def _cycle(self) -> Iterator[None]:
+        """close_old_connections() before and after (as around a request), except that a connection
+        opened for this cycle by :meth:`_warm_up` a moment ago is kept for it."""
+        if self.warmed_at is None or time.monotonic() - self.warmed_at > WARM_UP_AHEAD + 1.0:
+            close_old_connections()
+        self.warmed_at = None
+        try:
+            yield
+        finally:
+            close_old_connections()
+
+    def _loop(self, heartbeat: _Heartbeat) -> None:
+        failures = 0
+        look_first = False  # after an idle wake-up (max_sleep): one read, and a claim only if something is due
+        while not self.stop.is_set():
+            with self.inbox.cond:
+                self.inbox.take()  # what the claim or look about to run sees anyway
+            claimed_at = time.monotonic()
+            next_due: tuple[int, int | None] | None = None
+            try:
+                with self._cycle():
+                    if look_first:
+                        next_due = self.backend._call(self.backend._next, self.types)
+                        now_ms, next_ms = next_due
+                        if next_ms is not None and next_ms <= now_ms:
+                            next_due = None  # due now: claim
+                    if next_due is None:
+                        next_due = self._claim_and_run(heartbeat, claimed_at)
+                    self._maybe_prune()
+            except StoreUnavailable as error:
+                if not self.claimed_once:
+                    raise  # the first contact: a wrong alias, a database that is down or not migrated
+                failures += 1
+                pause = min(2.0, 0.1 * 2 ** min(failures, 5))
+                logger.warning("task worker %s: %s; trying again in %.1fs", self.owner, error, pause)
+                self.stop.wait(pause)
+                look_first = False
+                continue
+            self.claimed_once = True
+            failures = 0
+            look_first = next_due is not None and not self._sleep(*next_due, time.monotonic())
+
+    def _claim_and_run(self, heartbeat: _Heartbeat, claimed_at: float) -> tuple[int, int | None] | None:
+        """Claim and run a batch (then None: look again at once), or, if none was due, when to look again."""
+        visibility = {t: self.visibility_timeout(t) for t in self.types}
+        deliveries = self.backend._call(self.backend._claim, self.types, self.limit, self.owner, visibility)
+        if not deliveries:
+            return self.backend._call(self.backend._next, self.types)
+        for delivery in deliveries:
+            heartbeat.track(delivery, claimed_at)
+        self._run_batch(deliveries, heartbeat)
+        return None
+
+    def _run_batch(self, deliveries: list[DjangoDelivery], heartbeat: _Heartbeat) -> None:
+        for index, delivery in enumerate(deliveries):
+            if self.stop.is_set():
+                self._release(deliveries[index:])
+                return
+            try:
+                self.handle(delivery)
+            except Exception:  # the task comes back after its visibility timeout
+                logger.exception("task worker %s: handling task %s (%s) failed; it will be run again after its "
+                                 "visibility timeout", self.owner, delivery.id, delivery.task_type)
+            finally:
+                heartbeat.untrack(delivery)
+
+    def _release(self, deliveries: list[DjangoDelivery]) -> None:
+        for delivery in deliveries:
+            try:
+                delivery.release()
+            except StoreUnavailable as error:
+                logger.warning("task %s: could not give it back (%s); it returns after its visibility timeout",
+                               delivery.id, error)
+
+    def _maybe_prune(self) -> None:
+        if time.monotonic() < self.next_prune:
+            return
+        self.next_prune = time.monotonic() + PRUNE_EVERY
+        try:
+            deleted = self.backend.prune()
+        except StoreUnavailable as error:
+            logger.warning("task worker %s: could not delete old finished tasks: %s", self.owner, error)
+            return
+        if deleted:
+            logger.info("task worker %s: deleted %d finished task(s) older than %s", self.owner, deleted,
+                        self.backend.retention)
+
+    def _sleep(self, now_ms: int, next_ms: int | None, answered_at: float) -> bool:
+        """Wait until ``next_ms`` (database clock), a sooner wake-up, wake(), ``stop`` or ``max_sleep``.
+
+        True when something may be due now (a known due time came, a wake-up), False after ``max_sleep``
+        with nothing known (the caller looks before it claims: an idle look is one read). Shortly before a
+        known due time the worker connects (see :meth:`_warm_up`), so that the claim starts at once.
+        """
+        bound = self.backend.max_sleep
+        if self.backend.listens and not self.hub.listening.is_set():
+            bound = min(bound, UNLISTENED_MAX_SLEEP)
+        deadline, due = answered_at + bound, False
+        if next_ms is not None:
+            wait = (next_ms - now_ms) / 1000
+            if wait <= 0:  # due (or expired) already, yet not claimed: another worker holds it for a moment
+                wait = BUSY_PAUSE
+            if answered_at + wait <= deadline:
+                deadline, due = answered_at + wait, True
+        inbox = self.inbox
+        warmed = False
+        while not self.stop.is_set():
+            with inbox.cond:
+                for message in inbox.take():
+                    if message is WAKE:
+                        return True
+                    due_ms, task_type = message
+                    at = answered_at + (due_ms - now_ms) / 1000
+                    if (task_type == "*" or task_type in self.type_set) and at <= deadline:
+                        deadline, due = at, True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return due
+                early = WARM_UP_AHEAD if due and not warmed else 0.0
+                if remaining > early:
+                    inbox.cond.wait(min(remaining - early, STOP_CHECK_SECONDS))
+                    continue
+            warmed = True  # outside the lock: a producer posting a wake-up must not wait for the database
+            looked = self._warm_up()
+            if looked is not None and looked[1] is not None:  # a sooner due time (scheduled elsewhere)
+                at = time.monotonic() + max(0, looked[1] - looked[0]) / 1000
+                if at < deadline:
+                    deadline, due = at, True
+        return True
+
+    def _warm_up(self) -> tuple[int, int | None] | None:
+        """Open this cycle's connection (and warm the database's caches for the table) ahead of a due time.
+
+        With ``CONN_MAX_AGE = 0`` a cycle starts on a new connection; opening it, and the first queries
+        on it (PostgreSQL's catalog caches are per connection), are most of a start's lateness otherwise.
+        The cycle that follows keeps this connection (see :meth:`_cycle`).
+        """
+        try:
+            close_old_connections()
+            looked = self.backend._next(self.types)
+        except Error:
+            return None  # the claim reports it
+        self.warmed_at = time.monotonic()
+        return looked

@@ -1,0 +1,820 @@
+"""The ``django://`` task backend (``ScheduledTask`` rows) on SQLite, PostgreSQL and MariaDB: the shared
+TaskQueue contract, the claim's SQL (skip-locked rows, SQLite's conditional UPDATE), waking (NOTIFY on
+PostgreSQL, the in-process condition, ``max_sleep`` elsewhere), expired claims, the database clock, and
+the multi-process fleet tests on SQLite and MariaDB (PostgreSQL's run from tests/tasks/test_task_workers.py).
+Also the SQL cancel-mark store of the RabbitMQ backend (``DjangoCancelMarks``).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.db import connections, transaction
+
+from mutexcron.errors import StoreConfigError, StoreUnavailable
+from mutexcron.tasks import HandlerRegistry, NewTask, TaskQueue, TaskStatus, task_handler
+from mutexcron.tasks.cancel_marks import Verdict
+from mutexcron_django.cancel_marks import DjangoCancelMarks
+from mutexcron_django.models import ScheduledTask, TaskMark
+from mutexcron_django.tasks_backend import DbNow, DjangoDelivery, DjangoTaskBackend
+from tests.django.tasks_support import fleet_backend, unreachable_alias
+from tests.tasks import test_task_workers as fleet_tests
+from tests.tasks.contract import LATE, TaskQueueContract, wait_until
+
+ALIASES = {"sqlite": "default", "postgresql": "postgres", "mysql": "mariadb"}
+VENDORS = {alias: vendor for vendor, alias in ALIASES.items()}
+UNKNOWN_ID = "0123456789abcdef0123456789abcdef"
+
+
+EVERY_DATABASE = [pytest.param(alias, marks=pytest.mark.django_db(transaction=True, databases=[alias]), id=vendor)
+                  for vendor, alias in ALIASES.items()]
+LOCKING_DATABASES = [p for p in EVERY_DATABASE if p.values[0] != "default"]
+
+
+@pytest.fixture(autouse=True)
+def _close_connections() -> Iterator[None]:
+    yield
+    connections.close_all()
+    # Threads that are not the backend's own workers (a test's canceller, a broker's consumers) end without
+    # closing their connections; a Django connection holds reference cycles, so collect them now, before
+    # the test database is flushed or dropped.
+    gc.collect()
+
+
+# -- the shared contract ---------------------------------------------------------------------------------
+
+
+class DjangoTaskContract(TaskQueueContract):
+    alias = "default"
+
+    @pytest.fixture
+    def queue_url(self) -> str:
+        return f"django://{self.alias}"
+
+    @pytest.fixture
+    def unreachable_url(self, django_db_blocker: Any) -> Iterator[str]:
+        with unreachable_alias(VENDORS[self.alias], django_db_blocker) as alias:
+            yield f"django://{alias}"
+
+
+@pytest.mark.django_db(transaction=True, databases=["default"])
+class TestSQLiteTaskQueue(DjangoTaskContract):
+    alias = "default"
+
+
+@pytest.mark.django_db(transaction=True, databases=["postgres"])
+class TestPostgreSQLTaskQueue(DjangoTaskContract):
+    alias = "postgres"
+
+
+@pytest.mark.django_db(transaction=True, databases=["mariadb"])
+class TestMariaDBTaskQueue(DjangoTaskContract):
+    alias = "mariadb"
+
+
+# -- helpers ----------------------------------------------------------------------------------------------
+
+
+class Recorder:
+    """Handlers that record what they ran (payload, time.time()); thread-safe."""
+
+    def __init__(self) -> None:
+        self.handlers = HandlerRegistry()
+        self._lock = threading.Lock()
+        self.ran: list[tuple[Any, float]] = []
+
+    def define(self, task_type: str = "sql.task", body: Callable[[Any], Any] | None = None, **options: Any) -> str:
+        def handler(payload: Any) -> None:
+            with self._lock:
+                self.ran.append((payload, time.time()))
+            if body is not None:
+                body(payload)
+
+        task_handler(task_type, registry=self.handlers, **options)(handler)
+        return task_type
+
+    def payloads(self) -> list[Any]:
+        with self._lock:
+            return [payload for payload, _ in self.ran]
+
+    def at(self, payload: Any, timeout: float = 5.0) -> float:
+        return wait_until(lambda: next((at for p, at in list(self.ran) if p == payload), None), timeout,
+                          f"{payload!r} to run")
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+def queues(recorder: Recorder) -> Iterator[Callable[..., TaskQueue]]:
+    """``queues(url_or_backend)``: TaskQueues with the recorder's handlers; closed (workers stopped) after."""
+    made: list[TaskQueue] = []
+
+    def make(url: str | DjangoTaskBackend) -> TaskQueue:
+        queue = TaskQueue(url, handlers=recorder.handlers)
+        made.append(queue)
+        return queue
+
+    yield make
+    for queue in reversed(made):
+        queue.close()
+
+
+def new_task(task_id: str, task_type: str = "sql.task", payload: str = '"p"', delay: float = 0) -> NewTask:
+    return NewTask(task_id, task_type, payload, datetime.now(UTC) + timedelta(seconds=delay))
+
+
+def claim(backend: DjangoTaskBackend, types: list[str], *, limit: int = 10, visibility: float = 30,
+          owner: str = "test-worker") -> list[DjangoDelivery]:
+    return backend._claim(types, limit, owner, {t: timedelta(seconds=visibility) for t in types})
+
+
+class Deaf(DjangoTaskBackend):
+    """A backend whose in-process wake-ups are lost, as if it ran in another process (NOTIFY still goes)."""
+
+    def _post(self, messages: list[Any]) -> None:
+        return None
+
+
+class Silent(Deaf):
+    """No in-process wake-ups and no NOTIFY: nobody hears of its tasks until they look."""
+
+    def _notify(self, messages: list[str]) -> None:
+        return None
+
+
+# -- URLs -------------------------------------------------------------------------------------------------
+
+
+def test_a_django_url_picks_the_backend_and_its_options() -> None:
+    queue = TaskQueue("django://postgres?max_sleep=0.5&retention=3600")
+    backend = queue.backend
+    assert isinstance(backend, DjangoTaskBackend)
+    assert (backend.using, backend.max_sleep, backend.retention) == ("postgres", 0.5, timedelta(hours=1))
+    assert backend.notifies and backend.listens
+    default = DjangoTaskBackend.from_url("django://")
+    assert (default.using, default.max_sleep, default.notifies) == ("default", 1.0, False)
+    assert DjangoTaskBackend.from_url("django://mariadb").max_sleep == 1.0
+    assert DjangoTaskBackend.from_url("django://postgres").max_sleep == 60.0
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("django://nowhere", "no database alias 'nowhere'"),
+    ("django://default?max_sleep=soon", "max_sleep='soon'"),
+    ("django://default?max_sleep=0", "max_sleep='0'"),
+    ("django://default?retention=-1", "retention='-1'"),
+    ("django://default?colour=blue", "malformed"),
+    ("django://default/extra", "malformed"),
+])
+def test_bad_urls_are_config_errors(url: str, message: str) -> None:
+    with pytest.raises(StoreConfigError, match=message):
+        TaskQueue(url)
+
+
+def test_the_django_backend_takes_no_cancel_store() -> None:
+    with pytest.raises(StoreConfigError, match="no cancel_store"):
+        TaskQueue("django://", cancel_store="redis://:s3cret@127.0.0.1:6379/0")
+
+
+# -- claims -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("alias", EVERY_DATABASE)
+def test_a_claim_takes_due_tasks_earliest_first_across_types_up_to_the_limit(alias: str) -> None:
+    backend = DjangoTaskBackend(alias)
+    now = datetime.now(UTC)
+    backend.enqueue([
+        NewTask("a3", "sql.a", "3", now - timedelta(seconds=1)),
+        NewTask("b1", "sql.b", "1", now - timedelta(seconds=3)),
+        NewTask("a2", "sql.a", "2", now - timedelta(seconds=2)),
+        NewTask("later", "sql.a", "9", now + timedelta(hours=1)),
+        NewTask("other", "sql.other", "0", now - timedelta(seconds=9)),
+    ])
+    deliveries = claim(backend, ["sql.a", "sql.b"], limit=2)
+    assert [(d.id, d.task_type, d.payload, d.attempt) for d in deliveries] == [
+        ("b1", "sql.b", "1", 1), ("a2", "sql.a", "2", 1)]
+    assert [d.id for d in claim(backend, ["sql.a", "sql.b"])] == ["a3"]
+    assert claim(backend, ["sql.a", "sql.b"]) == []
+    row = ScheduledTask.objects.using(alias).get(pk="a2")
+    assert (row.status, row.attempts, row.claims, row.claimed_by) == ("running", 1, 1, "test-worker")
+    assert row.claim_token == deliveries[1].token and row.visible_until is not None
+    assert backend.status("later") == TaskStatus.SCHEDULED
+    assert backend.status("other") == TaskStatus.SCHEDULED
+
+
+@pytest.mark.parametrize("alias", EVERY_DATABASE)
+def test_concurrent_claims_never_hand_out_a_task_twice(alias: str) -> None:
+    """PostgreSQL and MariaDB: FOR UPDATE SKIP LOCKED; SQLite: the conditional UPDATE."""
+    producer = DjangoTaskBackend(alias)
+    count = 600
+    producer.enqueue([new_task(f"t{n}", delay=-1) for n in range(count)])
+    got: list[str] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(6)
+    errors: list[BaseException] = []
+
+    def take() -> None:
+        backend = DjangoTaskBackend(alias)
+        try:
+            barrier.wait()
+            while deliveries := claim(backend, ["sql.task"], limit=7):
+                with lock:
+                    got.extend(d.id for d in deliveries)
+        except BaseException as error:  # reported by the main thread
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=take) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert len(got) == count and len(set(got)) == count
+    assert ScheduledTask.objects.using(alias).filter(status="running").count() == count
+
+
+@pytest.mark.parametrize("alias", LOCKING_DATABASES)
+def test_a_claim_skips_rows_locked_by_another_claim_without_waiting(alias: str) -> None:
+    """Rows another transaction holds (a claim in progress) are skipped, not waited for."""
+    backend = DjangoTaskBackend(alias)
+    backend.enqueue([new_task(f"t{n}", delay=-10 + n) for n in range(10)])
+    locked, release = threading.Event(), threading.Event()
+    held: list[str] = []
+
+    def hold_the_first_five() -> None:
+        try:
+            with transaction.atomic(using=alias):
+                rows = (ScheduledTask.objects.using(alias).select_for_update(skip_locked=True)
+                        .filter(status="scheduled", task_type="sql.task", due__lte=DbNow())
+                        .order_by("due", "pk").values_list("pk", flat=True)[:5])
+                held.extend(rows)
+                locked.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold_the_first_five)
+    holder.start()
+    try:
+        assert locked.wait(10)
+        started = time.monotonic()
+        deliveries = claim(backend, ["sql.task"], limit=10)
+        elapsed = time.monotonic() - started
+    finally:
+        release.set()
+        holder.join(10)
+    assert held == [f"t{n}" for n in range(5)]
+    assert [d.id for d in deliveries] == [f"t{n}" for n in range(5, 10)]
+    assert elapsed < 1.0, f"the claim waited {elapsed:.2f}s for locked rows"
+    assert [d.id for d in claim(backend, ["sql.task"])] == [f"t{n}" for n in range(5)]  # free again
+
+
+@pytest.mark.parametrize("alias", EVERY_DATABASE)
+def test_an_expired_claim_returns_and_the_old_claimant_can_no_longer_settle_it(
+    alias: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    backend = DjangoTaskBackend(alias)
+    backend.enqueue([new_task("t", delay=-1)])
+    (dead,) = claim(backend, ["sql.task"], visibility=0.3, owner="dead-worker")
+    assert claim(backend, ["sql.task"]) == []  # invisible while the claim lasts
+    assert backend.cancel("t") is False  # it started
+    time.sleep(0.4)
+    (alive,) = claim(backend, ["sql.task"], owner="alive-worker")
+    assert (alive.id, alive.attempt) == ("t", 2)
+    assert alive.token != dead.token
+    info = backend.info("t")
+    assert info is not None and (info.status, info.attempts) == (TaskStatus.RUNNING, 2)
+    assert info.error is not None and "dead-worker did not finish attempt 1" in info.error
+    with caplog.at_level(logging.WARNING, logger="mutexcron.tasks.django"):
+        dead.ack()
+        dead.fail("late")
+        dead.retry_later(timedelta(seconds=1), "late")
+    assert caplog.text.count("could not") == 3
+    assert backend.status("t") == TaskStatus.RUNNING  # the stale claimant changed nothing
+    alive.ack()
+    info = backend.info("t")
+    assert info is not None and (info.status, info.attempts) == (TaskStatus.SUCCEEDED, 2)
+
+
+@pytest.mark.parametrize("alias", EVERY_DATABASE)
+def test_retry_later_and_claims_use_the_database_clock(alias: str) -> None:
+    backend = DjangoTaskBackend(alias)
+    backend.enqueue([new_task("t", delay=-1)])
+    (delivery,) = claim(backend, ["sql.task"], visibility=120)
+    db_now, _ = backend._next(["sql.task"])
+    row = ScheduledTask.objects.using(alias).get(pk="t")
+    assert row.visible_until is not None and abs(row.visible_until.timestamp() * 1000 - (db_now + 120_000)) < 2000
+    delivery.retry_later(timedelta(seconds=30), "oops")
+    row = ScheduledTask.objects.using(alias).get(pk="t")
+    assert abs(row.due.timestamp() * 1000 - (db_now + 30_000)) < 2000
+    assert (row.status, row.attempts, row.error, row.visible_until) == ("scheduled", 1, "oops", None)
+    assert backend._next(["sql.task"])[1] == round(row.due.timestamp() * 1000)
+    assert backend.cancel("t") is True  # waiting for its retry, it has not started again
+
+
+@pytest.mark.django_db(transaction=True, databases=["mariadb"])
+def test_mariadb_due_times_are_utc_whatever_the_session_time_zone() -> None:
+    """Django writes UTC; CURRENT_TIMESTAMP would be in the session's zone, UTC_TIMESTAMP is not."""
+    backend = DjangoTaskBackend("mariadb")
+    with connections["mariadb"].cursor() as cursor:
+        cursor.execute("SET time_zone = '+05:00'")
+    backend.enqueue([new_task("in an hour", delay=3600), new_task("due", delay=-1)])
+    assert [d.id for d in claim(backend, ["sql.task"])] == ["due"]
+
+
+@pytest.mark.parametrize("alias", EVERY_DATABASE)
+def test_enqueue_does_not_overwrite_an_existing_task_and_a_batch_is_atomic(alias: str) -> None:
+    backend = DjangoTaskBackend(alias)
+    backend.enqueue([new_task("same", payload='"first"', delay=60)])
+    backend.enqueue([new_task("same", payload='"second"'), new_task("new", payload='"new"')])
+    info = backend.info("same")
+    assert info is not None and info.payload == "first"
+    assert backend.status("new") == TaskStatus.SCHEDULED
+    with pytest.raises(RuntimeError), transaction.atomic(using=alias):  # the app's own transaction
+        backend.enqueue([new_task("rolled back")])
+        raise RuntimeError("the app's transaction fails")
+    assert backend.status("rolled back") == TaskStatus.UNKNOWN
+
+
+@pytest.mark.parametrize("alias", EVERY_DATABASE)
+def test_prune_deletes_old_succeeded_and_cancelled_tasks_and_keeps_failed_ones(alias: str) -> None:
+    backend = DjangoTaskBackend(alias)
+    backend.enqueue([new_task(name, delay=-1) for name in ("ok", "bad", "gone", "fresh")])
+    by_id = {d.id: d for d in claim(backend, ["sql.task"])}
+    by_id["ok"].ack()
+    by_id["bad"].fail("boom")
+    by_id["fresh"].ack()
+    backend.enqueue([new_task("cancelled", delay=60)])
+    assert backend.cancel("cancelled")
+    old = datetime.now(UTC) - timedelta(days=8)
+    ScheduledTask.objects.using(alias).filter(pk__in=["ok", "bad", "cancelled"]).update(finished_at=old)
+    assert backend.prune() == 2
+    assert {backend.status(i) for i in ("ok", "cancelled")} == {TaskStatus.UNKNOWN}
+    assert backend.status("bad") == TaskStatus.FAILED
+    assert backend.status("fresh") == TaskStatus.SUCCEEDED
+    assert backend.status("gone") == TaskStatus.RUNNING
+    assert backend.failed() == ["bad"]
+
+
+# -- workers ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True, databases=["postgres"])
+def test_postgresql_notify_wakes_a_sleeping_worker_from_another_connection(
+    queues: Callable[..., TaskQueue], recorder: Recorder
+) -> None:
+    """The producer's wake-ups never reach the worker in-process; NOTIFY, sent by the producer's own
+    connection when its transaction commits, does, within tens of milliseconds (max_sleep is 60 s)."""
+    task_type = recorder.define()
+    worker = queues("django://postgres")
+    assert worker.backend.max_sleep == 60  # type: ignore[attr-defined]
+    worker.start()
+    producer = queues(Deaf("postgres"))
+    producer.schedule(task_type, "warm-up")
+    recorder.at("warm-up")
+    latencies = []
+    for n in range(5):
+        time.sleep(0.3)  # the worker sleeps: it knows of nothing due
+        scheduled = time.time()
+        producer.schedule(task_type, n)
+        latencies.append(recorder.at(n) - scheduled)
+    print(f"NOTIFY wake-up latency: {', '.join(f'{x * 1000:.1f}' for x in latencies)} ms")
+    assert max(latencies) < 0.1
+    # ...and for a later task the worker sleeps until it is due, not longer.
+    due = time.time() + 0.4
+    producer.schedule(task_type, "later", delay=timedelta(seconds=0.4))
+    assert due - 0.03 <= recorder.at("later") < due + 0.1
+
+
+@pytest.mark.django_db(transaction=True, databases=["postgres"])
+def test_postgresql_a_claim_tells_sleeping_workers_its_visibility_deadline(
+    queues: Callable[..., TaskQueue], recorder: Recorder
+) -> None:
+    """If the claimant dies, a sleeping worker (max_sleep 60 s) wakes when its claim expires."""
+    task_type = recorder.define(visibility_timeout=timedelta(seconds=0.5))
+    worker = queues("django://postgres")
+    worker.start()
+    time.sleep(0.2)
+    Silent("postgres").enqueue([new_task("orphan", task_type=task_type, payload='"orphan"', delay=-1)])
+    dying = Deaf("postgres")  # its claim's NOTIFY goes out; nothing else tells the worker of the task
+    assert [d.id for d in claim(dying, [task_type], visibility=0.5, owner="dying")] == ["orphan"]
+    claimed_at = time.time()
+    ran_at = recorder.at("orphan")
+    assert 0.5 - 0.05 <= ran_at - claimed_at < 0.5 + LATE
+
+
+@pytest.mark.parametrize("alias", [p for p in EVERY_DATABASE if p.values[0] != "postgres"])
+def test_without_notify_a_task_from_another_process_is_seen_within_max_sleep(
+    alias: str, queues: Callable[..., TaskQueue], recorder: Recorder
+) -> None:
+    task_type = recorder.define()
+    worker = queues(DjangoTaskBackend(alias, max_sleep=0.4))
+    worker.start()
+    other_process = Silent(alias)
+    time.sleep(0.3)
+    lateness = []
+    for n in range(4):
+        time.sleep(0.13 * n)
+        scheduled = time.time()
+        other_process.enqueue([new_task(f"t{n}", task_type=task_type, payload=str(n))])
+        lateness.append(recorder.at(n) - scheduled)
+    print(f"seen after: {', '.join(f'{x * 1000:.0f}' for x in lateness)} ms (max_sleep 400 ms)")
+    assert max(lateness) < 0.4 + 0.15
+
+
+@pytest.mark.parametrize("alias", EVERY_DATABASE)
+def test_an_idle_worker_does_not_poll(alias: str, queues: Callable[..., TaskQueue], recorder: Recorder,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """It claims once, then sleeps until the task it knows of is due, or a wake-up, or max_sleep (1 s here,
+    60 s on PostgreSQL), after which it looks (one read) and claims only if something is due."""
+    calls = Counter[str]()
+
+    def counting(name: str) -> None:
+        original = getattr(DjangoTaskBackend, name)
+
+        def counted(self: DjangoTaskBackend, *args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(DjangoTaskBackend, name, counted)
+
+    counting("_claim")
+    counting("_next")
+    task_type = recorder.define()
+    queue = queues(f"django://{alias}")
+    queue.schedule(task_type, "in an hour", delay=timedelta(hours=1))
+    queue.start()
+    time.sleep(2.2)
+    looks = 1 if alias == "postgres" else 3  # after the claim, then after 1 and 2 s
+    assert dict(calls) == {"_claim": 1, "_next": looks}
+    queue.schedule(task_type, "now")
+    recorder.at("now")
+    assert calls["_claim"] <= 3  # the one that ran it, and the one that found nothing more
+
+
+@pytest.mark.parametrize("alias", EVERY_DATABASE)
+def test_a_stopping_worker_gives_back_the_tasks_it_claimed_but_did_not_start(
+    alias: str, queues: Callable[..., TaskQueue], recorder: Recorder
+) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def body(payload: Any) -> None:
+        started.set()
+        release.wait(10)
+
+    task_type = recorder.define(body=body)
+    queue = queues(f"django://{alias}")
+    now = datetime.now(UTC)
+    ids = queue.schedule_many([(task_type, n, {"run_at": now - timedelta(seconds=5 - n)}) for n in range(5)])
+    queue.start(prefetch=10)
+    assert started.wait(5)
+    stopping = threading.Thread(target=queue.stop)
+    stopping.start()
+    time.sleep(0.1)
+    release.set()
+    stopping.join(10)
+    assert recorder.payloads() == [0]
+    assert queue.status(ids[0]) == TaskStatus.SUCCEEDED
+    for task_id in ids[1:]:
+        info = queue.info(task_id)
+        assert info is not None and (info.status, info.attempts) == (TaskStatus.SCHEDULED, 0)
+    queues(f"django://{alias}").start()
+    wait_until(lambda: sorted(recorder.payloads()) == [0, 1, 2, 3, 4], what="the rest to run")
+
+
+@pytest.mark.parametrize("alias", EVERY_DATABASE)
+def test_the_heartbeat_keeps_a_long_task_from_other_workers(
+    alias: str, queues: Callable[..., TaskQueue], recorder: Recorder
+) -> None:
+    task_type = recorder.define(body=lambda payload: time.sleep(1.5), visibility_timeout=timedelta(seconds=0.4))
+    first = queues(f"django://{alias}?max_sleep=0.1")
+    first.start()
+    task_id = first.schedule(task_type, "long")
+    wait_until(lambda: recorder.payloads() == ["long"], what="the task to start")
+    queues(f"django://{alias}?max_sleep=0.1").start()
+    queues(f"django://{alias}?max_sleep=0.1").start()
+    wait_until(lambda: first.status(task_id) == TaskStatus.SUCCEEDED, timeout=5, what="status succeeded")
+    assert recorder.payloads() == ["long"]
+    info = first.info(task_id)
+    assert info is not None and info.attempts == 1
+
+
+@pytest.mark.parametrize("alias", EVERY_DATABASE)
+def test_a_stored_payload_that_is_not_json_fails_the_task_with_a_clear_error(
+    alias: str, queues: Callable[..., TaskQueue], recorder: Recorder
+) -> None:
+    task_type = recorder.define(max_attempts=1)
+    backend = DjangoTaskBackend(alias)
+    backend.enqueue([new_task("garbled", task_type=task_type, payload="{not json")])
+    queue = queues(backend)
+    queue.start()
+    wait_until(lambda: queue.status("garbled") == TaskStatus.FAILED, what="status failed")
+    info = queue.info("garbled")
+    assert info is not None and info.error is not None and "JSONDecodeError" in info.error
+    assert info.payload == "{not json"
+    assert recorder.payloads() == []
+
+
+@pytest.mark.django_db(transaction=True, databases=["postgres"])
+def test_a_worker_survives_its_connections_being_killed(
+    queues: Callable[..., TaskQueue], recorder: Recorder
+) -> None:
+    """close_old_connections() around each cycle, and the LISTEN connection re-opened (then a look at once)."""
+    task_type = recorder.define()
+    worker = queues("django://postgres")
+    worker.start()
+    producer = queues("django://postgres")
+    producer.schedule(task_type, "before")
+    recorder.at("before")
+    with connections["postgres"].cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    Silent("postgres").enqueue([new_task("unheard", task_type=task_type, payload='"unheard"')])
+    recorder.at("unheard", timeout=5)  # the listener's reconnection makes the worker look
+    producer.schedule(task_type, "after")
+    recorder.at("after")
+
+
+@pytest.mark.parametrize("alias", EVERY_DATABASE)
+def test_an_unreachable_database_stops_a_worker_loudly(alias: str, recorder: Recorder, django_db_blocker: Any) -> None:
+    recorder.define()
+    with unreachable_alias(VENDORS[alias], django_db_blocker) as nowhere:
+        queue = TaskQueue(f"django://{nowhere}", handlers=recorder.handlers)
+        with pytest.raises(StoreUnavailable, match=nowhere):
+            queue.run_worker()
+
+
+# -- speed ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("alias", EVERY_DATABASE)
+def test_throughput_of_one_worker_and_lateness(
+    alias: str, queues: Callable[..., TaskQueue], recorder: Recorder
+) -> None:
+    task_type = recorder.define()
+    queue = queues(f"django://{alias}")
+    count = 2000
+    started = time.perf_counter()
+    queue.schedule_many([(task_type, n) for n in range(count)])
+    scheduling = time.perf_counter() - started
+    started = time.perf_counter()
+    queue.start(prefetch=50)
+    wait_until(lambda: len(recorder.payloads()) >= count, timeout=60, what=f"{count} tasks to run")
+    elapsed = time.perf_counter() - started
+    assert sorted(recorder.payloads()) == list(range(count))
+
+    now = datetime.now(UTC)
+    due = {f"late{n}": now + timedelta(milliseconds=300 + 23 * n) for n in range(30)}
+    queue.schedule_many([(task_type, name, {"run_at": at}) for name, at in due.items()])
+    lateness = sorted(recorder.at(name) - at.timestamp() for name, at in due.items())
+    print(f"{VENDORS[alias]}: schedule_many {count} in {scheduling:.2f}s ({count / scheduling:,.0f}/s); one worker "
+          f"ran them at {count / elapsed:,.0f} tasks/s; lateness min {lateness[0] * 1000:.1f} ms, median "
+          f"{lateness[len(lateness) // 2] * 1000:.1f} ms, max {lateness[-1] * 1000:.1f} ms")
+    assert lateness[0] > -0.03 and lateness[-1] < LATE
+
+
+# -- the multi-process fleet tests on SQLite and MariaDB (PostgreSQL: tests/tasks/test_task_workers.py) ---
+
+
+@pytest.fixture(params=["sqlite", "mysql"])
+def worker_backend(request: pytest.FixtureRequest) -> fleet_tests.WorkerBackend:
+    # No NOTIFY across processes here: workers look at least every 0.1 s (tasks due 0.2 s ahead start on time).
+    return fleet_backend(request, request.param, max_sleep=0.1)
+
+
+fleet = fleet_tests.fleet
+producer = fleet_tests.producer
+test_fleet_every_task_runs_exactly_once_across_four_workers = pytest.mark.fleet(
+    fleet_tests.test_every_task_runs_exactly_once_across_four_workers)
+test_fleet_a_killed_workers_task_is_run_by_another = pytest.mark.fleet(
+    fleet_tests.test_a_killed_workers_task_is_run_by_another_after_the_visibility_timeout)
+test_fleet_a_task_that_kills_its_workers_fails = pytest.mark.fleet(
+    fleet_tests.test_a_task_that_kills_its_workers_fails_after_max_attempts)
+test_fleet_idle_workers_use_almost_no_cpu = pytest.mark.fleet(fleet_tests.test_idle_workers_use_almost_no_cpu)
+test_fleet_workers_start_tasks_on_time = pytest.mark.fleet(fleet_tests.test_workers_start_tasks_on_time)
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "mysql"])
+def throughput_backend(request: pytest.FixtureRequest) -> fleet_tests.WorkerBackend:
+    return fleet_backend(request, request.param, max_sleep=0.1 if request.param != "postgresql" else None)
+
+
+@pytest.mark.fleet
+def test_fleet_throughput_of_four_worker_processes(throughput_backend: fleet_tests.WorkerBackend,
+                                                   tmp_path: Any) -> None:
+    """4 worker processes drain 4,000 tasks that are due at once (each handler appends an fsync'ed line to
+    its process's ledger, which is part of the cost measured)."""
+    fleet = fleet_tests.Fleet(tmp_path, throughput_backend)
+    producer = throughput_backend.queue()
+    alias = throughput_backend.url.split("://", 1)[1].split("?")[0]
+    try:
+        for n in range(4):
+            fleet.start(f"worker-{n}", "--prefetch", "20")
+        fleet.wait_ready()
+        count = 4000
+        started = time.perf_counter()
+        producer.schedule_many([(fleet_tests.TASK_TYPE, {"n": n}) for n in range(count)])
+        scheduled = time.perf_counter() - started
+        done = ScheduledTask.objects.using(alias).filter(status="succeeded")
+        wait_until(lambda: done.count() >= count, timeout=120, what=f"{count} tasks to succeed", interval=0.05)
+        elapsed = time.perf_counter() - started
+        fleet.stop()
+        runs = Counter(entry["n"] for entry in fleet.ran())
+        assert set(runs) == set(range(count)) and max(runs.values()) == 1
+        per_worker = sorted(len(w.entries("ran")) for w in fleet.workers)
+        print(f"{throughput_backend.url}: scheduled {count} in {scheduled:.2f}s; 4 processes ran them in "
+              f"{elapsed:.2f}s = {count / elapsed:,.0f} tasks/s (per worker {per_worker})")
+    finally:
+        producer.close()
+        fleet.terminate_all()
+
+
+# -- cancel marks in SQL (for the RabbitMQ backend) ---------------------------------------------------------
+
+
+@pytest.fixture
+def marks(request: pytest.FixtureRequest) -> DjangoCancelMarks:
+    return DjangoCancelMarks(request.param)
+
+
+@pytest.mark.parametrize("marks", EVERY_DATABASE, indirect=True)
+def test_cancel_mark_claim_verdicts(marks: DjangoCancelMarks) -> None:
+    def task(task_id: str) -> NewTask:
+        marks.create([NewTask(task_id, "t", '"p"', datetime.now(UTC))])
+        return NewTask(task_id, "t", '"p"', datetime.now(UTC))
+
+    def claim_mark(task_id: str, gen: int = 1, redelivered: bool = False, attempt: int = 1) -> tuple[Verdict, int]:
+        found = marks.claim(task_id, gen=gen, attempt=attempt, redelivered=redelivered)
+        return found.verdict, found.attempts
+
+    assert claim_mark("nothing") == (Verdict.MISSING, 0)
+    task("a")
+    assert claim_mark("a") == (Verdict.RUN, 1)
+    assert claim_mark("a") == (Verdict.DUPLICATE, 1)  # a second copy while it runs
+    assert claim_mark("a", redelivered=True) == (Verdict.RUN, 2)  # the broker saw the consumer die
+    assert marks.finish("a", gen=1, status=TaskStatus.SUCCEEDED)
+    assert claim_mark("a", redelivered=True) == (Verdict.DONE, 2)
+    assert claim_mark("a", gen=2, redelivered=True) == (Verdict.DONE, 2)
+
+    task("b")
+    assert marks.cancel("b") is True
+    assert claim_mark("b") == (Verdict.CANCELLED, 0)
+    assert marks.cancel("b") is False
+
+    task("c")
+    assert claim_mark("c") == (Verdict.RUN, 1)
+    assert marks.cancel("c") is False  # started
+    assert marks.reschedule("c", gen=1, new_gen=2, run_at=datetime.now(UTC), error="boom")
+    assert claim_mark("c", gen=1, redelivered=True) == (Verdict.STALE, 1)
+    assert claim_mark("c", gen=2, attempt=2) == (Verdict.RUN, 2)
+    assert marks.finish("c", gen=2, status=TaskStatus.FAILED, error="boom again")
+    assert claim_mark("c", gen=2, redelivered=True) == (Verdict.DONE, 2)
+    assert claim_mark("c", gen=3, attempt=1) == (Verdict.RUN, 1)  # retry(id)'s message overtook the record
+    assert marks.reopen("c", gen=2, new_gen=3, run_at=datetime.now(UTC)) is True
+
+    task("d")
+    assert claim_mark("d") == (Verdict.RUN, 1)
+    assert claim_mark("d", gen=2, attempt=2) == (Verdict.RUN, 2)  # retry_later's message before its record
+    assert marks.reschedule("d", gen=1, new_gen=2, run_at=datetime.now(UTC), error="x") is False  # moved on
+
+    record = marks.get("c")
+    assert record is not None and (record.status, record.gen, record.attempts) == (TaskStatus.RUNNING, 3, 1)
+    assert marks.adopt(NewTask("c", "t", '"p"', datetime.now(UTC)), gen=1, attempts=1) is False
+    assert marks.adopt(NewTask("e", "t", '"p"', datetime.now(UTC)), gen=4, attempts=2) is True
+    record = marks.get("e")
+    assert record is not None and (record.status, record.gen, record.attempts) == (TaskStatus.RUNNING, 4, 2)
+    info = record.info()
+    assert (info.payload, info.status) == ("p", TaskStatus.RUNNING)
+
+
+@pytest.mark.parametrize("marks", EVERY_DATABASE, indirect=True)
+def test_cancel_marks_expire_after_the_retention_but_failed_ones_are_kept(marks: DjangoCancelMarks) -> None:
+    alias = marks.using
+    marks.retention = timedelta(hours=1)
+    in_a_day = datetime.now(UTC) + timedelta(days=1)
+    marks.create([NewTask("later", "t", "1", in_a_day), NewTask("ok", "t", "1", datetime.now(UTC)),
+                  NewTask("bad", "t", "1", datetime.now(UTC))])
+    rows = TaskMark.objects.using(alias)
+    expected = in_a_day + timedelta(hours=1)
+    assert abs((rows.get(pk="later").expires_at - expected).total_seconds()) < 60
+    for task_id, status in (("ok", TaskStatus.SUCCEEDED), ("bad", TaskStatus.FAILED)):
+        assert marks.claim(task_id, gen=1, attempt=1, redelivered=False).verdict == Verdict.RUN
+        assert marks.finish(task_id, gen=1, status=status, error="E" * 30_000)
+    assert rows.get(pk="bad").expires_at is None
+    record = marks.get("bad")
+    assert record is not None and record.error is not None and len(record.error) <= 20_001  # clipped
+    rows.filter(pk="ok").update(expires_at=datetime.now(UTC) - timedelta(seconds=1))
+    assert marks.get("ok") is None  # expired: as if gone
+    assert marks.claim("ok", gen=1, attempt=1, redelivered=True).verdict == Verdict.MISSING
+    assert marks.adopt(NewTask("ok", "t", "1", datetime.now(UTC)), gen=1, attempts=1) is True
+    rows.filter(pk="later").update(expires_at=datetime.now(UTC) - timedelta(seconds=1))
+    assert marks.prune() == 1
+    assert set(rows.values_list("pk", flat=True)) == {"ok", "bad"}
+
+
+@pytest.mark.parametrize("marks", EVERY_DATABASE, indirect=True)
+def test_cancel_mark_claims_race_with_cancel_one_winner(marks: DjangoCancelMarks) -> None:
+    alias = marks.using
+    count = 60
+    marks.create([NewTask(f"m{n}", "t", "1", datetime.now(UTC)) for n in range(count)])
+    results: dict[str, list[str]] = {"claim": [], "cancel": []}
+    barrier = threading.Barrier(2)
+
+    def claimer() -> None:
+        store = DjangoCancelMarks(alias)
+        barrier.wait()
+        try:
+            for n in range(count):
+                if store.claim(f"m{n}", gen=1, attempt=1, redelivered=False).verdict == Verdict.RUN:
+                    results["claim"].append(f"m{n}")
+        finally:
+            connections.close_all()
+
+    def canceller() -> None:
+        store = DjangoCancelMarks(alias)
+        barrier.wait()
+        try:
+            for n in reversed(range(count)):
+                if store.cancel(f"m{n}"):
+                    results["cancel"].append(f"m{n}")
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=claimer), threading.Thread(target=canceller)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(results["claim"] + results["cancel"]) == sorted(f"m{n}" for n in range(count))
+    assert not set(results["claim"]) & set(results["cancel"])
+
+
+def test_a_cancel_marks_url_picks_the_alias_and_the_retention() -> None:
+    store = DjangoCancelMarks.from_url("django://postgres?retention=60")
+    assert (store.using, store.retention) == ("postgres", timedelta(seconds=60))
+    assert DjangoCancelMarks.from_url("django://").using == "default"
+    with pytest.raises(StoreConfigError, match="retention"):
+        DjangoCancelMarks.from_url("django://?retention=never")
+    with pytest.raises(StoreConfigError, match="nowhere"):
+        DjangoCancelMarks.from_url("django://nowhere")
+
+
+@pytest.mark.parametrize("alias", EVERY_DATABASE)
+def test_cancel_marks_on_an_unreachable_database_raise_store_unavailable(alias: str, django_db_blocker: Any) -> None:
+    with unreachable_alias(VENDORS[alias], django_db_blocker) as nowhere:
+        store = DjangoCancelMarks(nowhere)
+        for call in (lambda: store.get(UNKNOWN_ID), lambda: store.cancel(UNKNOWN_ID),
+                     lambda: store.create([new_task("x")])):
+            with pytest.raises(StoreUnavailable):
+                call()
+
+
+# -- RabbitMQ with its task records in SQL: the shared contract, on PostgreSQL ------------------------------
+
+try:
+    from tests.tasks.test_rabbitmq_tasks import AMQP_URL, amqp_session_prefix, amqp_url, declared
+except ImportError as error:  # the RabbitMQ backend or its tests are not there
+    RABBITMQ_MISSING: str | None = f"cannot import the RabbitMQ tests: {error}"
+else:
+    RABBITMQ_MISSING = None
+    _ = (amqp_session_prefix, amqp_url, declared)  # fixtures used by name below
+
+
+def _broker_reachable() -> bool:
+    import pika
+
+    try:
+        pika.BlockingConnection(pika.URLParameters(AMQP_URL + "?connection_attempts=1&socket_timeout=2")).close()
+    except Exception:
+        return False
+    return True
+
+
+@pytest.mark.django_db(transaction=True, databases=["postgres"])
+class TestRabbitMQWithDjangoCancelMarks(TaskQueueContract):
+    """``TaskQueue("amqp://…", cancel_store=DjangoCancelMarks("postgres"))``: the records in SQL."""
+
+    @pytest.fixture
+    def queue_url(self, request: pytest.FixtureRequest) -> str:
+        if RABBITMQ_MISSING:
+            pytest.skip(RABBITMQ_MISSING)
+        if not _broker_reachable():
+            pytest.skip(f"no RabbitMQ at {AMQP_URL}")
+        return request.getfixturevalue("amqp_url")
+
+    @pytest.fixture
+    def queue_options(self) -> dict[str, Any]:
+        return {"cancel_store": DjangoCancelMarks("postgres")}
+
