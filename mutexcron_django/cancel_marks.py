@@ -129,6 +129,13 @@ class DjangoCancelMarks(CancelMarkStore):
         if task_ids:
             self._call(lambda: self._marks.filter(pk__in=list(task_ids)).delete())
 
+    def store_result(self, task_id: str, text: str) -> bool:
+        """Keep ``text`` (a django.tasks result) on the task's record; False if the record is gone."""
+        return self._call(lambda: self._marks.filter(_live(), pk=task_id).update(result=text) == 1)
+
+    def load_result(self, task_id: str) -> str | None:
+        return self._call(lambda: self._marks.filter(_live(), pk=task_id).values_list("result", flat=True).first())
+
     def get(self, task_id: str) -> TaskRecord | None:
         row = self._call(lambda: self._marks.filter(_live(), pk=task_id).first())
         return _record(row) if row is not None else None

@@ -86,6 +86,7 @@ class ScheduledTask(models.Model):
     claimed_by = models.CharField(max_length=255, null=True, blank=True)
     visible_until = models.DateTimeField(null=True, blank=True, help_text="a running claim expires then")
     error = models.TextField(null=True, blank=True)
+    result = models.TextField(null=True, blank=True, help_text="what the handler left (django.tasks results)")
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
@@ -118,6 +119,7 @@ class TaskMark(models.Model):
     attempts = models.IntegerField(default=0)
     gen = models.IntegerField(default=1)
     error = models.TextField(null=True, blank=True)
+    result = models.TextField(null=True, blank=True, help_text="what the handler left (django.tasks results)")
     expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
     updated_at = models.DateTimeField()
 

@@ -40,9 +40,10 @@ database connections that died or outlived ``CONN_MAX_AGE``::
 - Return values, errors, worker ids and start/finish times are kept in the mutexcron task's own record:
   a field of the task's hash in the Redis backend, of the task's record in a Redis cancel store
   (RabbitMQ), or through a backend's (or cancel store's) ``store_result(id, text) -> bool`` /
-  ``load_result(id) -> str | None`` methods. A backend with neither keeps no outcome (so far the
-  ``django://`` backend and cancel store): its results still have the right status, but a SUCCESSFUL one
-  returns ``None``, and a FAILED one has only the error the queue recorded (as a :class:`TaskAbandoned`).
+  ``load_result(id) -> str | None`` methods (the ``django://`` backend and cancel store: a column of the
+  task's row). A backend with neither keeps no outcome: its results still have the right status, but a
+  SUCCESSFUL one returns ``None``, and a FAILED one has only the error the queue recorded (as a
+  :class:`TaskAbandoned`).
 - ``django.tasks`` has no cancel API: ``MutexcronTaskBackend.cancel(result_id)`` and
   :func:`cancel(result) <cancel>` return True when the task will now never run.
 - Not supported: priorities (``supports_priority = False``: the queue runs tasks by due time). Queue

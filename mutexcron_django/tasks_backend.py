@@ -459,6 +459,13 @@ class DjangoTaskBackend(TaskBackend):
         row = self._call(lambda: self._tasks.filter(pk=task_id).first())
         return _info(row) if row is not None else None
 
+    def store_result(self, task_id: str, text: str) -> bool:
+        """Keep ``text`` (a django.tasks result) on the task's row; False if the task is unknown."""
+        return self._call(lambda: self._tasks.filter(pk=task_id).update(result=text) == 1)
+
+    def load_result(self, task_id: str) -> str | None:
+        return self._call(lambda: self._tasks.filter(pk=task_id).values_list("result", flat=True).first())
+
     def retry(self, task_id: str) -> bool:
         if not isinstance(task_id, str) or not task_id:
             return False
