@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
-from urllib.parse import urlsplit
 
 import redis
 
-from .._urls import check_host_and_port, mask_url, pop_query_options
-from ..errors import StoreConfigError, StoreUnavailable
+from .._redis import check_key_prefix, client_from_url
+from .._urls import mask_url
+from ..errors import StoreUnavailable
 from .base import UTC, AcquireStatus, Acquisition, LockState, LockStore, datetime_to_ms, duration_ms, ms_to_datetime
 
 __all__ = ["RedisLockStore"]
@@ -89,10 +89,8 @@ class RedisLockStore(LockStore):
     """Lock hashes at ``<prefix>{<job name>}``; the braces make the name the Redis Cluster hash tag."""
 
     def __init__(self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX, url: str | None = None) -> None:
-        if "{" in prefix or "}" in prefix:
-            raise StoreConfigError(f"Redis key prefix {prefix!r} must not contain braces (they set the hash tag)")
         self.client = client
-        self.prefix = prefix
+        self.prefix = check_key_prefix(prefix)
         self._display = mask_url(url) if url else repr(client)
         self._seed = client.register_script(_SEED)
         self._acquire = client.register_script(_ACQUIRE)
@@ -103,18 +101,7 @@ class RedisLockStore(LockStore):
     @classmethod
     def from_url(cls, url: str, **client_options: Any) -> RedisLockStore:
         """``redis://[:password@]host[:port][/db][?prefix=…]``; also ``rediss://`` and ``unix://``."""
-        cleaned, options = pop_query_options(url, ("prefix",))
-        check_host_and_port(cleaned)
-        parts = urlsplit(cleaned)
-        database = parts.path.strip("/")
-        if parts.scheme in ("redis", "rediss") and database and not database.isdigit():
-            raise StoreConfigError(f"malformed Redis URL {mask_url(url)!r}: database {database!r} is not a number")
-        client_options.setdefault("socket_connect_timeout", 2)
-        client_options.setdefault("socket_timeout", 5)
-        try:
-            client = redis.Redis.from_url(cleaned, **client_options)
-        except (ValueError, TypeError) as error:
-            raise StoreConfigError(f"malformed Redis URL {mask_url(url)!r}: {error}") from None
+        client, cleaned, options = client_from_url(url, ("prefix",), **client_options)
         return cls(client, prefix=options.get("prefix", DEFAULT_PREFIX), url=cleaned)
 
     def key(self, name: str) -> str:

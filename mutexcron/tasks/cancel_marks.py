@@ -26,9 +26,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, ParamSpec, TypeVar
-from urllib.parse import urlsplit
 
-from .._urls import check_host_and_port, mask_url, pop_query_options
+from .._urls import mask_url
 from ..errors import StoreConfigError, StoreUnavailable
 from .model import NewTask, TaskInfo, TaskStatus
 
@@ -244,8 +243,9 @@ class RedisCancelMarks(CancelMarkStore):
         self, client: Any, *, prefix: str = DEFAULT_PREFIX, retention: timedelta = DEFAULT_RETENTION,
         url: str | None = None,
     ) -> None:
-        if "{" in prefix or "}" in prefix:
-            raise StoreConfigError(f"Redis key prefix {prefix!r} must not contain braces (they set the hash tag)")
+        from .._redis import check_key_prefix  # imports redis-py, which only Redis users install
+
+        check_key_prefix(prefix)
         if not isinstance(retention, timedelta) or retention <= timedelta(0):
             raise StoreConfigError(f"cancel store retention must be a positive duration, not {retention!r}")
         self.client = client
@@ -263,14 +263,9 @@ class RedisCancelMarks(CancelMarkStore):
     @classmethod
     def from_url(cls, url: str, **client_options: Any) -> RedisCancelMarks:
         """``redis://[:password@]host[:port][/db][?prefix=…&retention=<seconds>]``; also ``rediss://``, ``unix://``."""
-        import redis
+        from .._redis import client_from_url
 
-        cleaned, options = pop_query_options(url, ("prefix", "retention"))
-        check_host_and_port(cleaned)
-        parts = urlsplit(cleaned)
-        database = parts.path.strip("/")
-        if parts.scheme in ("redis", "rediss") and database and not database.isdigit():
-            raise StoreConfigError(f"malformed Redis URL {mask_url(url)!r}: database {database!r} is not a number")
+        client, cleaned, options = client_from_url(url, ("prefix", "retention"), **client_options)
         retention = DEFAULT_RETENTION
         if "retention" in options:
             try:
@@ -279,12 +274,6 @@ class RedisCancelMarks(CancelMarkStore):
                 raise StoreConfigError(
                     f"cancel store URL {mask_url(url)!r}: retention={options['retention']!r} is not a number of seconds"
                 ) from None
-        client_options.setdefault("socket_connect_timeout", 2)
-        client_options.setdefault("socket_timeout", 5)
-        try:
-            client = redis.Redis.from_url(cleaned, **client_options)
-        except (ValueError, TypeError) as error:
-            raise StoreConfigError(f"malformed Redis URL {mask_url(url)!r}: {error}") from None
         return cls(client, prefix=options.get("prefix", DEFAULT_PREFIX), retention=retention, url=cleaned)
 
     def key(self, task_id: str) -> str:

@@ -39,11 +39,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
-from urllib.parse import urlsplit
 
 import redis
 
-from ..._urls import check_host_and_port, mask_url, pop_query_options, scrub
+from ..._redis import check_key_prefix, client_from_url
+from ..._urls import mask_url, scrub
 from ...errors import StoreConfigError, StoreUnavailable
 from ..handlers import validate_task_type
 from ..model import NewTask, TaskInfo, TaskStatus
@@ -283,8 +283,7 @@ class RedisTaskBackend(TaskBackend):
         retention: timedelta | float = DEFAULT_RETENTION,
         max_idle: timedelta | float = DEFAULT_MAX_IDLE,
     ) -> None:
-        if "{" in prefix or "}" in prefix:
-            raise StoreConfigError(f"Redis key prefix {prefix!r} must not contain braces (they set the hash tag)")
+        check_key_prefix(prefix)
         self.client = client
         self.prefix = prefix
         self.base = f"{prefix}{HASH_TAG}:"
@@ -320,19 +319,8 @@ class RedisTaskBackend(TaskBackend):
                 f"(given {mask_url(cancel_store)!r})"
             )
         backend_options = {name: options.pop(name) for name in ("retention", "max_idle") if name in options}
-        cleaned, query = pop_query_options(url, ("prefix",))
-        check_host_and_port(cleaned)
-        parts = urlsplit(cleaned)
-        database = parts.path.strip("/")
-        if parts.scheme in ("redis", "rediss") and database and not database.isdigit():
-            raise StoreConfigError(f"malformed Redis URL {mask_url(url)!r}: database {database!r} is not a number")
-        options.setdefault("socket_connect_timeout", 2)
-        options.setdefault("socket_timeout", 5)
         options.setdefault("health_check_interval", 30)  # a worker's idle pub/sub connection is pinged
-        try:
-            client = redis.Redis.from_url(cleaned, **options)
-        except (ValueError, TypeError) as error:
-            raise StoreConfigError(f"malformed Redis URL {mask_url(url)!r}: {scrub(str(error), url)}") from None
+        client, cleaned, query = client_from_url(url, ("prefix",), **options)
         return cls(client, prefix=query.get("prefix", DEFAULT_PREFIX), url=cleaned, **backend_options)
 
     # -- keys and errors --------------------------------------------------------------------------
