@@ -40,12 +40,18 @@ tasks (and the database's time), and sleeps until then. It is woken early:
   a dead worker's tasks on time. Each process LISTENs on one psycopg (3) connection of its own, opened by
   a thread beside its workers (and closed when the last of them stops); a worker does its first claim
   only once LISTEN is in place, and looks again whenever that connection had to be re-opened;
-* across processes on SQLite and MySQL/MariaDB there is **no notification channel**: a task scheduled by
-  another process (a web process, typically) is seen at the latest after ``max_sleep`` (default 1 s;
-  ``django://?max_sleep=0.2``), the longest a waiting worker sleeps without looking. So a task due
-  sooner than ``max_sleep`` after it was scheduled elsewhere may start up to ``max_sleep`` late. Such a
-  look is one read (the earliest due time); the worker claims only when something is due. On PostgreSQL
-  ``max_sleep`` defaults to 60 s and only covers lost notifications (1 s while LISTEN is down).
+* across processes of one machine on SQLite and MySQL/MariaDB, which have no notification channel, by
+  datagrams (:mod:`mutexcron.tasks.local_wake`): each process with workers binds a Unix socket in a
+  directory of the database's own, and the same messages NOTIFY would carry are sent to every socket
+  there once the transaction commits. The directory is ``<database file>.mutexcron-wake/`` beside a
+  SQLite file (so every process that can write the database can use it, containers sharing its volume
+  included), and ``<temp dir>/mutexcron-wake-<hash of host, port and name>/`` for MySQL/MariaDB;
+* a task scheduled where no wake-up reaches the workers (MySQL/MariaDB from another machine, a process
+  that cannot write the directory) is seen at the latest after ``max_sleep``, the longest a waiting
+  worker sleeps without looking. Such a look is one read (the earliest due time); the worker claims only
+  when something is due. ``max_sleep`` defaults to 1 s on MySQL/MariaDB (``django://?max_sleep=0.2``),
+  and to 60 s on PostgreSQL and SQLite, where it only covers lost wake-ups (and is 1 s while a worker
+  cannot LISTEN or bind its socket).
 
 **Connections.** Django connections belong to a thread. A worker calls ``close_old_connections()`` before
 and after each claim/run cycle (a long-lived worker survives restarts of the database; ``CONN_MAX_AGE`` is
@@ -58,17 +64,20 @@ that the next call reconnects.
 
 **Limits.** ``run_at`` comes from the producer's clock and ``now`` from the database's: a skew between
 them shifts start times by as much. LISTEN needs psycopg 3 (with psycopg2, PostgreSQL workers fall back
-to ``max_sleep``, 1 s). The in-process wake-ups need ``transaction.on_commit``, so a task scheduled
-inside a transaction that never commits (Django's ``TestCase``) wakes nobody, as it should.
+to ``max_sleep``, 1 s). The socket wake-ups need Unix domain sockets (not Windows). The in-process
+wake-ups need ``transaction.on_commit``, so a task scheduled inside a transaction that never commits
+(Django's ``TestCase``) wakes nobody, as it should.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
 import socket
+import tempfile
 import threading
 import time
 import uuid
@@ -86,6 +95,7 @@ from mutexcron._urls import mask_url, pop_query_options
 from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.tasks.backends.base import Delivery, TaskBackend
 from mutexcron.tasks.handlers import validate_task_type
+from mutexcron.tasks.local_wake import LocalWakeChannel, WakeListener
 from mutexcron.tasks.model import NewTask, TaskInfo, TaskStatus
 
 from .models import ScheduledTask
@@ -95,14 +105,14 @@ __all__ = ["DbNow", "DjangoDelivery", "DjangoTaskBackend"]
 logger = logging.getLogger("mutexcron.tasks.django")
 
 CHANNEL = "mutexcron_tasks"  # PostgreSQL LISTEN/NOTIFY channel (channels are per database)
-DEFAULT_MAX_SLEEP = 1.0  # seconds; SQLite and MySQL/MariaDB: no wake-up across processes
-DEFAULT_MAX_SLEEP_NOTIFIED = 60.0  # seconds; PostgreSQL: NOTIFY wakes workers, this covers lost ones
-UNLISTENED_MAX_SLEEP = 1.0  # PostgreSQL while the LISTEN connection is down
+DEFAULT_MAX_SLEEP = 1.0  # seconds; MySQL/MariaDB: producers on other machines cannot wake workers
+DEFAULT_MAX_SLEEP_NOTIFIED = 60.0  # seconds; PostgreSQL (NOTIFY), SQLite (sockets): this covers lost wake-ups
+UNLISTENED_MAX_SLEEP = 1.0  # while the LISTEN connection is down, or no wake-up socket could be bound
 DEFAULT_RETENTION = timedelta(days=7)
 PRUNE_EVERY = 3600.0  # seconds between two deletions of old finished tasks by one worker
 PRUNE_CHUNK = 1000
 STOP_CHECK_SECONDS = 0.25  # a waiting worker notices a set ``stop`` within this, even without wake()
-LISTEN_POLL_SECONDS = 0.1  # the LISTEN thread notices that no worker needs it any more within this
+LISTEN_POLL_SECONDS = 0.1  # the LISTEN and socket threads notice that no worker needs them any more within this
 BUSY_PAUSE = 0.005  # seconds: due tasks exist but another worker holds them (for a few ms)
 WARM_UP_AHEAD = 0.05  # seconds: a sleeping worker connects this long before a known due time
 ENQUEUE_CHUNK = 500
@@ -211,9 +221,13 @@ class _Inbox:
         return messages
 
 
+NOTIFY, SOCKETS = "notify", "sockets"  # how workers of a database hear of other processes' changes
+
+
 class _Hub:
-    """Every consume() of one database alias in this process: in-process wake-ups, and on PostgreSQL the
-    thread that LISTENs on its own connection and turns notifications into the same wake-ups."""
+    """Every consume() of one database alias in this process: in-process wake-ups, and the thread that
+    turns other processes' wake-ups into the same messages: it LISTENs on a connection of its own
+    (PostgreSQL) or receives on this process's socket of the wake-up directory (SQLite, MySQL/MariaDB)."""
 
     def __init__(self, alias: str) -> None:
         self.alias = alias
@@ -222,6 +236,7 @@ class _Hub:
         self._inboxes: set[_Inbox] = set()
         self._listener: threading.Thread | None = None
         self.listening = threading.Event()
+        self.socket_path: str | None = None  # this process's wake-up socket: senders here skip it
 
     def post(self, message: tuple[int, str] | None) -> None:
         with self._lock:
@@ -229,19 +244,60 @@ class _Hub:
         for inbox in inboxes:
             inbox.put(message)
 
-    def subscribe(self, inbox: _Inbox, *, listen: bool) -> None:
+    def subscribe(self, inbox: _Inbox, *, wake: str | None) -> None:
+        """Add a worker's inbox; the first one starts the thread that hears other processes (``wake``)."""
         with self._lock:
             self._inboxes.add(inbox)
-            if listen and self._listener is None:
+            if wake is not None and self._listener is None:
                 self.listening.clear()
-                self._listener = threading.Thread(
-                    target=self._listen, name=f"mutexcron-task-listen-{self.alias}", daemon=True
-                )
+                if wake == NOTIFY:
+                    target: Callable[[], None] = self._listen
+                else:
+                    listener = self._bind()
+                    if listener is None:
+                        return
+                    target = lambda: self._receive(listener)  # noqa: E731
+                self._listener = threading.Thread(target=target, name=f"mutexcron-task-wake-{self.alias}",
+                                                  daemon=True)
                 self._listener.start()
         # Listening (confirmed) before the first claim: no notification sent after it can be missed.
-        if listen and not self.listening.wait(LISTEN_READY_TIMEOUT):
+        if wake == NOTIFY and not self.listening.wait(LISTEN_READY_TIMEOUT):
             logger.warning("task workers on database %r: LISTEN is not ready; sleeping at most %.1fs meanwhile",
                            self.alias, UNLISTENED_MAX_SLEEP)
+
+    def _bind(self) -> WakeListener | None:
+        """This process's socket in the wake-up directory, bound before the first claim (lock held)."""
+        channel = _channel(self.alias)
+        if channel is None:
+            return None
+        try:
+            listener = channel.listen()
+        except OSError as error:
+            logger.warning("task workers on database %r: cannot bind a wake-up socket in %s (%s); tasks scheduled "
+                           "by other processes are seen within %.1fs", self.alias, channel.directory, error,
+                           UNLISTENED_MAX_SLEEP)
+            return None
+        self.socket_path = listener.path
+        self.listening.set()
+        return listener
+
+    def _receive(self, listener: WakeListener) -> None:
+        try:
+            while self._wanted():
+                for raw in listener.receive(timeout=LISTEN_POLL_SECONDS):
+                    message = _parse_wake(raw.decode("utf-8", "replace"))
+                    if message is not None:
+                        self.post(message)
+        except OSError as error:  # the socket is gone (its directory was removed): look often from now on
+            logger.warning("task workers on database %r: wake-up socket: %s", self.alias, error)
+            with self._lock:
+                self._listener = None
+        finally:
+            listener.close()
+            with self._lock:  # unless a new subscriber bound a new socket meanwhile
+                if self.socket_path == listener.path:
+                    self.socket_path = None
+                    self.listening.clear()
 
     def unsubscribe(self, inbox: _Inbox) -> None:
         with self._lock:
@@ -308,6 +364,35 @@ def _hub(alias: str) -> _Hub:
         return hub
 
 
+_channels: dict[str, LocalWakeChannel] = {}
+
+
+def _wake_directory(alias: str) -> str | None:
+    """Where the processes using this SQLite or MySQL/MariaDB database meet (None: in-memory SQLite)."""
+    connection = connections[alias]
+    name = str(connection.settings_dict.get("NAME") or "")
+    if connection.vendor == "sqlite":
+        if not name or name == ":memory:" or "mode=memory" in name:
+            return None
+        path = name.removeprefix("file:").split("?", 1)[0]
+        return os.path.realpath(path) + ".mutexcron-wake"
+    settings = connection.settings_dict
+    identity = f"{settings.get('HOST') or 'localhost'}:{settings.get('PORT') or ''}/{name}"
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), f"mutexcron-wake-{digest}")
+
+
+def _channel(alias: str) -> LocalWakeChannel | None:
+    directory = _wake_directory(alias)
+    if directory is None:
+        return None
+    with _hubs_lock:
+        channel = _channels.get(directory)
+        if channel is None:
+            channel = _channels[directory] = LocalWakeChannel(directory)
+        return channel
+
+
 def _listen_params(alias: str) -> dict[str, Any]:
     params = dict(connections[alias].get_connection_params())
     for key in ("cursor_factory", "context", "prepare_threshold"):
@@ -334,8 +419,9 @@ class DjangoTaskBackend(TaskBackend):
     """The ``ScheduledTask`` model as a task backend (see the module docstring for the protocol).
 
     ``using``: the database alias (default: the router's for ScheduledTask). ``max_sleep``: the longest
-    a waiting worker sleeps without looking (default 1 s; 60 s on PostgreSQL, whose workers are woken by
-    NOTIFY). ``retention``: how long succeeded and cancelled tasks are kept (default 7 days).
+    a waiting worker sleeps without looking (default 1 s on MySQL/MariaDB; 60 s on PostgreSQL and SQLite,
+    whose workers every producer wakes). ``retention``: how long succeeded and cancelled tasks are kept
+    (default 7 days).
     """
 
     def __init__(
@@ -352,8 +438,16 @@ class DjangoTaskBackend(TaskBackend):
         self.vendor = connections[self.using].vendor
         self.notifies = self.vendor == "postgresql"  # producers send NOTIFY (plain SQL, any driver)
         self.listens = self.notifies and _has_psycopg3()  # workers LISTEN (psycopg 3)
+        # How other processes' workers hear of changes: NOTIFY, datagrams (not for in-memory SQLite), or not.
+        self.cross_process_wake: str | None = NOTIFY if self.notifies else None
+        if self.vendor in ("sqlite", "mysql") and hasattr(socket, "AF_UNIX") and _wake_directory(self.using):
+            self.cross_process_wake = SOCKETS
+        # How this process's workers hear of them: NOTIFY needs psycopg 3 to LISTEN.
+        self.heard_by = self.cross_process_wake if self.cross_process_wake != NOTIFY or self.listens else None
         if max_sleep is None:
-            max_sleep = DEFAULT_MAX_SLEEP_NOTIFIED if self.listens else DEFAULT_MAX_SLEEP
+            # On SQLite every producer is on this machine, so every producer can wake the workers.
+            woken = self.listens or (self.vendor == "sqlite" and self.cross_process_wake == SOCKETS)
+            max_sleep = DEFAULT_MAX_SLEEP_NOTIFIED if woken else DEFAULT_MAX_SLEEP
         self.max_sleep = _positive_seconds(max_sleep, "max_sleep")
         self.retention = timedelta(seconds=_positive_seconds(retention, "retention"))
         self._inboxes: set[_Inbox] = set()
@@ -402,12 +496,25 @@ class DjangoTaskBackend(TaskBackend):
         return connections[self.using].in_atomic_block
 
     def _notify(self, messages: list[str]) -> None:
-        """NOTIFY (PostgreSQL) in the current transaction: delivered to listeners when it commits."""
-        if not self.notifies or not messages:
+        """Wake other processes' workers once the current transaction commits: NOTIFY in it (PostgreSQL),
+        or datagrams to the wake-up directory's sockets after it (SQLite, MySQL/MariaDB)."""
+        if not messages:
             return
-        with connections[self.using].cursor() as cursor:
+        if self.notifies:
+            with connections[self.using].cursor() as cursor:
+                for payload in dict.fromkeys(messages):
+                    cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, payload])
+            return
+        channel = _channel(self.using) if self.cross_process_wake == SOCKETS else None
+        if channel is None:
+            return
+        skip = _hub(self.using).socket_path  # this process's workers get _post()'s messages
+
+        def send() -> None:
             for payload in dict.fromkeys(messages):
-                cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, payload])
+                channel.broadcast(payload.encode(), skip=skip)
+
+        transaction.on_commit(send, using=self.using)
 
     def _post(self, messages: list[tuple[int, str] | None]) -> None:
         """Wake this process's workers of this database once the current transaction (if any) commits."""
@@ -588,6 +695,10 @@ class DjangoTaskBackend(TaskBackend):
             chosen = due.filter(task_type__in=types).order_by("due", "pk").values("pk")[:limit]
             if self._tasks.filter(pk__in=chosen, status=Status.SCHEDULED).update(**changes) == 0:
                 return []
+            if self.cross_process_wake:  # sleeping workers learn when these claims expire (if this worker dies)
+                # SQLite's clock is this machine's: the deadline is near enough without reading it back.
+                shortest = min(visibility[t] for t in types)
+                self._notify([_wake_payload(_ms(datetime.now(UTC) + shortest), "*")])
             rows = list(self._tasks.filter(status=Status.RUNNING, task_type__in=types, claim_token=token)
                         .order_by("due", "pk").values_list(*fields))
             return [DjangoDelivery(self, pk, task_type, payload, attempts, token, visibility[task_type])
@@ -604,7 +715,7 @@ class DjangoTaskBackend(TaskBackend):
             if not picked:
                 return []
             self._tasks.filter(pk__in=[row[1] for row in picked]).update(**changes)
-            if self.notifies:  # sleeping workers learn when these claims expire (if this worker dies)
+            if self.cross_process_wake:  # sleeping workers learn when these claims expire (if this worker dies)
                 shortest = min(visibility[row[2]] for row in picked)
                 deadline = _ms(_aware(picked[0][-1]) + shortest)  # type: ignore[operator]
                 self._notify([_wake_payload(deadline, "*")])
@@ -862,7 +973,7 @@ class _Consumer:
         self.warmed_at: float | None = None
 
     def run(self) -> None:
-        self.hub.subscribe(self.inbox, listen=self.backend.listens)
+        self.hub.subscribe(self.inbox, wake=self.backend.heard_by)
         heartbeat = _Heartbeat(self.backend)
         try:
             self._loop(heartbeat)
@@ -972,7 +1083,7 @@ class _Consumer:
         known due time the worker connects (see :meth:`_warm_up`), so that the claim starts at once.
         """
         bound = self.backend.max_sleep
-        if self.backend.listens and not self.hub.listening.is_set():
+        if self.backend.heard_by and not self.hub.listening.is_set():
             bound = min(bound, UNLISTENED_MAX_SLEEP)
         deadline, due = answered_at + bound, False
         if next_ms is not None:

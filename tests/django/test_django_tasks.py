@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,8 +25,14 @@ from mutexcron.tasks import HandlerRegistry, NewTask, TaskQueue, TaskStatus, tas
 from mutexcron.tasks.cancel_marks import Verdict
 from mutexcron_django.cancel_marks import DjangoCancelMarks
 from mutexcron_django.models import ScheduledTask, TaskMark
-from mutexcron_django.tasks_backend import DbNow, DjangoDelivery, DjangoTaskBackend
-from tests.django.tasks_support import fleet_backend, unreachable_alias
+from mutexcron_django.tasks_backend import DbNow, DjangoDelivery, DjangoTaskBackend, _wake_directory
+from tests.django.tasks_support import (
+    database_alias,
+    fleet_backend,
+    fresh_database,
+    settings_like,
+    unreachable_alias,
+)
 from tests.tasks import test_task_workers as fleet_tests
 from tests.tasks.contract import LATE, TaskQueueContract, wait_until
 
@@ -162,10 +169,34 @@ def test_a_django_url_picks_the_backend_and_its_options() -> None:
     assert isinstance(backend, DjangoTaskBackend)
     assert (backend.using, backend.max_sleep, backend.retention) == ("postgres", 0.5, timedelta(hours=1))
     assert backend.notifies and backend.listens
-    default = DjangoTaskBackend.from_url("django://")
-    assert (default.using, default.max_sleep, default.notifies) == ("default", 1.0, False)
-    assert DjangoTaskBackend.from_url("django://mariadb").max_sleep == 1.0
-    assert DjangoTaskBackend.from_url("django://postgres").max_sleep == 60.0
+    assert backend.cross_process_wake == "notify"
+
+
+@pytest.mark.parametrize(("alias", "wake", "max_sleep"), [
+    ("postgres", "notify", 60.0),  # NOTIFY reaches every worker
+    ("default", "sockets", 60.0),  # a SQLite file: every process using it is on this machine, and can wake it
+    ("mariadb", "sockets", 1.0),  # a producer on another machine cannot
+])
+def test_each_database_has_its_wake_up_channel_and_default_max_sleep(alias: str, wake: str, max_sleep: float) -> None:
+    backend = DjangoTaskBackend.from_url(f"django://{alias}")
+    assert (backend.using, backend.cross_process_wake, backend.max_sleep) == (alias, wake, max_sleep)
+
+
+def test_the_wake_up_directory_of_a_sqlite_file_is_beside_it_and_in_memory_sqlite_has_none(tmp_path: Any) -> None:
+    with database_alias("file_db", settings_like("sqlite", NAME=str(tmp_path / "site.sqlite3"))):
+        assert _wake_directory("file_db") == str(tmp_path.resolve() / "site.sqlite3.mutexcron-wake")
+    with database_alias("memory_db", settings_like("sqlite", NAME=":memory:")):
+        assert _wake_directory("memory_db") is None
+        backend = DjangoTaskBackend("memory_db")
+        assert (backend.cross_process_wake, backend.max_sleep) == (None, 1.0)
+
+
+def test_the_wake_up_directory_of_a_mariadb_database_depends_on_its_host_port_and_name() -> None:
+    names = set()
+    for changes in ({}, {"NAME": "other"}, {"PORT": "3307"}, {"HOST": "db.internal"}):
+        with database_alias("some_db", settings_like("mysql", **changes)):
+            names.add(_wake_directory("some_db"))
+    assert len(names) == 4
 
 
 @pytest.mark.parametrize(("url", "message"), [
@@ -434,11 +465,35 @@ def test_without_notify_a_task_from_another_process_is_seen_within_max_sleep(
     assert max(lateness) < 0.4 + 0.15
 
 
+def test_a_worker_that_cannot_bind_its_wake_up_socket_says_so_and_looks_every_second(
+    tmp_path: Any, recorder: Recorder, django_db_blocker: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    task_type = recorder.define()
+    with django_db_blocker.unblock(), fresh_database("sqlite", tmp_path) as (alias, _):
+        directory = _wake_directory(alias)
+        assert directory is not None
+        Path(directory).write_text("a file where the wake-up directory belongs")
+        worker = TaskQueue(f"django://{alias}", handlers=recorder.handlers)
+        try:
+            with caplog.at_level(logging.WARNING, logger="mutexcron.tasks.django"):
+                worker.start()
+                wait_until(lambda: "cannot bind a wake-up socket" in caplog.text, what="the warning")
+            time.sleep(0.3)  # the worker sleeps: it knows of nothing due
+            scheduled = time.time()
+            worker.schedule(task_type, "from elsewhere")  # in-process wake-ups still work...
+            assert recorder.at("from elsewhere") - scheduled < 0.1
+            scheduled = time.time()
+            Silent(alias).enqueue([new_task("silent", task_type=task_type, payload='"silent"')])
+            assert recorder.at("silent") - scheduled < 1.0 + 0.15  # ...and others' tasks within 1 s, not 60
+        finally:
+            worker.close()
+
+
 @pytest.mark.parametrize("alias", EVERY_DATABASE)
 def test_an_idle_worker_does_not_poll(alias: str, queues: Callable[..., TaskQueue], recorder: Recorder,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """It claims once, then sleeps until the task it knows of is due, or a wake-up, or max_sleep (1 s here,
-    60 s on PostgreSQL), after which it looks (one read) and claims only if something is due."""
+    """It claims once, then sleeps until the task it knows of is due, or a wake-up, or max_sleep (1 s on
+    MariaDB, 60 s on PostgreSQL and SQLite), after which it looks (one read) and claims only if something is due."""
     calls = Counter[str]()
 
     def counting(name: str) -> None:
@@ -457,7 +512,7 @@ def test_an_idle_worker_does_not_poll(alias: str, queues: Callable[..., TaskQueu
     queue.schedule(task_type, "in an hour", delay=timedelta(hours=1))
     queue.start()
     time.sleep(2.2)
-    looks = 1 if alias == "postgres" else 3  # after the claim, then after 1 and 2 s
+    looks = 3 if alias == "mariadb" else 1  # after the claim (MariaDB: then after 1 and 2 s)
     assert dict(calls) == {"_claim": 1, "_next": looks}
     queue.schedule(task_type, "now")
     recorder.at("now")
@@ -590,8 +645,8 @@ def test_throughput_of_one_worker_and_lateness(
 
 @pytest.fixture(params=["sqlite", "mysql"])
 def worker_backend(request: pytest.FixtureRequest) -> fleet_tests.WorkerBackend:
-    # No NOTIFY across processes here: workers look at least every 0.1 s (tasks due 0.2 s ahead start on time).
-    return fleet_backend(request, request.param, max_sleep=0.1)
+    # Default max_sleep (SQLite 60 s, MariaDB 1 s): the producer's datagrams wake the worker processes.
+    return fleet_backend(request, request.param)
 
 
 fleet = fleet_tests.fleet
@@ -604,6 +659,8 @@ test_fleet_a_task_that_kills_its_workers_fails = pytest.mark.fleet(
     fleet_tests.test_a_task_that_kills_its_workers_fails_after_max_attempts)
 test_fleet_idle_workers_use_almost_no_cpu = pytest.mark.fleet(fleet_tests.test_idle_workers_use_almost_no_cpu)
 test_fleet_workers_start_tasks_on_time = pytest.mark.fleet(fleet_tests.test_workers_start_tasks_on_time)
+test_fleet_a_task_scheduled_elsewhere_wakes_sleeping_workers = pytest.mark.fleet(
+    fleet_tests.test_a_task_scheduled_by_another_process_wakes_sleeping_workers_at_once)
 
 
 @pytest.fixture(params=["sqlite", "postgresql", "mysql"])

@@ -44,7 +44,7 @@ from mutexcron.tasks.backends.rabbitmq import (
 )
 from mutexcron.tasks.cancel_marks import RedisCancelMarks, Verdict, cancel_marks_from_url
 from tests.tasks import test_task_workers as fleet_tests
-from tests.tasks.contract import TaskQueueContract, wait_until
+from tests.tasks.contract import TaskQueueContract, due_time, wait_until
 from tests.tcp_proxy import TcpProxy
 
 AMQP_URL = os.environ.get("MUTEXCRON_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
@@ -533,13 +533,12 @@ def test_a_5_s_task_is_not_blocked_by_and_does_not_block_a_sooner_one(
     recorder.define()
     queue = queues()
     queue.start()
-    now = time.time()
-    queue.schedule("rabbit.task", "5 s", delay=timedelta(seconds=5))
-    queue.schedule("rabbit.task", "0.5 s", delay=timedelta(seconds=0.5))
-    queue.schedule("rabbit.task", "2 s", delay=timedelta(seconds=2))
-    assert now + 0.5 <= recorder.at("0.5 s") < now + 0.5 + 0.2
-    assert now + 2 <= recorder.at("2 s", timeout=5) < now + 2 + 0.2
-    assert now + 5 <= recorder.at("5 s", timeout=8) < now + 5 + 0.2
+    # Each lateness is measured from the task's own due time: the first schedule() declares its queue.
+    due = {payload: due_time(queue, queue.schedule("rabbit.task", payload, delay=timedelta(seconds=seconds)))
+           for payload, seconds in (("5 s", 5), ("0.5 s", 0.5), ("2 s", 2))}
+    assert due["0.5 s"] <= recorder.at("0.5 s") < due["0.5 s"] + 0.2
+    assert due["2 s"] <= recorder.at("2 s", timeout=5) < due["2 s"] + 0.2
+    assert due["5 s"] <= recorder.at("5 s", timeout=8) < due["5 s"] + 0.2
     assert recorder.payloads() == ["0.5 s", "2 s", "5 s"]
 
 
@@ -552,14 +551,14 @@ def test_a_delay_longer_than_the_levels_hold_re_enters_them_and_arrives_on_time(
     try:
         assert backend_of(queue).topology.max_delay_ms == 630
         queue.start()
-        now = time.time()
         task_id = queue.schedule("rabbit.task", "long", delay=timedelta(seconds=1.7))  # three passes
+        due = due_time(queue, task_id)
         time.sleep(0.9)
         assert recorder.payloads() == []
         assert queue.status(task_id) == TaskStatus.SCHEDULED
         ran_at = recorder.at("long")
-        print(f"1.7 s in passes of 0.63 s: lateness {(ran_at - now - 1.7) * 1000:.1f} ms")
-        assert now + 1.7 <= ran_at < now + 1.7 + 0.2
+        print(f"1.7 s in passes of 0.63 s: lateness {(ran_at - due) * 1000:.1f} ms")
+        assert due <= ran_at < due + 0.2
         wait_until(lambda: queue.status(task_id) == TaskStatus.SUCCEEDED)
         info = queue.info(task_id)
         assert info is not None and info.attempts == 1

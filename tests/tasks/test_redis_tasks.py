@@ -21,7 +21,7 @@ from redis.crc import key_slot
 from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.tasks import HandlerRegistry, NewTask, TaskQueue, TaskStatus, task_handler
 from mutexcron.tasks.backends.redis import HASH_TAG, RedisTaskBackend
-from tests.tasks.contract import LATE, TaskQueueContract, wait_until
+from tests.tasks.contract import LATE, TaskQueueContract, due_time, wait_until
 from tests.tcp_proxy import TcpProxy
 
 UNKNOWN_ID = "0123456789abcdef0123456789abcdef"
@@ -446,13 +446,12 @@ def test_a_lost_wake_up_is_made_up_by_the_next_known_due_time(
     deaf.channel += ":nobody-listens"  # its wake-ups are lost
     try:
         worker_queue.start()
-        now = time.time()
-        worker_queue.schedule(task_type, "known", delay=timedelta(seconds=0.8))
+        known_due = due_time(worker_queue, worker_queue.schedule(task_type, "known", delay=timedelta(seconds=0.8)))
         time.sleep(0.2)
         deaf.enqueue([new_task("lost", payload='"lost"')])
         lost_at, known_at = recorder.at("lost"), recorder.at("known")
-        assert now + 0.8 - 0.05 <= lost_at < now + 0.8 + LATE  # at the next due time it knew of
-        assert known_at < now + 0.8 + LATE
+        assert known_due - 0.05 <= lost_at < known_due + LATE  # at the next due time it knew of
+        assert known_at < known_due + LATE
     finally:
         worker_queue.close()
 

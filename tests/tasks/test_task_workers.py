@@ -266,6 +266,27 @@ def test_idle_workers_use_almost_no_cpu(fleet: Fleet, producer: TaskQueue) -> No
     fleet.stop()
 
 
+def test_a_task_scheduled_by_another_process_wakes_sleeping_workers_at_once(
+    fleet: Fleet, producer: TaskQueue
+) -> None:
+    """Workers that know of nothing due sleep (up to their max_sleep: 1 to 60 s); a task scheduled by this
+    process, due now, starts within tens of milliseconds each time, however long they slept."""
+    for n in range(2):
+        fleet.start(f"worker-{n}")
+    fleet.wait_ready()
+    waits = []
+    for n in range(5):
+        time.sleep(0.3 + 0.17 * n)  # idle: nothing is due, so the workers sleep (no synchronisation here)
+        scheduled_at = time.time()
+        producer.schedule(TASK_TYPE, {"n": n})
+        entry = wait_until(lambda n=n: next((e for e in fleet.ran() if e["n"] == n), None), timeout=5,
+                           what=f"task {n} to run")
+        waits.append(entry["started_at"] - scheduled_at)
+    print(f"scheduled-to-started: {', '.join(f'{w * 1000:.1f}' for w in waits)} ms")
+    assert max(waits) < 0.15, f"a sleeping worker was not woken at once: {waits}"
+    fleet.stop()
+
+
 def test_workers_start_tasks_on_time(fleet: Fleet, producer: TaskQueue) -> None:
     for n in range(3):
         fleet.start(f"worker-{n}")
