@@ -93,7 +93,7 @@ from django.db.models.functions import Cast, Coalesce, Concat, Now
 
 from mutexcron._urls import mask_url, pop_query_options
 from mutexcron.errors import StoreConfigError, StoreUnavailable
-from mutexcron.tasks.backends.base import Delivery, TaskBackend
+from mutexcron.tasks.backends.base import ClaimHeartbeat, Delivery, TaskBackend, run_batch
 from mutexcron.tasks.handlers import validate_task_type
 from mutexcron.tasks.local_wake import LocalWakeChannel, WakeListener
 from mutexcron.tasks.model import NewTask, TaskInfo, TaskStatus
@@ -856,6 +856,10 @@ class DjangoDelivery(Delivery):
     visibility: timedelta
     heartbeat: _Heartbeat | None = field(default=None, repr=False)
 
+    @property
+    def visibility_seconds(self) -> float:
+        return self.visibility.total_seconds()
+
     def ack(self) -> None:
         self.backend._settle(self, "ack", status=Status.SUCCEEDED, finished_at=DbNow())
 
@@ -872,78 +876,19 @@ class DjangoDelivery(Delivery):
         self.backend._release(self)
 
 
-class _Heartbeat:
-    """A thread that extends the claims of a worker's deliveries until they are settled.
-
-    A claim is extended (to now + its visibility timeout) once a third of that timeout has passed since
-    it was made or last extended; the thread sleeps otherwise, and closes its database connection after
-    each round (heartbeats are rare: every few minutes with the default timeout).
-    """
+class _Heartbeat(ClaimHeartbeat[DjangoDelivery]):
+    """Extends the claims due for it with one UPDATE per round (see :class:`ClaimHeartbeat`), then closes
+    its database connection: heartbeats are rare (every few minutes with the default timeout)."""
 
     def __init__(self, backend: DjangoTaskBackend) -> None:
         self.backend = backend
-        self._cond = threading.Condition()
-        self._next: dict[DjangoDelivery, float] = {}
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name="mutexcron-task-heartbeat", daemon=True)
-        self._thread.start()
+        super().__init__()
 
-    def track(self, delivery: DjangoDelivery, claimed_at: float) -> None:
-        delivery.heartbeat = self
-        with self._cond:
-            self._next[delivery] = claimed_at + delivery.visibility.total_seconds() / 3
-            self._cond.notify()
+    def extend(self, batch: list[DjangoDelivery]) -> set[DjangoDelivery]:
+        return self.backend._call(self.backend._extend, batch)
 
-    def untrack(self, delivery: DjangoDelivery) -> None:
-        with self._cond:
-            self._next.pop(delivery, None)
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        try:
-            while True:
-                with self._cond:
-                    while not self._closed:
-                        now = time.monotonic()
-                        upcoming = min(self._next.values(), default=None)
-                        if upcoming is not None and upcoming <= now:
-                            break
-                        self._cond.wait(None if upcoming is None else upcoming - now)
-                    if self._closed:
-                        return
-                    started = time.monotonic()
-                    batch = [d for d, at in self._next.items() if at <= started]
-                self._extend(batch, started)
-        finally:
-            connections[self.backend.using].close()
-
-    def _extend(self, batch: list[DjangoDelivery], started: float) -> None:
-        try:
-            kept = self.backend._call(self.backend._extend, batch)
-        except StoreUnavailable as error:
-            logger.warning("could not extend the claims of %d task(s): %s", len(batch), error)
-            with self._cond:
-                for delivery in batch:
-                    if delivery in self._next:
-                        self._next[delivery] = started + min(1.0, delivery.visibility.total_seconds() / 6)
-            return
-        finally:
-            connections[self.backend.using].close()
-        with self._cond:
-            for delivery in batch:
-                if delivery not in self._next:
-                    continue  # settled meanwhile
-                if delivery in kept:
-                    self._next[delivery] = started + delivery.visibility.total_seconds() / 3
-                else:
-                    del self._next[delivery]
-                    logger.warning("task %s (%s): the claim of attempt %d was lost; another worker may run it",
-                                   delivery.id, delivery.task_type, delivery.attempt)
+    def round_done(self) -> None:
+        connections[self.backend.using].close()
 
 
 class _Consumer:
@@ -1038,29 +983,8 @@ class _Consumer:
             return self.backend._call(self.backend._next, self.types)
         for delivery in deliveries:
             heartbeat.track(delivery, claimed_at)
-        self._run_batch(deliveries, heartbeat)
+        run_batch(deliveries, self.handle, self.stop, heartbeat, self.owner)
         return None
-
-    def _run_batch(self, deliveries: list[DjangoDelivery], heartbeat: _Heartbeat) -> None:
-        for index, delivery in enumerate(deliveries):
-            if self.stop.is_set():
-                self._release(deliveries[index:])
-                return
-            try:
-                self.handle(delivery)
-            except Exception:  # the task comes back after its visibility timeout
-                logger.exception("task worker %s: handling task %s (%s) failed; it will be run again after its "
-                                 "visibility timeout", self.owner, delivery.id, delivery.task_type)
-            finally:
-                heartbeat.untrack(delivery)
-
-    def _release(self, deliveries: list[DjangoDelivery]) -> None:
-        for delivery in deliveries:
-            try:
-                delivery.release()
-            except StoreUnavailable as error:
-                logger.warning("task %s: could not give it back (%s); it returns after its visibility timeout",
-                               delivery.id, error)
 
     def _maybe_prune(self) -> None:
         if time.monotonic() < self.next_prune:

@@ -8,14 +8,20 @@ a worker sleeps until the earliest due time and is woken early when a sooner tas
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import timedelta
+from typing import Any, Generic, TypeVar
 
+from ...errors import StoreUnavailable
 from ..model import NewTask, TaskInfo, TaskStatus
 
-__all__ = ["Delivery", "TaskBackend"]
+__all__ = ["ClaimHeartbeat", "Delivery", "TaskBackend", "run_batch"]
+
+logger = logging.getLogger("mutexcron.tasks")
 
 
 class Delivery(ABC):
@@ -83,3 +89,108 @@ class TaskBackend(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional
         """Release connections."""
+
+
+# -- shared by the backends that claim tasks with a visibility deadline (Redis, SQL) ---------------------
+
+D = TypeVar("D", bound=Any)  # a backend's delivery: ``visibility_seconds`` and a ``heartbeat`` slot
+
+
+class ClaimHeartbeat(ABC, Generic[D]):
+    """A thread that extends the claims of a worker's deliveries until they are settled.
+
+    A claim is extended (to now + its visibility timeout) once a third of that timeout has passed since
+    it was made or last extended, so a long healthy handler keeps its task; the thread sleeps otherwise.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._next: dict[D, float] = {}  # delivery -> monotonic time of its next extension
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="mutexcron-task-heartbeat", daemon=True)
+        self._thread.start()
+
+    @abstractmethod
+    def extend(self, batch: list[D]) -> Collection[D]:
+        """Extend the claims of ``batch`` in the store; return those still held. Raises StoreUnavailable."""
+
+    def round_done(self) -> None:
+        """Called in the heartbeat's thread after each round of extensions, and when it ends."""
+
+    def track(self, delivery: D, claimed_at: float) -> None:
+        delivery.heartbeat = self
+        with self._cond:
+            self._next[delivery] = claimed_at + delivery.visibility_seconds / 3
+            self._cond.notify()
+
+    def untrack(self, delivery: D) -> None:
+        with self._cond:
+            self._next.pop(delivery, None)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while not self._closed:
+                        now = time.monotonic()
+                        upcoming = min(self._next.values(), default=None)
+                        if upcoming is not None and upcoming <= now:
+                            break
+                        self._cond.wait(None if upcoming is None else upcoming - now)
+                    if self._closed:
+                        return
+                    started = time.monotonic()
+                    batch = [d for d, at in self._next.items() if at <= started]
+                self._extend(batch, started)
+        finally:
+            self.round_done()
+
+    def _extend(self, batch: list[D], started: float) -> None:
+        try:
+            kept = self.extend(batch)
+        except StoreUnavailable as error:
+            logger.warning("could not extend the claims of %d task(s): %s", len(batch), error)
+            with self._cond:  # try again soon, well before the claims run out
+                for delivery in batch:
+                    if delivery in self._next:
+                        self._next[delivery] = started + min(1.0, delivery.visibility_seconds / 6)
+            return
+        finally:
+            self.round_done()
+        with self._cond:
+            for delivery in batch:
+                if delivery not in self._next:
+                    continue  # settled meanwhile
+                if delivery in kept:
+                    self._next[delivery] = started + delivery.visibility_seconds / 3
+                else:
+                    del self._next[delivery]
+                    logger.warning("task %s (%s): the claim of attempt %d was lost; another worker may run it",
+                                   delivery.id, delivery.task_type, delivery.attempt)
+
+
+def run_batch(deliveries: Sequence[D], handle: Callable[[D], None], stop: threading.Event,
+              heartbeat: ClaimHeartbeat[D], owner: str) -> None:
+    """Run claimed deliveries in order; once ``stop`` is set, give the ones not started back."""
+    for index, delivery in enumerate(deliveries):
+        if stop.is_set():
+            for unstarted in deliveries[index:]:
+                try:
+                    unstarted.release()
+                except StoreUnavailable as error:
+                    logger.warning("task %s: could not give it back (%s); it returns after its visibility "
+                                   "timeout", unstarted.id, error)
+            return
+        try:
+            handle(delivery)
+        except Exception:  # the task comes back after its visibility timeout
+            logger.exception("task worker %s: handling task %s (%s) failed; it will be run again after its "
+                             "visibility timeout", owner, delivery.id, delivery.task_type)
+        finally:
+            heartbeat.untrack(delivery)

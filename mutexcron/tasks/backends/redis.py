@@ -47,7 +47,7 @@ from ..._urls import mask_url, scrub
 from ...errors import StoreConfigError, StoreUnavailable
 from ..handlers import validate_task_type
 from ..model import NewTask, TaskInfo, TaskStatus
-from .base import Delivery, TaskBackend
+from .base import ClaimHeartbeat, Delivery, TaskBackend, run_batch
 
 __all__ = ["RedisDelivery", "RedisTaskBackend"]
 
@@ -471,6 +471,10 @@ class RedisDelivery(Delivery):
     visibility_ms: int
     heartbeat: _Heartbeat | None = field(default=None, repr=False)
 
+    @property
+    def visibility_seconds(self) -> float:
+        return self.visibility_ms / 1000
+
     def _keys(self) -> list[str]:
         return [self.backend.task_key(self.id), self.backend.processing_key]
 
@@ -494,75 +498,19 @@ class RedisDelivery(Delivery):
         self.backend._finish(self, self.backend._release, keys, args, "release")
 
 
-class _Heartbeat:
-    """A thread that extends the claims of a worker's deliveries until they are finished.
-
-    A claim is extended (to now + its visibility timeout) once a third of that timeout has passed since
-    it was made or last extended, so a long healthy handler keeps its task; the thread sleeps otherwise.
-    """
+class _Heartbeat(ClaimHeartbeat[RedisDelivery]):
+    """Extends the claims due for it with one Lua call per round (see :class:`ClaimHeartbeat`)."""
 
     def __init__(self, backend: RedisTaskBackend) -> None:
         self.backend = backend
-        self._cond = threading.Condition()
-        self._next: dict[RedisDelivery, float] = {}  # delivery -> monotonic time of its next extension
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name="mutexcron-task-heartbeat", daemon=True)
-        self._thread.start()
+        super().__init__()
 
-    def track(self, delivery: RedisDelivery, claimed_at: float) -> None:
-        delivery.heartbeat = self
-        with self._cond:
-            self._next[delivery] = claimed_at + delivery.visibility_ms / 3000
-            self._cond.notify()
-
-    def untrack(self, delivery: RedisDelivery) -> None:
-        with self._cond:
-            self._next.pop(delivery, None)
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._closed:
-                    now = time.monotonic()
-                    upcoming = min(self._next.values(), default=None)
-                    if upcoming is not None and upcoming <= now:
-                        break
-                    self._cond.wait(None if upcoming is None else upcoming - now)
-                if self._closed:
-                    return
-                started = time.monotonic()
-                batch = [d for d, at in self._next.items() if at <= started]
-            self._extend(batch, started)
-
-    def _extend(self, batch: list[RedisDelivery], started: float) -> None:
+    def extend(self, batch: list[RedisDelivery]) -> set[RedisDelivery]:
         args: list[Any] = [self.backend.base]
         for delivery in batch:
             args += [delivery.id, delivery.token, delivery.visibility_ms]
-        try:
-            kept = self.backend._call(self.backend._extend, keys=[self.backend.processing_key], args=args)
-        except StoreUnavailable as error:
-            logger.warning("could not extend the claims of %d task(s): %s", len(batch), error)
-            with self._cond:
-                for delivery in batch:
-                    if delivery in self._next:
-                        self._next[delivery] = started + min(1.0, delivery.visibility_ms / 6000)
-            return
-        with self._cond:
-            for delivery, ok in zip(batch, kept, strict=True):
-                if delivery not in self._next:
-                    continue  # finished meanwhile
-                if ok:
-                    self._next[delivery] = started + delivery.visibility_ms / 3000
-                else:
-                    del self._next[delivery]
-                    logger.warning("task %s (%s): the claim of attempt %d was lost; another worker may run it",
-                                   delivery.id, delivery.task_type, delivery.attempt)
+        kept = self.backend._call(self.backend._extend, keys=[self.backend.processing_key], args=args)
+        return {delivery for delivery, ok in zip(batch, kept, strict=True) if ok}
 
 
 class _Consumer:
@@ -634,30 +582,9 @@ class _Consumer:
             for delivery in deliveries:
                 heartbeat.track(delivery, claimed_at)
             if deliveries:
-                self._run_batch(deliveries, heartbeat)
+                run_batch(deliveries, self.handle, self.stop, heartbeat, self.owner)
                 continue
             self._sleep(pubsub, now_ms, next_ms, answered_at)
-
-    def _run_batch(self, deliveries: list[RedisDelivery], heartbeat: _Heartbeat) -> None:
-        for index, delivery in enumerate(deliveries):
-            if self.stop.is_set():
-                self._release(deliveries[index:])
-                return
-            try:
-                self.handle(delivery)
-            except Exception:  # the task comes back after its visibility timeout
-                logger.exception("task worker %s: handling task %s (%s) failed; it will be run again after its "
-                                 "visibility timeout", self.owner, delivery.id, delivery.task_type)
-            finally:
-                heartbeat.untrack(delivery)
-
-    def _release(self, deliveries: list[RedisDelivery]) -> None:
-        for delivery in deliveries:
-            try:
-                delivery.release()
-            except StoreUnavailable as error:
-                logger.warning("task %s: could not give it back (%s); it returns after its visibility timeout",
-                               delivery.id, error)
 
     def _drain(self, pubsub: Any) -> None:
         """Drop the wake-ups already received: the claim about to run sees what they announced.
