@@ -21,7 +21,7 @@ import pytest
 from django.db import connections, transaction
 
 from mutexcron.errors import StoreConfigError, StoreUnavailable
-from mutexcron.tasks import HandlerRegistry, NewTask, TaskQueue, TaskStatus, task_handler
+from mutexcron.tasks import NewTask, TaskQueue, TaskStatus
 from mutexcron.tasks.cancel_marks import Verdict
 from mutexcron_django.cancel_marks import DjangoCancelMarks
 from mutexcron_django.models import ScheduledTask, TaskMark
@@ -34,7 +34,7 @@ from tests.django.tasks_support import (
     unreachable_alias,
 )
 from tests.tasks import test_task_workers as fleet_tests
-from tests.tasks.contract import LATE, TaskQueueContract, wait_until
+from tests.tasks.contract import LATE, Recorder, TaskQueueContract, wait_until
 
 ALIASES = {"sqlite": "default", "postgresql": "postgres", "mysql": "mariadb"}
 VENDORS = {alias: vendor for vendor, alias in ALIASES.items()}
@@ -90,36 +90,9 @@ class TestMariaDBTaskQueue(DjangoTaskContract):
 # -- helpers ----------------------------------------------------------------------------------------------
 
 
-class Recorder:
-    """Handlers that record what they ran (payload, time.time()); thread-safe."""
-
-    def __init__(self) -> None:
-        self.handlers = HandlerRegistry()
-        self._lock = threading.Lock()
-        self.ran: list[tuple[Any, float]] = []
-
-    def define(self, task_type: str = "sql.task", body: Callable[[Any], Any] | None = None, **options: Any) -> str:
-        def handler(payload: Any) -> None:
-            with self._lock:
-                self.ran.append((payload, time.time()))
-            if body is not None:
-                body(payload)
-
-        task_handler(task_type, registry=self.handlers, **options)(handler)
-        return task_type
-
-    def payloads(self) -> list[Any]:
-        with self._lock:
-            return [payload for payload, _ in self.ran]
-
-    def at(self, payload: Any, timeout: float = 5.0) -> float:
-        return wait_until(lambda: next((at for p, at in list(self.ran) if p == payload), None), timeout,
-                          f"{payload!r} to run")
-
-
 @pytest.fixture
 def recorder() -> Recorder:
-    return Recorder()
+    return Recorder("sql.task")
 
 
 @pytest.fixture

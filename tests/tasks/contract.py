@@ -57,6 +57,37 @@ def due_time(queue: TaskQueue, task_id: str) -> float:
     return info.run_at.timestamp()
 
 
+class Recorder:
+    """A handler registry whose handlers record what they ran: ``(payload, time.time())``; thread-safe."""
+
+    def __init__(self, default_type: str) -> None:
+        self.handlers = HandlerRegistry()
+        self.default_type = default_type
+        self._lock = threading.Lock()
+        self.ran: list[tuple[Any, float]] = []
+
+    def define(self, task_type: str | None = None, body: Callable[[Any], Any] | None = None, **options: Any) -> str:
+        """Register a recording handler for ``task_type`` (default: this recorder's); ``body`` runs after."""
+        def handler(payload: Any) -> None:
+            with self._lock:
+                self.ran.append((payload, time.time()))
+            if body is not None:
+                body(payload)
+
+        task_type = task_type or self.default_type
+        task_handler(task_type, registry=self.handlers, **options)(handler)
+        return task_type
+
+    def payloads(self) -> list[Any]:
+        with self._lock:
+            return [payload for payload, _ in self.ran]
+
+    def at(self, payload: Any, timeout: float = 5.0) -> float:
+        """When ``payload`` started running (waits for it)."""
+        return wait_until(lambda: next((at for p, at in list(self.ran) if p == payload), None), timeout,
+                          f"{payload!r} to run")
+
+
 @dataclass(frozen=True)
 class Run:
     task_type: str

@@ -32,7 +32,7 @@ import redis
 from pika.adapters.blocking_connection import BlockingChannel
 
 from mutexcron.errors import StoreConfigError, StoreUnavailable
-from mutexcron.tasks import HandlerRegistry, NewTask, TaskQueue, TaskStatus, UnknownTaskType, task_handler
+from mutexcron.tasks import NewTask, TaskQueue, TaskStatus, UnknownTaskType
 from mutexcron.tasks.backends import rabbitmq as rabbitmq_module
 from mutexcron.tasks.backends.rabbitmq import (
     HEADER_ATTEMPT,
@@ -44,7 +44,7 @@ from mutexcron.tasks.backends.rabbitmq import (
 )
 from mutexcron.tasks.cancel_marks import RedisCancelMarks, Verdict, cancel_marks_from_url
 from tests.tasks import test_task_workers as fleet_tests
-from tests.tasks.contract import TaskQueueContract, due_time, wait_until
+from tests.tasks.contract import Recorder, TaskQueueContract, due_time, wait_until
 from tests.tcp_proxy import TcpProxy
 
 AMQP_URL = os.environ.get("MUTEXCRON_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
@@ -150,36 +150,9 @@ def own_prefix(amqp_session_prefix: str, declared: Declared) -> Iterator[Callabl
         _delete(queues, exchanges + _markers(topology.prefix))
 
 
-class Recorder:
-    """Handlers that record what they ran (payload, time.time()); thread-safe."""
-
-    def __init__(self) -> None:
-        self.handlers = HandlerRegistry()
-        self._lock = threading.Lock()
-        self.ran: list[tuple[Any, float]] = []
-
-    def define(self, task_type: str = "rabbit.task", body: Callable[[Any], Any] | None = None, **options: Any) -> str:
-        def handler(payload: Any) -> None:
-            with self._lock:
-                self.ran.append((payload, time.time()))
-            if body is not None:
-                body(payload)
-
-        task_handler(task_type, registry=self.handlers, **options)(handler)
-        return task_type
-
-    def payloads(self) -> list[Any]:
-        with self._lock:
-            return [payload for payload, _ in self.ran]
-
-    def at(self, payload: Any, timeout: float = 5.0) -> float:
-        return wait_until(lambda: next((at for p, at in list(self.ran) if p == payload), None), timeout,
-                          f"{payload!r} to run")
-
-
 @pytest.fixture
 def recorder() -> Recorder:
-    return Recorder()
+    return Recorder("rabbit.task")
 
 
 @pytest.fixture

@@ -19,9 +19,9 @@ import redis
 from redis.crc import key_slot
 
 from mutexcron.errors import StoreConfigError, StoreUnavailable
-from mutexcron.tasks import HandlerRegistry, NewTask, TaskQueue, TaskStatus, task_handler
+from mutexcron.tasks import NewTask, TaskQueue, TaskStatus
 from mutexcron.tasks.backends.redis import HASH_TAG, RedisTaskBackend
-from tests.tasks.contract import LATE, TaskQueueContract, due_time, wait_until
+from tests.tasks.contract import LATE, Recorder, TaskQueueContract, due_time, wait_until
 from tests.tcp_proxy import TcpProxy
 
 UNKNOWN_ID = "0123456789abcdef0123456789abcdef"
@@ -55,36 +55,9 @@ def backends(redis_tasks_url: str) -> Iterator[Callable[..., RedisTaskBackend]]:
         backend.close()
 
 
-class Recorder:
-    """A handler registry whose handlers record their payloads; thread-safe enough for Counter updates."""
-
-    def __init__(self) -> None:
-        self.handlers = HandlerRegistry()
-        self.ran: list[tuple[Any, float]] = []
-        self._lock = threading.Lock()
-
-    def define(self, task_type: str = "redis.task", body: Callable[[Any], Any] | None = None, **options: Any) -> str:
-        def handler(payload: Any) -> None:
-            with self._lock:
-                self.ran.append((payload, time.time()))
-            if body is not None:
-                body(payload)
-
-        task_handler(task_type, registry=self.handlers, **options)(handler)
-        return task_type
-
-    def payloads(self) -> list[Any]:
-        with self._lock:
-            return [payload for payload, _ in self.ran]
-
-    def at(self, payload: Any) -> float:
-        return wait_until(lambda: next((at for p, at in list(self.ran) if p == payload), None),
-                          what=f"{payload!r} to run")
-
-
 @pytest.fixture
 def recorder() -> Recorder:
-    return Recorder()
+    return Recorder("redis.task")
 
 
 @pytest.fixture
