@@ -93,8 +93,15 @@ from django.db.models.functions import Cast, Coalesce, Concat, Now
 
 from mutexcron._urls import mask_url, pop_query_options
 from mutexcron.errors import StoreConfigError, StoreUnavailable
-from mutexcron.tasks.backends.base import ClaimHeartbeat, Delivery, TaskBackend, run_batch
-from mutexcron.tasks.handlers import validate_task_type
+from mutexcron.tasks.backends.base import (
+    ClaimHeartbeat,
+    ClaimingConsumer,
+    Delivery,
+    TaskBackend,
+    consumed_types,
+    run_batch,
+    warn_stale_settle,
+)
 from mutexcron.tasks.local_wake import LocalWakeChannel, WakeListener
 from mutexcron.tasks.model import NewTask, TaskInfo, TaskStatus
 
@@ -624,10 +631,8 @@ class DjangoTaskBackend(TaskBackend):
         visibility_timeout: Callable[[str], timedelta],
         prefetch: int = 10,
     ) -> None:
-        types = [validate_task_type(t) for t in dict.fromkeys(task_types)]
-        if not types:
-            raise ValueError("consume: no task types")
-        consumer = _Consumer(self, types, handle, stop, visibility_timeout, max(1, int(prefetch)))
+        consumer = _Consumer(self, consumed_types(task_types), handle, stop, visibility_timeout,
+                             max(1, int(prefetch)))
         with self._lock:
             self._inboxes.add(consumer.inbox)
         try:
@@ -758,11 +763,7 @@ class DjangoTaskBackend(TaskBackend):
             if wake is not None:
                 self._post([wake])
             return True
-        logger.warning(
-            "task %s (%s): could not %s attempt %d: the claim expired and the task was re-queued or taken by "
-            "another worker (raise the handler's visibility_timeout?)",
-            delivery.id, delivery.task_type, what, delivery.attempt,
-        )
+        warn_stale_settle(delivery, what)
         return False
 
     def _release(self, delivery: DjangoDelivery) -> None:
@@ -891,7 +892,7 @@ class _Heartbeat(ClaimHeartbeat[DjangoDelivery]):
         connections[self.backend.using].close()
 
 
-class _Consumer:
+class _Consumer(ClaimingConsumer):
     """One consume() call: claim, run, and sleep until something may be due (or a wake-up)."""
 
     def __init__(
@@ -903,17 +904,10 @@ class _Consumer:
         visibility_timeout: Callable[[str], timedelta],
         limit: int,
     ) -> None:
+        super().__init__(types, handle, stop, visibility_timeout, limit)
         self.backend = backend
-        self.types = types
-        self.type_set = set(types)
-        self.handle = handle
-        self.stop = stop
-        self.visibility_timeout = visibility_timeout
-        self.limit = limit
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self.inbox = _Inbox()
         self.hub = _hub(backend.using)
-        self.claimed_once = False
         self.next_prune = time.monotonic()
         self.warmed_at: float | None = None
 
@@ -945,7 +939,6 @@ class _Consumer:
             close_old_connections()
 
     def _loop(self, heartbeat: _Heartbeat) -> None:
-        failures = 0
         look_first = False  # after an idle wake-up (max_sleep): one read, and a claim only if something is due
         while not self.stop.is_set():
             with self.inbox.cond:
@@ -963,16 +956,10 @@ class _Consumer:
                         next_due = self._claim_and_run(heartbeat, claimed_at)
                     self._maybe_prune()
             except StoreUnavailable as error:
-                if not self.claimed_once:
-                    raise  # the first contact: a wrong alias, a database that is down or not migrated
-                failures += 1
-                pause = min(2.0, 0.1 * 2 ** min(failures, 5))
-                logger.warning("task worker %s: %s; trying again in %.1fs", self.owner, error, pause)
-                self.stop.wait(pause)
+                self.store_failed(error)  # raised at the first contact: a wrong alias, a database down or not migrated
                 look_first = False
                 continue
-            self.claimed_once = True
-            failures = 0
+            self.store_answered()
             look_first = next_due is not None and not self._sleep(*next_due, time.monotonic())
 
     def _claim_and_run(self, heartbeat: _Heartbeat, claimed_at: float) -> tuple[int, int | None] | None:

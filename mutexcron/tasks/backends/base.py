@@ -9,17 +9,22 @@ a worker sleeps until the earliest due time and is woken early when a sooner tas
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
 from ...errors import StoreUnavailable
-from ..model import NewTask, TaskInfo, TaskStatus
+from ..handlers import validate_task_type
+from ..model import NewTask, TaskInfo, TaskStatus, UnknownTaskType
 
-__all__ = ["ClaimHeartbeat", "Delivery", "TaskBackend", "run_batch"]
+__all__ = ["ClaimHeartbeat", "ClaimingConsumer", "Delivery", "TaskBackend", "consumed_types", "run_batch",
+           "warn_stale_settle"]
 
 logger = logging.getLogger("mutexcron.tasks")
 
@@ -91,7 +96,59 @@ class TaskBackend(ABC):
         """Release connections."""
 
 
+def consumed_types(task_types: Sequence[str]) -> list[str]:
+    """The distinct task types of a consume() call, in order, each validated; at least one."""
+    types = [validate_task_type(task_type) for task_type in dict.fromkeys(task_types)]
+    if not types:
+        raise UnknownTaskType("consume: no task types given")
+    return types
+
+
 # -- shared by the backends that claim tasks with a visibility deadline (Redis, SQL) ---------------------
+
+
+class ClaimingConsumer:
+    """What one consume() call of a claiming backend knows, and how it backs off when the store fails."""
+
+    def __init__(
+        self,
+        types: list[str],
+        handle: Callable[[Any], None],
+        stop: threading.Event,
+        visibility_timeout: Callable[[str], timedelta],
+        limit: int,
+    ) -> None:
+        self.types = types
+        self.type_set = set(types)
+        self.handle = handle
+        self.stop = stop
+        self.visibility_timeout = visibility_timeout
+        self.limit = limit
+        self.token = uuid.uuid4().hex[:12]
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{self.token}"
+        self.claimed_once = False
+        self._failures = 0
+
+    def store_failed(self, error: StoreUnavailable) -> None:
+        """A claim cycle failed: raise it on the first contact (a wrong URL or a store that is down should
+        be loud), else wait before the next try (exponential, at most 2 s)."""
+        if not self.claimed_once:
+            raise error
+        self._failures += 1
+        pause = min(2.0, 0.1 * 2 ** min(self._failures, 5))
+        logger.warning("task worker %s: %s; trying again in %.1fs", self.owner, error, pause)
+        self.stop.wait(pause)
+
+    def store_answered(self) -> None:
+        self.claimed_once = True
+        self._failures = 0
+
+
+def warn_stale_settle(delivery: Any, what: str) -> None:
+    """Ack, retry_later, fail or release changed nothing: the claim expired and the task moved on."""
+    logger.warning("task %s (%s): could not %s attempt %d: the claim expired and the task was re-queued or taken "
+                   "by another worker (raise the handler's visibility_timeout?)",
+                   delivery.id, delivery.task_type, what, delivery.attempt)
 
 D = TypeVar("D", bound=Any)  # a backend's delivery: ``visibility_seconds`` and a ``heartbeat`` slot
 

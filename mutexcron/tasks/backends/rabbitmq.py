@@ -92,7 +92,7 @@ from ...errors import StoreConfigError, StoreUnavailable
 from ..cancel_marks import CancelMarkStore, Claim, Verdict, cancel_marks_from_url
 from ..handlers import validate_task_type
 from ..model import NewTask, TaskInfo, TaskStatus, UnknownTaskType
-from .base import Delivery, TaskBackend
+from .base import Delivery, TaskBackend, consumed_types
 
 __all__ = ["RabbitMQTaskBackend", "Topology"]
 
@@ -558,11 +558,9 @@ class RabbitMQTaskBackend(TaskBackend):
         The connection lives in an I/O thread of its own (see :class:`_ConsumerLink`). A connection
         that fails at start raises :class:`StoreUnavailable`; one lost later is re-made with backoff.
         """
-        types = list(dict.fromkeys(task_types))
-        if not types:
-            raise UnknownTaskType("consume: no task types given")
+        types = consumed_types(task_types)
         for task_type in types:
-            _check_type(task_type)
+            _check_type(task_type)  # also refuses the backend's own names
         heartbeat = self.heartbeat
         if heartbeat is None:  # a silently dead consumer's tasks come back after about its visibility timeout
             shortest = min(visibility_timeout(task_type).total_seconds() for task_type in types)

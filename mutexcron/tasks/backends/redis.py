@@ -30,11 +30,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -45,9 +42,8 @@ import redis
 from ..._redis import check_key_prefix, client_from_url
 from ..._urls import mask_url, scrub
 from ...errors import StoreConfigError, StoreUnavailable
-from ..handlers import validate_task_type
 from ..model import NewTask, TaskInfo, TaskStatus
-from .base import ClaimHeartbeat, Delivery, TaskBackend, run_batch
+from .base import ClaimHeartbeat, ClaimingConsumer, Delivery, TaskBackend, consumed_types, run_batch, warn_stale_settle
 
 __all__ = ["RedisDelivery", "RedisTaskBackend"]
 
@@ -403,10 +399,8 @@ class RedisTaskBackend(TaskBackend):
         visibility_timeout: Callable[[str], timedelta],
         prefetch: int = 10,
     ) -> None:
-        types = [validate_task_type(t) for t in dict.fromkeys(task_types)]
-        if not types:
-            raise ValueError("consume: no task types")
-        consumer = _Consumer(self, types, handle, stop, visibility_timeout, max(1, int(prefetch)))
+        consumer = _Consumer(self, consumed_types(task_types), handle, stop, visibility_timeout,
+                             max(1, int(prefetch)))
         with self._lock:
             self._consumers.add(consumer.private_channel)
         try:
@@ -451,11 +445,7 @@ class RedisTaskBackend(TaskBackend):
         if delivery.heartbeat is not None:
             delivery.heartbeat.untrack(delivery)
         if not self._call(script, keys=keys, args=args):
-            logger.warning(
-                "task %s (%s): could not %s attempt %d: the claim expired and the task was re-queued or taken by "
-                "another worker (raise the handler's visibility_timeout?)",
-                delivery.id, delivery.task_type, what, delivery.attempt,
-            )
+            warn_stale_settle(delivery, what)
 
 
 @dataclass(eq=False)
@@ -513,7 +503,7 @@ class _Heartbeat(ClaimHeartbeat[RedisDelivery]):
         return {delivery for delivery, ok in zip(batch, kept, strict=True) if ok}
 
 
-class _Consumer:
+class _Consumer(ClaimingConsumer):
     """One consume() call: claim, run, and sleep on the wake channel until something may be due."""
 
     def __init__(
@@ -525,17 +515,9 @@ class _Consumer:
         visibility_timeout: Callable[[str], timedelta],
         limit: int,
     ) -> None:
+        super().__init__(types, handle, stop, visibility_timeout, limit)
         self.backend = backend
-        self.types = types
-        self.type_set = set(types)
-        self.handle = handle
-        self.stop = stop
-        self.visibility_timeout = visibility_timeout
-        self.limit = limit
-        token = uuid.uuid4().hex[:12]
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{token}"
-        self.private_channel = f"{backend.channel}:{token}"
-        self.claimed_once = False
+        self.private_channel = f"{backend.channel}:{self.token}"
 
     def run(self) -> None:
         pubsub = self.backend.client.pubsub()
@@ -561,7 +543,6 @@ class _Consumer:
                 confirmed += 1
 
     def _loop(self, pubsub: Any, heartbeat: _Heartbeat) -> None:
-        failures = 0
         while not self.stop.is_set():
             self._drain(pubsub)
             claimed_at = time.monotonic()
@@ -569,15 +550,9 @@ class _Consumer:
                 visibility = [_ms(self.visibility_timeout(t)) for t in self.types]
                 now_ms, next_ms, deliveries = self.backend._claim_batch(self.types, self.limit, self.owner, visibility)
             except StoreUnavailable as error:
-                if not self.claimed_once:
-                    raise  # the first contact: a wrong URL or a server that is down should be loud
-                failures += 1
-                pause = min(2.0, 0.1 * 2 ** min(failures, 5))
-                logger.warning("task worker %s: %s; trying again in %.1fs", self.owner, error, pause)
-                self.stop.wait(pause)
+                self.store_failed(error)
                 continue
-            self.claimed_once = True
-            failures = 0
+            self.store_answered()
             answered_at = time.monotonic()
             for delivery in deliveries:
                 heartbeat.track(delivery, claimed_at)
