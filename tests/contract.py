@@ -11,21 +11,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from mutexcron.stores import AcquireStatus, LockStore
+from tests.support import wait_until
 
 LONG = timedelta(seconds=30)
 FIRE_1 = datetime(2026, 1, 1, 6, 0, 0, tzinfo=UTC)
 FIRE_2 = FIRE_1 + timedelta(days=1)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, interval: float = 0.02) -> bool:
-    """Poll ``predicate`` until it is true or ``timeout`` seconds pass; returns its last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if predicate():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval)
 
 
 class LockStoreContract:

@@ -19,7 +19,6 @@ Every line carries "instance" and "at" (this process's wall clock when the line 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -28,11 +27,11 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from mutexcron.records import JobContext, RunRecord
 from mutexcron.registry import Registry, mutex_cron
 from mutexcron.scheduler import Scheduler
+from tests.support import Ledger
 
 JOB_NAME = "fleet.tick"
 HANG_MARKER = "hang-first.marker"
@@ -40,26 +39,6 @@ HANG_MARKER = "hang-first.marker"
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
-
-
-class Ledger:
-    """An append-only JSON-lines file that belongs to this process alone."""
-
-    def __init__(self, path: Path, instance: str) -> None:
-        self.instance = instance
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._lock = threading.Lock()
-
-    def write(self, event: str, **fields: Any) -> None:
-        entry = {"event": event, "instance": self.instance, "at": datetime.now(UTC).isoformat(), **fields}
-        line = (json.dumps(entry) + "\n").encode()
-        with self._lock:
-            written = os.write(self._fd, line)  # unbuffered: nothing to flush but the kernel's cache
-            assert written == len(line), f"short write to the ledger: {written} of {len(line)} bytes"
-            os.fsync(self._fd)
-
-    def close(self) -> None:
-        os.close(self._fd)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -82,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, stream=sys.stderr,
         format=f"%(asctime)s {args.instance} %(threadName)s %(name)s %(levelname)s %(message)s",
     )
-    ledger = Ledger(args.ledger, args.instance)
+    ledger = Ledger(args.ledger, lambda: datetime.now(UTC).isoformat(), instance=args.instance)
     marker = args.ledger.parent / HANG_MARKER
     never = threading.Event()
     hanging = threading.Event()

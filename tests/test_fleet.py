@@ -6,20 +6,20 @@ read the ledgers (never a bare sleep: they poll them with a deadline) and judge 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+
+from tests import support
+from tests.support import next_whole_second_after, wait_until, whole_seconds
 
 pytestmark = pytest.mark.fleet
 
@@ -36,61 +36,22 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-def wait_until(predicate: Callable[[], T], timeout: float, what: str = "", interval: float = 0.05) -> T:
-    """Poll ``predicate`` until it returns something truthy (returned) or ``timeout`` seconds pass (fail)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what or predicate}")
-        time.sleep(interval)
-
-
 def read_ledger(path: Path) -> list[dict[str, Any]]:
-    """The complete lines of a ledger, parsed (a line still being written has no newline yet)."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return []
-    entries = []
-    for line in text.splitlines(keepends=True):
-        if line.endswith("\n"):
-            entry = json.loads(line)
-            for key in ("at", "fire_time", "started_at", "finished_at"):
-                if entry.get(key):
-                    entry[key] = datetime.fromisoformat(entry[key])
-            entries.append(entry)
+    """The ledger's complete lines, with their times as datetimes."""
+    entries = support.read_ledger(path)
+    for entry in entries:
+        for key in ("at", "fire_time", "started_at", "finished_at"):
+            if entry.get(key):
+                entry[key] = datetime.fromisoformat(entry[key])
     return entries
 
 
-def next_whole_second_after(moment: datetime) -> datetime:
-    return moment.replace(microsecond=0) + timedelta(seconds=1)
-
-
-def ticks(first: datetime, last: datetime) -> list[datetime]:
-    """Every whole second from ``first`` to ``last`` inclusive (the nominal fire times of ``* * * * * *``)."""
-    count = int((last - first).total_seconds()) + 1
-    return [first + timedelta(seconds=n) for n in range(max(0, count))]
-
-
-@dataclass
-class Instance:
-    name: str
-    process: subprocess.Popen[bytes]
-    ledger: Path
-    log: Path
-
+class Instance(support.LedgerProcess):
     def entries(self, event: str | None = None) -> list[dict[str, Any]]:
         return [e for e in read_ledger(self.ledger) if event is None or e["event"] == event]
 
     def records(self) -> list[dict[str, Any]]:
         return self.entries("record")
-
-    def log_tail(self, lines: int = 40) -> str:
-        text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
 
 
 def start_instance(directory: Path, store_url: str, name: str, *options: str) -> Instance:
@@ -202,7 +163,7 @@ def test_every_tick_runs_exactly_once_across_four_instances(fleet: Fleet) -> Non
     stopped_waiting = now()
     fleet.stop()
 
-    window = ticks(first_tick, (stopped_waiting - timedelta(seconds=0.5)).replace(microsecond=0))
+    window = whole_seconds(first_tick, (stopped_waiting - timedelta(seconds=0.5)).replace(microsecond=0))
     assert len(window) >= 10
     records = fleet.records()
     for tick in window:
@@ -275,7 +236,7 @@ def test_late_clock_instance_sees_already_ran(fleet: Fleet) -> None:
     stopped_waiting = now()
     fleet.stop()
 
-    window = ticks(first_tick, (stopped_waiting - timedelta(seconds=2.5)).replace(microsecond=0))
+    window = whole_seconds(first_tick, (stopped_waiting - timedelta(seconds=2.5)).replace(microsecond=0))
     assert len(window) >= 8
     records = fleet.records()
     for tick in window:
@@ -305,7 +266,7 @@ def test_a_late_clock_instance_started_with_the_fleet_loses_no_tick(fleet: Fleet
     stopped_waiting = now()
     fleet.stop()
 
-    window = ticks(first_tick, (stopped_waiting - timedelta(seconds=2.5)).replace(microsecond=0))
+    window = whole_seconds(first_tick, (stopped_waiting - timedelta(seconds=2.5)).replace(microsecond=0))
     assert len(window) >= 8
     runs = Counter(r["fire_time"] for r in fleet.records() if r["outcome"] == "succeeded")
     assert [tick for tick in window if runs[tick] != 1] == [], fleet.report()

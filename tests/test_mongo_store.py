@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 import warnings
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
@@ -19,6 +18,7 @@ from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.stores import store_from_url
 from mutexcron.stores.base import UTC, AcquireStatus, LockState
 from mutexcron.stores.mongo import MongoLockStore
+from tests.support import wait_until
 
 LONG = timedelta(seconds=60)
 FIRE = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -30,17 +30,6 @@ def with_query(url: str, **options: str) -> str:
     parts = urlsplit(url)
     extra = urlencode(options)
     return urlunsplit(parts._replace(query=f"{parts.query}&{extra}" if parts.query else extra))
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 10.0) -> Any:
-    """Poll ``condition`` until it returns something truthy; fail at the deadline."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.02)
-    pytest.fail(f"condition not met within {timeout}s")
 
 
 def held(store: MongoLockStore, name: str) -> LockState:
@@ -421,7 +410,7 @@ def test_an_expired_lease_can_be_taken_over(store: MongoLockStore) -> None:
     store.acquire("job", owner="a", lease=timedelta(milliseconds=300), fire_time=None)
     assert store.acquire("job", owner="b", lease=LONG, fire_time=None).status is AcquireStatus.BUSY
     expired_at = held(store, "job").lock_until
-    taken = wait_for(lambda: store.acquire("job", owner="b", lease=LONG, fire_time=None).acquired)
+    taken = wait_until(lambda: store.acquire("job", owner="b", lease=LONG, fire_time=None).acquired, timeout=10)
     assert taken
     state = held(store, "job")
     assert state.locked_by == "b" and state.token == 2
@@ -471,7 +460,7 @@ def test_hold_at_least_keeps_the_lock_until_start_plus_hold(store: MongoLockStor
     assert state.locked and state.last_locked_at is not None and state.last_released_at is not None
     assert state.lock_until == state.last_locked_at + hold
     assert store.acquire("job", owner="b", lease=LONG, fire_time=None).status is AcquireStatus.BUSY
-    wait_for(lambda: store.acquire("job", owner="b", lease=LONG, fire_time=None).acquired)
+    wait_until(lambda: store.acquire("job", owner="b", lease=LONG, fire_time=None).acquired, timeout=10)
     taken_at = held(store, "job").last_locked_at
     assert taken_at is not None and taken_at >= state.last_locked_at + hold
 
@@ -481,7 +470,7 @@ def test_hold_at_least_already_served_releases_fully(store: MongoLockStore) -> N
     token = store.acquire("job", owner="a", lease=LONG, fire_time=None).token or 0
     started = held(store, "job").last_locked_at
     assert started is not None
-    wait_for(lambda: store.now() >= started + hold)
+    wait_until(lambda: store.now() >= started + hold, timeout=10)
     assert store.release("job", token=token, hold_at_least=hold)
     state = held(store, "job")
     assert not state.locked and state.lock_until == state.last_released_at

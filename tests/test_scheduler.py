@@ -10,7 +10,7 @@ import pytest
 
 from mutexcron import JobContext, LockBusy, Outcome, Registry, RunRecord, Scheduler, mutex_cron
 from mutexcron.stores import MemoryLockStore
-from tests.contract import wait_until
+from tests.support import wait_until
 
 TICK = datetime(2026, 3, 1, 6, 0, tzinfo=UTC)
 UNREACHABLE_REDIS = "redis://127.0.0.1:1/0?socket_connect_timeout=0.2"

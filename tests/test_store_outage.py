@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
@@ -20,23 +19,12 @@ import pytest
 from mutexcron.records import JobContext, Outcome, RunRecord
 from mutexcron.registry import Registry, mutex_cron
 from mutexcron.scheduler import Scheduler
+from tests.support import wait_until
 from tests.tcp_proxy import TcpProxy
 
 LOGGER = "mutexcron.scheduler"
 MONGO_TIMEOUTS = {"serverSelectionTimeoutMS": "500", "connectTimeoutMS": "500", "socketTimeoutMS": "1000"}
 T = TypeVar("T")
-
-
-def wait_until(predicate: Callable[[], T], timeout: float, what: str = "", interval: float = 0.02) -> T:
-    """Poll ``predicate`` until it returns something truthy (returned) or ``timeout`` seconds pass (fail)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what or predicate}")
-        time.sleep(interval)
 
 
 def _through(url: str, proxy: TcpProxy, *, path: str, query: dict[str, str]) -> str:

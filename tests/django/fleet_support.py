@@ -23,7 +23,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,18 +39,6 @@ T = TypeVar("T")
 
 def now() -> datetime:
     return datetime.now(UTC)
-
-
-def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
-    """Poll ``predicate`` until it returns something truthy (returned) or ``timeout`` seconds pass (fail)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def holds_for(check: Callable[[], None], seconds: float, interval: float = 0.1) -> None:
@@ -81,16 +69,6 @@ def http_get(url: str, timeout: float = 5) -> str | None:
             return response.read().decode()
     except OSError:
         return None
-
-
-def next_whole_second_after(moment: datetime) -> datetime:
-    return moment.replace(microsecond=0) + timedelta(seconds=1)
-
-
-def seconds_between(first: datetime, last: datetime) -> list[datetime]:
-    """Every whole second from ``first`` to ``last`` inclusive: the fire times of ``* * * * * *``."""
-    count = int((last - first).total_seconds()) + 1
-    return [first + timedelta(seconds=n) for n in range(max(0, count))]
 
 
 def _aware(value: datetime | str) -> datetime:

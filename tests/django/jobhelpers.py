@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 from mutexcron import default_registry, mutex_cron
+from tests.support import wait_until
 
 
 def noop() -> None:
@@ -31,12 +31,5 @@ class Declarations:
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
-    """Poll ``condition`` until it is truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
+    """:func:`tests.support.wait_until` with room for Django processes to start (15 s by default)."""
+    return wait_until(condition, timeout, what, interval=0.05)

@@ -35,13 +35,11 @@ from tests.django.fleet_support import (
     free_port,
     holds_for,
     http_get,
-    next_whole_second_after,
     now,
     parent_pid,
-    seconds_between,
     sqlite_database,
-    wait_until,
 )
+from tests.support import next_whole_second_after, wait_until, whole_seconds
 
 pytestmark = pytest.mark.fleet
 
@@ -79,7 +77,7 @@ def wait_for_ticks(site: Site, proc: Proc, count: int) -> list[datetime]:
 
     wait_until(enough, timeout=count + 8, what=f"{count + 1} ticks to run")
     # Every scheduler has fired (and recorded) every tick of the window: it ends a second before now.
-    return seconds_between(first, (now() - timedelta(seconds=1)).replace(microsecond=0))
+    return whole_seconds(first, (now() - timedelta(seconds=1)).replace(microsecond=0))
 
 
 # -- runserver -----------------------------------------------------------------------------------------

@@ -25,13 +25,6 @@ UNREACHABLE = "redis://:s3cret-pw@127.0.0.1:1/0"
 
 
 @pytest.fixture
-def declare() -> Iterator[Declarations]:
-    declarations = Declarations()
-    yield declarations
-    declarations.remove_all()
-
-
-@pytest.fixture
 def fresh_declaration_errors() -> Iterator[None]:
     saved = list(declaration_errors)
     declaration_errors.clear()

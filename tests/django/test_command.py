@@ -30,13 +30,6 @@ UNREACHABLE = "redis://:s3cret-pw@127.0.0.1:1/0"  # nothing listens on port 1: c
 
 
 @pytest.fixture
-def declare() -> Iterator[Declarations]:
-    declarations = Declarations()
-    yield declarations
-    declarations.remove_all()
-
-
-@pytest.fixture
 def no_other_jobs() -> Iterator[None]:
     """Hide jobs other tests' modules may have left in the default registry."""
     saved = list(default_registry)

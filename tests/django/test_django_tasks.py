@@ -33,8 +33,9 @@ from tests.django.tasks_support import (
     settings_like,
     unreachable_alias,
 )
+from tests.support import wait_until
 from tests.tasks import test_task_workers as fleet_tests
-from tests.tasks.contract import LATE, Recorder, TaskQueueContract, wait_until
+from tests.tasks.contract import LATE, CancelMarksContract, Recorder, TaskQueueContract
 
 ALIASES = {"sqlite": "default", "postgresql": "postgres", "mysql": "mariadb"}
 VENDORS = {alias: vendor for vendor, alias in ALIASES.items()}
@@ -680,53 +681,8 @@ def marks(request: pytest.FixtureRequest) -> DjangoCancelMarks:
 
 
 @pytest.mark.parametrize("marks", EVERY_DATABASE, indirect=True)
-def test_cancel_mark_claim_verdicts(marks: DjangoCancelMarks) -> None:
-    def task(task_id: str) -> NewTask:
-        marks.create([NewTask(task_id, "t", '"p"', datetime.now(UTC))])
-        return NewTask(task_id, "t", '"p"', datetime.now(UTC))
-
-    def claim_mark(task_id: str, gen: int = 1, redelivered: bool = False, attempt: int = 1) -> tuple[Verdict, int]:
-        found = marks.claim(task_id, gen=gen, attempt=attempt, redelivered=redelivered)
-        return found.verdict, found.attempts
-
-    assert claim_mark("nothing") == (Verdict.MISSING, 0)
-    task("a")
-    assert claim_mark("a") == (Verdict.RUN, 1)
-    assert claim_mark("a") == (Verdict.DUPLICATE, 1)  # a second copy while it runs
-    assert claim_mark("a", redelivered=True) == (Verdict.RUN, 2)  # the broker saw the consumer die
-    assert marks.finish("a", gen=1, status=TaskStatus.SUCCEEDED)
-    assert claim_mark("a", redelivered=True) == (Verdict.DONE, 2)
-    assert claim_mark("a", gen=2, redelivered=True) == (Verdict.DONE, 2)
-
-    task("b")
-    assert marks.cancel("b") is True
-    assert claim_mark("b") == (Verdict.CANCELLED, 0)
-    assert marks.cancel("b") is False
-
-    task("c")
-    assert claim_mark("c") == (Verdict.RUN, 1)
-    assert marks.cancel("c") is False  # started
-    assert marks.reschedule("c", gen=1, new_gen=2, run_at=datetime.now(UTC), error="boom")
-    assert claim_mark("c", gen=1, redelivered=True) == (Verdict.STALE, 1)
-    assert claim_mark("c", gen=2, attempt=2) == (Verdict.RUN, 2)
-    assert marks.finish("c", gen=2, status=TaskStatus.FAILED, error="boom again")
-    assert claim_mark("c", gen=2, redelivered=True) == (Verdict.DONE, 2)
-    assert claim_mark("c", gen=3, attempt=1) == (Verdict.RUN, 1)  # retry(id)'s message overtook the record
-    assert marks.reopen("c", gen=2, new_gen=3, run_at=datetime.now(UTC)) is True
-
-    task("d")
-    assert claim_mark("d") == (Verdict.RUN, 1)
-    assert claim_mark("d", gen=2, attempt=2) == (Verdict.RUN, 2)  # retry_later's message before its record
-    assert marks.reschedule("d", gen=1, new_gen=2, run_at=datetime.now(UTC), error="x") is False  # moved on
-
-    record = marks.get("c")
-    assert record is not None and (record.status, record.gen, record.attempts) == (TaskStatus.RUNNING, 3, 1)
-    assert marks.adopt(NewTask("c", "t", '"p"', datetime.now(UTC)), gen=1, attempts=1) is False
-    assert marks.adopt(NewTask("e", "t", '"p"', datetime.now(UTC)), gen=4, attempts=2) is True
-    record = marks.get("e")
-    assert record is not None and (record.status, record.gen, record.attempts) == (TaskStatus.RUNNING, 4, 2)
-    info = record.info()
-    assert (info.payload, info.status) == ("p", TaskStatus.RUNNING)
+class TestSQLCancelMarks(CancelMarksContract):
+    """The shared cancel mark contract on SQLite, PostgreSQL and MariaDB."""
 
 
 @pytest.mark.parametrize("marks", EVERY_DATABASE, indirect=True)

@@ -32,13 +32,11 @@ from tests.django.fleet_support import (
     Site,
     assert_each_tick_once,
     free_port,
-    next_whole_second_after,
     now,
     postgres_database,
-    seconds_between,
     sqlite_database,
-    wait_until,
 )
+from tests.support import next_whole_second_after, wait_until, whole_seconds
 
 pytestmark = pytest.mark.fleet
 
@@ -90,7 +88,7 @@ def test_every_tick_runs_exactly_once_across_three_django_processes(site: Site) 
         assert proc.wait_exit(timeout=15) == 0, f"{proc.name} did not stop cleanly:\n{proc.tail()}"
 
     # Ticks at least a second before the stop were fired (and recorded) by every instance.
-    window = seconds_between(first, (stopped_waiting - timedelta(seconds=1)).replace(microsecond=0))
+    window = whole_seconds(first, (stopped_waiting - timedelta(seconds=1)).replace(microsecond=0))
     assert len(window) >= MIN_TICKS
     summary = assert_each_tick_once(site, window, names)
     for proc in procs:

@@ -35,13 +35,6 @@ def history_writes_ok() -> Iterator[None]:
 
 
 @pytest.fixture
-def declare() -> Iterator[Declarations]:
-    declarations = Declarations()
-    yield declarations
-    declarations.remove_all()
-
-
-@pytest.fixture
 def received() -> Iterator[list[tuple[str, Any, RunRecord]]]:
     """(signal name, sender, record) of every job_started / job_finished / job_skipped sent."""
     seen: list[tuple[str, Any, RunRecord]] = []

@@ -30,24 +30,14 @@ from typing import Any, TypeVar
 import pytest
 
 from mutexcron.errors import StoreUnavailable
-from mutexcron.tasks import HandlerRegistry, PayloadError, TaskQueue, TaskStatus, UnknownTaskType, task_handler
+from mutexcron.tasks import HandlerRegistry, NewTask, PayloadError, TaskQueue, TaskStatus, UnknownTaskType, task_handler
+from mutexcron.tasks.cancel_marks import CancelMarkStore, Verdict
+from tests.support import wait_until
 
 T = TypeVar("T")
 LATE = 0.5  # seconds: a due task must have started by then (it typically starts within a few milliseconds)
 EARLY = 0.03  # seconds: how much earlier than its due time a task may start (clock rounding to the ms)
 QUICK = timedelta(milliseconds=50)
-
-
-def wait_until(predicate: Callable[[], T], timeout: float = 5.0, what: str = "", interval: float = 0.01) -> T:
-    """Poll ``predicate`` until it returns something truthy (returned) or ``timeout`` seconds pass (fail)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what or predicate}")
-        time.sleep(interval)
 
 
 def due_time(queue: TaskQueue, task_id: str) -> float:
@@ -583,3 +573,56 @@ class TaskQueueContract:
                 queue.cancel("0123456789abcdef0123456789abcdef")
         finally:
             queue.close()
+
+
+class CancelMarksContract:
+    """What every cancel mark store (the RabbitMQ backend's task records: Redis, SQL) decides when a message
+    arrives; a subclass provides the ``marks`` fixture."""
+
+    def test_claim_verdicts(self, marks: CancelMarkStore) -> None:
+        def task(task_id: str) -> NewTask:
+            marks.create([NewTask(task_id, "t", '"p"', datetime.now(UTC))])
+            return NewTask(task_id, "t", '"p"', datetime.now(UTC))
+
+        def claim(task_id: str, gen: int = 1, redelivered: bool = False, attempt: int = 1) -> tuple[Verdict, int]:
+            found = marks.claim(task_id, gen=gen, attempt=attempt, redelivered=redelivered)
+            return found.verdict, found.attempts
+
+        assert claim("nothing") == (Verdict.MISSING, 0)
+        task("a")
+        assert claim("a") == (Verdict.RUN, 1)
+        assert claim("a") == (Verdict.DUPLICATE, 1)  # a second copy while it runs
+        assert claim("a", redelivered=True) == (Verdict.RUN, 2)  # the broker saw the consumer die: at least once
+        assert marks.finish("a", gen=1, status=TaskStatus.SUCCEEDED)
+        assert claim("a", redelivered=True) == (Verdict.DONE, 2)  # a crash after success, before the ack
+        assert claim("a", gen=2, redelivered=True) == (Verdict.DONE, 2)
+
+        task("b")
+        assert marks.cancel("b") is True
+        assert claim("b") == (Verdict.CANCELLED, 0)
+        assert marks.cancel("b") is False
+
+        task("c")
+        assert claim("c") == (Verdict.RUN, 1)
+        assert marks.cancel("c") is False  # started
+        assert marks.reschedule("c", gen=1, new_gen=2, run_at=datetime.now(UTC), error="boom")
+        assert claim("c", gen=1, redelivered=True) == (Verdict.STALE, 1)  # the original, after its retry went out
+        assert claim("c", gen=2, attempt=2) == (Verdict.RUN, 2)
+        assert marks.finish("c", gen=2, status=TaskStatus.FAILED, error="boom again")
+        assert claim("c", gen=2, redelivered=True) == (Verdict.DONE, 2)
+        assert claim("c", gen=3, attempt=1) == (Verdict.RUN, 1)  # retry(id)'s message overtook the record update
+        assert marks.reopen("c", gen=2, new_gen=3, run_at=datetime.now(UTC)) is True
+
+        task("d")
+        assert claim("d") == (Verdict.RUN, 1)
+        assert claim("d", gen=2, attempt=2) == (Verdict.RUN, 2)  # retry_later's message before its record update
+        assert marks.reschedule("d", gen=1, new_gen=2, run_at=datetime.now(UTC), error="x") is False  # moved on
+
+        record = marks.get("c")
+        assert record is not None and (record.status, record.gen, record.attempts) == (TaskStatus.RUNNING, 3, 1)
+        assert marks.adopt(NewTask("c", "t", '"p"', datetime.now(UTC)), gen=1, attempts=1) is False
+        assert marks.adopt(NewTask("e", "t", '"p"', datetime.now(UTC)), gen=4, attempts=2) is True
+        record = marks.get("e")
+        assert record is not None and (record.status, record.gen, record.attempts) == (TaskStatus.RUNNING, 4, 2)
+        info = record.info()
+        assert (info.payload, info.status) == ("p", TaskStatus.RUNNING)

@@ -24,7 +24,6 @@ Every line carries "worker" and "at" (this process's wall clock, time.time()).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -36,29 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from mutexcron.tasks import HandlerRegistry, TaskQueue, task_handler
+from tests.support import Ledger
 
 TASK_TYPE = "workers.task"
 HANG_MARKER = "hang.marker"
-
-
-class Ledger:
-    """An append-only JSON-lines file that belongs to this process alone."""
-
-    def __init__(self, path: Path, worker: str) -> None:
-        self.worker = worker
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._lock = threading.Lock()
-
-    def write(self, event: str, **fields: Any) -> None:
-        entry = {"event": event, "worker": self.worker, "at": time.time(), **fields}
-        line = (json.dumps(entry) + "\n").encode()
-        with self._lock:
-            written = os.write(self._fd, line)
-            assert written == len(line), f"short write to the ledger: {written} of {len(line)} bytes"
-            os.fsync(self._fd)
-
-    def close(self) -> None:
-        os.close(self._fd)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -84,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         import django
 
         django.setup()
-    ledger = Ledger(args.ledger, args.worker)
+    ledger = Ledger(args.ledger, time.time, worker=args.worker)
     marker = args.ledger.parent / HANG_MARKER
     hanging = threading.Event()
 

@@ -43,8 +43,9 @@ from mutexcron.tasks.backends.rabbitmq import (
     Topology,
 )
 from mutexcron.tasks.cancel_marks import RedisCancelMarks, Verdict, cancel_marks_from_url
+from tests.support import wait_until
 from tests.tasks import test_task_workers as fleet_tests
-from tests.tasks.contract import Recorder, TaskQueueContract, due_time, wait_until
+from tests.tasks.contract import CancelMarksContract, Recorder, TaskQueueContract, due_time
 from tests.tcp_proxy import TcpProxy
 
 AMQP_URL = os.environ.get("MUTEXCRON_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
@@ -568,51 +569,8 @@ def marks(redis_url: str) -> Iterator[RedisCancelMarks]:
     store.close()
 
 
-def test_claim_verdicts(marks: RedisCancelMarks) -> None:
-    def task(task_id: str) -> NewTask:
-        marks.create([NewTask(task_id, "t", '"p"', datetime.now(UTC))])
-        return NewTask(task_id, "t", '"p"', datetime.now(UTC))
-
-    def claim(task_id: str, gen: int = 1, redelivered: bool = False, attempt: int = 1) -> tuple[Verdict, int]:
-        found = marks.claim(task_id, gen=gen, attempt=attempt, redelivered=redelivered)
-        return found.verdict, found.attempts
-
-    assert claim("nothing") == (Verdict.MISSING, 0)
-    task("a")
-    assert claim("a") == (Verdict.RUN, 1)
-    assert claim("a") == (Verdict.DUPLICATE, 1)  # a second copy while it runs
-    assert claim("a", redelivered=True) == (Verdict.RUN, 2)  # the broker saw the consumer die: at least once
-    assert marks.finish("a", gen=1, status=TaskStatus.SUCCEEDED)
-    assert claim("a", redelivered=True) == (Verdict.DONE, 2)  # a crash after success, before the ack
-    assert claim("a", gen=2, redelivered=True) == (Verdict.DONE, 2)
-
-    task("b")
-    assert marks.cancel("b") is True
-    assert claim("b") == (Verdict.CANCELLED, 0)
-    assert marks.cancel("b") is False
-
-    task("c")
-    assert claim("c") == (Verdict.RUN, 1)
-    assert marks.cancel("c") is False  # started
-    assert marks.reschedule("c", gen=1, new_gen=2, run_at=datetime.now(UTC), error="boom")
-    assert claim("c", gen=1, redelivered=True) == (Verdict.STALE, 1)  # the original, after its retry went out
-    assert claim("c", gen=2, attempt=2) == (Verdict.RUN, 2)
-    assert marks.finish("c", gen=2, status=TaskStatus.FAILED, error="boom again")
-    assert claim("c", gen=2, redelivered=True) == (Verdict.DONE, 2)
-    assert claim("c", gen=3, attempt=1) == (Verdict.RUN, 1)  # retry(id)'s message overtook the record update
-    assert marks.reopen("c", gen=2, new_gen=3, run_at=datetime.now(UTC)) is True
-
-    task("d")
-    assert claim("d") == (Verdict.RUN, 1)
-    assert claim("d", gen=2, attempt=2) == (Verdict.RUN, 2)  # retry_later's message before its record update
-    assert marks.reschedule("d", gen=1, new_gen=2, run_at=datetime.now(UTC), error="x") is False  # moved on
-
-    record = marks.get("c")
-    assert record is not None and (record.status, record.gen, record.attempts) == (TaskStatus.RUNNING, 3, 1)
-    assert marks.adopt(NewTask("c", "t", '"p"', datetime.now(UTC)), gen=1, attempts=1) is False
-    assert marks.adopt(NewTask("e", "t", '"p"', datetime.now(UTC)), gen=4, attempts=2) is True
-    record = marks.get("e")
-    assert record is not None and (record.status, record.gen, record.attempts) == (TaskStatus.RUNNING, 4, 2)
+class TestRedisCancelMarks(CancelMarksContract):
+    """The shared cancel mark contract on the Redis store (the ``marks`` fixture above)."""
 
 
 def test_records_expire_after_the_retention_but_failed_ones_are_kept(

@@ -21,7 +21,8 @@ from redis.crc import key_slot
 from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.tasks import NewTask, TaskQueue, TaskStatus
 from mutexcron.tasks.backends.redis import HASH_TAG, RedisTaskBackend
-from tests.tasks.contract import LATE, Recorder, TaskQueueContract, due_time, wait_until
+from tests.support import wait_until
+from tests.tasks.contract import LATE, Recorder, TaskQueueContract, due_time
 from tests.tcp_proxy import TcpProxy
 
 UNKNOWN_ID = "0123456789abcdef0123456789abcdef"

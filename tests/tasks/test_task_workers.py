@@ -10,7 +10,6 @@ pytest request to a :class:`WorkerBackend` (the URL of that test's own tasks, an
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -26,7 +25,7 @@ from typing import Any
 import pytest
 
 from mutexcron.tasks import TaskQueue, TaskStatus
-from tests.tasks.contract import wait_until
+from tests.support import LedgerProcess, wait_until
 
 pytestmark = pytest.mark.fleet
 
@@ -63,29 +62,7 @@ def worker_backend(request: pytest.FixtureRequest) -> WorkerBackend:
 # -- the fleet -----------------------------------------------------------------------------------------
 
 
-def read_ledger(path: Path) -> list[dict[str, Any]]:
-    """The complete lines of a ledger, parsed (a line still being written has no newline yet)."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return []
-    return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
-
-
-@dataclass
-class Worker:
-    name: str
-    process: subprocess.Popen[bytes]
-    ledger: Path
-    log: Path
-
-    def entries(self, event: str | None = None) -> list[dict[str, Any]]:
-        return [e for e in read_ledger(self.ledger) if event is None or e["event"] == event]
-
-    def log_tail(self, lines: int = 40) -> str:
-        text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
+class Worker(LedgerProcess):
     def cpu_seconds(self) -> float:
         """Ask the worker for its CPU time (SIGUSR1) and wait for the answer in its ledger."""
         before = len(self.entries("cpu"))

@@ -1,0 +1,90 @@
+"""Helpers shared by the test modules."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 5.0, what: str = "", interval: float = 0.02) -> T:
+    """Poll ``predicate`` until it returns something truthy (returned) or ``timeout`` seconds pass (fail)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+def next_whole_second_after(moment: datetime) -> datetime:
+    return moment.replace(microsecond=0) + timedelta(seconds=1)
+
+
+def whole_seconds(first: datetime, last: datetime) -> list[datetime]:
+    """Every whole second from ``first`` to ``last`` inclusive: the fire times of ``* * * * * *``."""
+    count = int((last - first).total_seconds()) + 1
+    return [first + timedelta(seconds=n) for n in range(max(0, count))]
+
+
+# -- ledgers: how the processes of the multi-process tests report what they did ---------------------------
+
+
+class Ledger:
+    """An append-only JSON-lines file that belongs to one process alone: each line is one write() of an
+    O_APPEND file, fsync'ed, so no line is lost, split or merged. Every line carries ``identity`` and
+    ``"at"`` (``stamp()`` when it was written)."""
+
+    def __init__(self, path: Path, stamp: Callable[[], object], **identity: str) -> None:
+        self.identity = identity
+        self._stamp = stamp
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._lock = threading.Lock()
+
+    def write(self, event: str, **fields: Any) -> None:
+        entry = {"event": event, **self.identity, "at": self._stamp(), **fields}
+        line = (json.dumps(entry) + "\n").encode()
+        with self._lock:
+            written = os.write(self._fd, line)  # unbuffered: nothing to flush but the kernel's cache
+            assert written == len(line), f"short write to the ledger: {written} of {len(line)} bytes"
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def read_ledger(path: Path) -> list[dict[str, Any]]:
+    """The complete lines of a ledger, parsed (a line still being written has no newline yet)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
+
+
+@dataclass
+class LedgerProcess:
+    """A test's OS process, its ledger and its log (stdout and stderr)."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    ledger: Path
+    log: Path
+
+    def entries(self, event: str | None = None) -> list[dict[str, Any]]:
+        return [e for e in read_ledger(self.ledger) if event is None or e["event"] == event]
+
+    def log_tail(self, lines: int = 40) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
