@@ -170,6 +170,16 @@ def _show(moment: datetime | None, zone: tzinfo | None = None) -> str:
     return local.strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
+def _seconds_column(field: str, description: str, empty: str = "") -> Callable[[Any, Any], str]:
+    """An admin column showing a time field with seconds (Django's default format stops at minutes)."""
+
+    @admin.display(description=description, ordering=field)
+    def column(self: Any, obj: Any) -> str:
+        return _show(getattr(obj, field)) or empty
+
+    return column
+
+
 def format_duration(duration: timedelta | None) -> str:
     if duration is None:
         return ""
@@ -494,17 +504,9 @@ class JobRunAdmin(admin.ModelAdmin):
         return False
 
     # Times with seconds (Django's default format stops at minutes; ticks can be seconds apart).
-    @admin.display(description="fire time", ordering="fire_time")
-    def fire_time_display(self, obj: JobRun) -> str:
-        return _show(obj.fire_time)
-
-    @admin.display(description="started at", ordering="started_at")
-    def started_at_display(self, obj: JobRun) -> str:
-        return _show(obj.started_at)
-
-    @admin.display(description="finished at", ordering="finished_at")
-    def finished_at_display(self, obj: JobRun) -> str:
-        return _show(obj.finished_at) or "-"
+    fire_time_display = _seconds_column("fire_time", "fire time")
+    started_at_display = _seconds_column("started_at", "started at")
+    finished_at_display = _seconds_column("finished_at", "finished at", empty="-")
 
     @admin.display(description="duration", ordering=F("finished_at") - F("started_at"))
     def duration_display(self, obj: JobRun) -> str:
@@ -645,29 +647,12 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
                       lambda queue, task_id: queue.retry(task_id))
 
     # Times with seconds, as on the other pages.
-    @admin.display(description="due", ordering="due")
-    def due_display(self, obj: ScheduledTask) -> str:
-        return _show(obj.due)
-
-    @admin.display(description="scheduled for", ordering="run_at")
-    def run_at_display(self, obj: ScheduledTask) -> str:
-        return _show(obj.run_at)
-
-    @admin.display(description="updated at", ordering="updated_at")
-    def updated_at_display(self, obj: ScheduledTask) -> str:
-        return _show(obj.updated_at)
-
-    @admin.display(description="created at", ordering="created_at")
-    def created_at_display(self, obj: ScheduledTask) -> str:
-        return _show(obj.created_at)
-
-    @admin.display(description="started at", ordering="started_at")
-    def started_at_display(self, obj: ScheduledTask) -> str:
-        return _show(obj.started_at) or "-"
-
-    @admin.display(description="finished at", ordering="finished_at")
-    def finished_at_display(self, obj: ScheduledTask) -> str:
-        return _show(obj.finished_at) or "-"
+    due_display = _seconds_column("due", "due")
+    run_at_display = _seconds_column("run_at", "scheduled for")
+    updated_at_display = _seconds_column("updated_at", "updated at")
+    created_at_display = _seconds_column("created_at", "created at")
+    started_at_display = _seconds_column("started_at", "started at", empty="-")
+    finished_at_display = _seconds_column("finished_at", "finished at", empty="-")
 
     @admin.display(description="claim expires", ordering="visible_until")
     def visible_until_display(self, obj: ScheduledTask) -> str:

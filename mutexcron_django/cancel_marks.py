@@ -28,7 +28,15 @@ from django.db.models import F, Q
 
 from mutexcron._urls import mask_url, pop_query_options
 from mutexcron.errors import StoreConfigError, StoreUnavailable
-from mutexcron.tasks.cancel_marks import DEFAULT_RETENTION, MAX_ERROR_CHARS, CancelMarkStore, Claim, TaskRecord, Verdict
+from mutexcron.tasks.cancel_marks import (
+    DEFAULT_RETENTION,
+    MAX_ERROR_CHARS,
+    CancelMarkStore,
+    Claim,
+    TaskRecord,
+    Verdict,
+    retention_option,
+)
 from mutexcron.tasks.model import NewTask, TaskStatus
 
 from .models import TaskMark
@@ -75,15 +83,7 @@ class DjangoCancelMarks(CancelMarkStore):
         parts = urlsplit(cleaned)
         if parts.query or parts.fragment or parts.path.strip("/"):
             raise StoreConfigError(f"malformed cancel store URL {mask_url(url)!r}: use django://[alias][?retention=…]")
-        retention = DEFAULT_RETENTION
-        if "retention" in options:
-            try:
-                retention = timedelta(seconds=float(options["retention"]))
-            except (ValueError, OverflowError):
-                raise StoreConfigError(
-                    f"cancel store URL {mask_url(url)!r}: retention={options['retention']!r} is not a number of seconds"
-                ) from None
-        return cls(unquote(parts.netloc) or None, retention=retention)
+        return cls(unquote(parts.netloc) or None, retention=retention_option(url, options))
 
     @property
     def _marks(self):  # type: ignore[no-untyped-def]

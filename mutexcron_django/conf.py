@@ -102,17 +102,20 @@ def _fail(key: str, message: str) -> ImproperlyConfigured:
     return ImproperlyConfigured(f"MUTEXCRON[{key!r}] {message}")
 
 
+def _with_defaults(setting: str, given: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """``given`` over ``defaults``; a key that is not in ``defaults`` (a typo) is an error."""
+    unknown = set(given) - set(defaults)
+    if unknown:
+        raise ImproperlyConfigured(f"{setting} has unknown key(s) {sorted(unknown)}; known keys: {sorted(defaults)}")
+    return {**defaults, **given}
+
+
 def get_settings() -> MutexcronSettings:
     """Read and check ``settings.MUTEXCRON`` (a dict; every key optional)."""
     user = getattr(settings, "MUTEXCRON", {})
     if not isinstance(user, dict):
         raise ImproperlyConfigured(f"MUTEXCRON must be a dict, not {type(user).__name__}")
-    unknown = set(user) - set(DEFAULTS)
-    if unknown:
-        raise ImproperlyConfigured(
-            f"MUTEXCRON has unknown key(s) {sorted(unknown)}; known keys: {sorted(DEFAULTS)}"
-        )
-    values = {**DEFAULTS, **user}
+    values = _with_defaults("MUTEXCRON", user, DEFAULTS)
 
     store = values["STORE"]
     if not isinstance(store, str | LockStore) or (isinstance(store, str) and not store.strip()):
@@ -153,12 +156,7 @@ def _tasks_settings(tasks: object) -> TasksSettings:
     """
     if not isinstance(tasks, dict):
         raise _fail("TASKS", f'must be a dict such as {{"BACKEND": "redis://…"}}, not {type(tasks).__name__}')
-    unknown = set(tasks) - set(TASKS_DEFAULTS)
-    if unknown:
-        raise ImproperlyConfigured(
-            f"MUTEXCRON['TASKS'] has unknown key(s) {sorted(unknown)}; known keys: {sorted(TASKS_DEFAULTS)}"
-        )
-    values = {**TASKS_DEFAULTS, **tasks}
+    values = _with_defaults("MUTEXCRON['TASKS']", tasks, TASKS_DEFAULTS)
 
     backend = values["BACKEND"]
     if isinstance(backend, str):

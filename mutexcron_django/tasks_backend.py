@@ -72,6 +72,7 @@ wake-ups need ``transaction.on_commit``, so a task scheduled inside a transactio
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -377,15 +378,19 @@ _channels: dict[str, LocalWakeChannel] = {}
 def _wake_directory(alias: str) -> str | None:
     """Where the processes using this SQLite or MySQL/MariaDB database meet (None: in-memory SQLite)."""
     connection = connections[alias]
-    name = str(connection.settings_dict.get("NAME") or "")
-    if connection.vendor == "sqlite":
+    settings = connection.settings_dict
+    return _wake_directory_of(connection.vendor, str(settings.get("NAME") or ""), str(settings.get("HOST") or ""),
+                              str(settings.get("PORT") or ""))
+
+
+@functools.lru_cache(maxsize=64)  # every claim and enqueue asks; the settings of an alias rarely change
+def _wake_directory_of(vendor: str, name: str, host: str, port: str) -> str | None:
+    if vendor == "sqlite":
         if not name or name == ":memory:" or "mode=memory" in name:
             return None
         path = name.removeprefix("file:").split("?", 1)[0]
         return os.path.realpath(path) + ".mutexcron-wake"
-    settings = connection.settings_dict
-    identity = f"{settings.get('HOST') or 'localhost'}:{settings.get('PORT') or ''}/{name}"
-    digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(f"{host or 'localhost'}:{port}/{name}".encode()).hexdigest()[:16]
     return os.path.join(tempfile.gettempdir(), f"mutexcron-wake-{digest}")
 
 

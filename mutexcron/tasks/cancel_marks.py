@@ -236,6 +236,18 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
+def retention_option(url: str, options: dict[str, str]) -> timedelta:
+    """A cancel store URL's ``?retention=<seconds>`` (how long finished records are kept), or the default."""
+    if "retention" not in options:
+        return DEFAULT_RETENTION
+    try:
+        return timedelta(seconds=float(options["retention"]))
+    except (ValueError, OverflowError):
+        raise StoreConfigError(
+            f"cancel store URL {mask_url(url)!r}: retention={options['retention']!r} is not a number of seconds"
+        ) from None
+
+
 class RedisCancelMarks(CancelMarkStore):
     """Records as Redis hashes at ``<prefix>{<task id>}``, each change one Lua script on one key (Cluster-safe)."""
 
@@ -266,15 +278,8 @@ class RedisCancelMarks(CancelMarkStore):
         from .._redis import client_from_url
 
         client, cleaned, options = client_from_url(url, ("prefix", "retention"), **client_options)
-        retention = DEFAULT_RETENTION
-        if "retention" in options:
-            try:
-                retention = timedelta(seconds=float(options["retention"]))
-            except (ValueError, OverflowError):
-                raise StoreConfigError(
-                    f"cancel store URL {mask_url(url)!r}: retention={options['retention']!r} is not a number of seconds"
-                ) from None
-        return cls(client, prefix=options.get("prefix", DEFAULT_PREFIX), retention=retention, url=cleaned)
+        return cls(client, prefix=options.get("prefix", DEFAULT_PREFIX), retention=retention_option(url, options),
+                   url=cleaned)
 
     def key(self, task_id: str) -> str:
         return f"{self.prefix}{{{task_id}}}"

@@ -14,6 +14,7 @@ decorator, so adding one (``worker``, say) is adding one method.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import logging
@@ -68,6 +69,9 @@ def subcommand(name: str, help: str, *arguments: Argument) -> Callable[[Subcomma
         return method
 
     return decorate
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # how `run` and `worker` are stopped
 
 
 def _days(text: str) -> float:
@@ -269,21 +273,7 @@ class Command(BaseCommand):
 
     @subcommand("run", "Run the scheduler in the foreground until SIGTERM or SIGINT (a dedicated cron process).")
     def run_scheduler(self, *, verbosity: int = 1, **_: Any) -> None:
-        stop = threading.Event()
-        received: list[int] = []
-
-        def on_signal(signum: int, frame: object) -> None:
-            received.append(signum)  # nothing else here: printing from a signal handler can re-enter I/O
-            stop.set()
-
-        try:
-            previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-        except ValueError:  # signal handlers can only be installed in the main thread
-            raise CommandError("mutexcron run must run in the main thread (it stops on SIGTERM/SIGINT)") from None
-        logger = logging.getLogger("mutexcron")
-        level = logger.level
-        log_handler = self._log_to_stderr(logger, verbosity)
-        try:
+        with self._foreground("run", verbosity) as (stop, received):
             scheduler = runtime.start()
             self.stdout.write(
                 f"mutexcron scheduler {scheduler.instance_id} running {len(scheduler.registry)} job(s) on "
@@ -299,12 +289,6 @@ class Command(BaseCommand):
             )
             self.stdout.flush()
             runtime.stop()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            if log_handler is not None:
-                logger.removeHandler(log_handler)
-                logger.setLevel(level)
         still_running = scheduler.running_jobs()  # bodies that outlived the shutdown timeout
         if still_running:
             message = (f"job(s) {', '.join(still_running)} still running after {timeout:g}s; exiting anyway, "
@@ -317,6 +301,34 @@ class Command(BaseCommand):
                 os._exit(1)
             raise CommandError(message)
         self.stdout.write(f"mutexcron: scheduler {scheduler.instance_id} stopped")
+
+    @contextlib.contextmanager
+    def _foreground(self, command: str, verbosity: int) -> Iterator[tuple[threading.Event, list[int]]]:
+        """While the block runs: SIGTERM and SIGINT set the yielded event (and are listed, first first), and
+        mutexcron's log goes to stderr unless the project configured logging. Both are undone after."""
+        stop = threading.Event()
+        received: list[int] = []
+
+        def on_signal(signum: int, frame: object) -> None:
+            received.append(signum)  # nothing else here: printing from a signal handler can re-enter I/O
+            stop.set()
+
+        try:
+            previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
+        except ValueError:  # signal handlers can only be installed in the main thread
+            raise CommandError(f"mutexcron {command} must run in the main thread (it stops on SIGTERM/SIGINT)") \
+                from None
+        logger = logging.getLogger("mutexcron")
+        level = logger.level
+        log_handler = self._log_to_stderr(logger, verbosity)
+        try:
+            yield stop, received
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if log_handler is not None:
+                logger.removeHandler(log_handler)
+                logger.setLevel(level)
 
     @staticmethod
     def _log_to_stderr(logger: logging.Logger, verbosity: int) -> logging.Handler | None:
@@ -478,20 +490,6 @@ class Command(BaseCommand):
                 text = scrub(text, url)
             return text
 
-        stop = threading.Event()
-        received: list[int] = []
-
-        def on_signal(signum: int, frame: object) -> None:
-            received.append(signum)
-            stop.set()
-
-        try:
-            previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-        except ValueError:
-            raise CommandError("mutexcron worker must run in the main thread (it stops on SIGTERM/SIGINT)") from None
-        logger = logging.getLogger("mutexcron")
-        level = logger.level
-        log_handler = self._log_to_stderr(logger, verbosity)
         failure: list[BaseException] = []
 
         def consume() -> None:
@@ -503,7 +501,7 @@ class Command(BaseCommand):
                 stop.set()
 
         thread = threading.Thread(target=consume, name="mutexcron-task-worker", daemon=True)
-        try:
+        with self._foreground("worker", verbosity) as (stop, received):
             self.stdout.write(
                 f"mutexcron task worker {queue.worker_id} running {', '.join(types)} on "
                 f"{masked(repr(queue.backend))} (prefetch {prefetch}); stop with SIGTERM or Ctrl-C"
@@ -518,17 +516,11 @@ class Command(BaseCommand):
                 self.stdout.flush()
             # A second signal while the running task finishes: leave at once; the task comes back after its
             # visibility timeout (the claim was not released), to this or another worker.
-            for sig in previous:
+            for sig in STOP_SIGNALS:
                 signal.signal(sig, self._leave_now)
             while thread.is_alive():
                 queue.stop(timeout=0)  # again until it stops: run_worker may have cleared an early stop
                 thread.join(0.5)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            if log_handler is not None:
-                logger.removeHandler(log_handler)
-                logger.setLevel(level)
         if failure:
             error = failure[0]
             if isinstance(error, MutexcronError | ImproperlyConfigured):
