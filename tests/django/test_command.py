@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import sqlite3
@@ -23,9 +22,8 @@ from django.utils import timezone
 from mutexcron import JobContext, default_registry, next_fire_times
 from mutexcron_django.models import JobRun, Lock
 from mutexcron_django.store import DjangoLockStore
-from tests.django.jobhelpers import Declarations, wait_for
+from tests.django.jobhelpers import CommandProcess, Declarations, wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
 UNREACHABLE = "redis://:s3cret-pw@127.0.0.1:1/0"  # nothing listens on port 1: connection refused at once
 
 
@@ -413,22 +411,15 @@ def test_prune_rejects_a_bad_number_of_days(days: str) -> None:
 # -- run: a real process, stopped by a signal ------------------------------------------------------------
 
 
-class RunProcess:
+class RunProcess(CommandProcess):
     """``python -m django mutexcron run`` with tests/django/run_settings.py, on a SQLite file of its own."""
 
     def __init__(self, tmp_path: Path, **env: str) -> None:
-        self.tmp_path = tmp_path
-        self.output = tmp_path / "jobs.out"
         self.database = tmp_path / "run.sqlite3"
-        self.env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "tests.django.run_settings",
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-            "MUTEXCRON_TEST_RUN_DB": str(self.database),
-            "MUTEXCRON_TEST_RUN_OUTPUT": str(self.output),
-            **env,
-        }
-        self.process: subprocess.Popen[bytes] | None = None
+        output = tmp_path / "jobs.out"
+        super().__init__(tmp_path, "tests.django.run_settings", output, {
+            "MUTEXCRON_TEST_RUN_DB": str(self.database), "MUTEXCRON_TEST_RUN_OUTPUT": str(output), **env,
+        })
 
     def django(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "django", *args], env=self.env, cwd=self.tmp_path,
@@ -436,30 +427,7 @@ class RunProcess:
 
     def start(self) -> None:
         self.django("migrate", "--verbosity", "0")
-        with open(self.tmp_path / "stdout", "wb") as stdout, open(self.tmp_path / "stderr", "wb") as stderr:
-            self.process = subprocess.Popen([sys.executable, "-m", "django", "mutexcron", "run"], env=self.env,
-                                            cwd=self.tmp_path, stdout=stdout, stderr=stderr)
-
-    def lines(self) -> list[str]:
-        return self.output.read_text().splitlines() if self.output.exists() else []
-
-    @property
-    def stdout(self) -> str:
-        return (self.tmp_path / "stdout").read_text()
-
-    @property
-    def stderr(self) -> str:
-        return (self.tmp_path / "stderr").read_text()
-
-    def stop(self, signum: int) -> int:
-        assert self.process is not None
-        self.process.send_signal(signum)
-        return self.process.wait(timeout=60)
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+        self.launch("run")
 
 
 @pytest.fixture

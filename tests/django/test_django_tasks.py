@@ -576,15 +576,6 @@ def test_a_worker_survives_its_connections_being_killed(
     recorder.at("after")
 
 
-@pytest.mark.parametrize("alias", EVERY_DATABASE)
-def test_an_unreachable_database_stops_a_worker_loudly(alias: str, recorder: Recorder, django_db_blocker: Any) -> None:
-    recorder.define()
-    with unreachable_alias(VENDORS[alias], django_db_blocker) as nowhere:
-        queue = TaskQueue(f"django://{nowhere}", handlers=recorder.handlers)
-        with pytest.raises(StoreUnavailable, match=nowhere):
-            queue.run_worker()
-
-
 # -- speed ------------------------------------------------------------------------------------------------
 
 

@@ -4,11 +4,8 @@
 from __future__ import annotations
 
 import html
-import os
 import re
 import signal
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -35,9 +32,8 @@ from mutexcron_django.conf import TasksSettings, get_settings
 from mutexcron_django.discovery import autodiscover, handler_errors
 from mutexcron_django.models import ScheduledTask
 from mutexcron_django.tasks import DjangoHandlers, get_task_queue, reset_task_queue
-from tests.django.jobhelpers import wait_for
+from tests.django.jobhelpers import CommandProcess, wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
 UNREACHABLE = "redis://:s3cret-pw@127.0.0.1:1/0"  # nothing listens on port 1: connection refused at once
 TASKS_URL = "/admin/mutexcron/scheduledtask/"
 
@@ -358,53 +354,21 @@ def test_worker_with_a_bad_tasks_setting_is_a_command_error() -> None:
 # -- manage.py mutexcron worker: a real process, stopped by a signal ----------------------------------------
 
 
-class WorkerProcess:
+class WorkerProcess(CommandProcess):
     """``python -m django mutexcron worker`` with tests/django/task_settings.py on a backend of the test's own."""
 
     def __init__(self, tmp_path: Path, backend: str, **env: str) -> None:
-        self.tmp_path = tmp_path
-        self.output = tmp_path / "tasks.out"
-        self.env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "tests.django.task_settings",
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-            "MUTEXCRON_TEST_TASKS_BACKEND": backend,
-            "MUTEXCRON_TEST_TASKS_DB": str(tmp_path / "worker.sqlite3"),
-            "MUTEXCRON_TEST_TASKS_OUTPUT": str(self.output),
-            **env,
-        }
-        self.process: subprocess.Popen[bytes] | None = None
+        output = tmp_path / "tasks.out"
+        super().__init__(tmp_path, "tests.django.task_settings", output, {
+            "MUTEXCRON_TEST_TASKS_BACKEND": backend, "MUTEXCRON_TEST_TASKS_DB": str(tmp_path / "worker.sqlite3"),
+            "MUTEXCRON_TEST_TASKS_OUTPUT": str(output), **env,
+        })
 
     def start(self, *args: str) -> None:
-        with open(self.tmp_path / "stdout", "wb") as stdout, open(self.tmp_path / "stderr", "wb") as stderr:
-            self.process = subprocess.Popen([sys.executable, "-m", "django", "mutexcron", "worker", *args],
-                                            env=self.env, cwd=self.tmp_path, stdout=stdout, stderr=stderr)
+        self.launch("worker", *args)
 
     def started(self) -> bool:
         return "mutexcron task worker " in self.stdout
-
-    def lines(self) -> list[str]:
-        return self.output.read_text().splitlines() if self.output.exists() else []
-
-    @property
-    def stdout(self) -> str:
-        path = self.tmp_path / "stdout"
-        return path.read_text() if path.exists() else ""
-
-    @property
-    def stderr(self) -> str:
-        path = self.tmp_path / "stderr"
-        return path.read_text() if path.exists() else ""
-
-    def stop(self, signum: int) -> int:
-        assert self.process is not None
-        self.process.send_signal(signum)
-        return self.process.wait(timeout=60)
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
 
 
 @pytest.fixture

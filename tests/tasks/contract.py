@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 import threading
 import time
 from collections import Counter
@@ -26,6 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -571,6 +573,25 @@ class TaskQueueContract:
                 queue.status("0123456789abcdef0123456789abcdef")
             with pytest.raises(StoreUnavailable):
                 queue.cancel("0123456789abcdef0123456789abcdef")
+        finally:
+            queue.close()
+
+    def test_a_worker_on_an_unreachable_backend_raises_store_unavailable_naming_it(
+        self, unreachable_url: str | None, queue_options: dict[str, Any]
+    ) -> None:
+        """A worker that cannot reach its store at start-up fails loudly and soon, without the password."""
+        if unreachable_url is None:
+            pytest.skip("this backend's test file gives no unreachable_url")
+        self.define()
+        queue = TaskQueue(unreachable_url, handlers=self.handlers, **queue_options)
+        parts = urlsplit(unreachable_url)
+        try:
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable, match=re.escape(parts.netloc.rpartition("@")[2])) as caught:
+                queue.run_worker()
+            assert time.monotonic() - started < 10
+            if parts.password:
+                assert parts.password not in str(caught.value)
         finally:
             queue.close()
 
