@@ -7,6 +7,7 @@ Backends import their client library only when used, so ``pip install mutexcron[
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +60,19 @@ def _import_class(path: str, *, what: str) -> Any:
         raise StoreConfigError(f"cannot load {what} {path!r}: {module_name} has no {class_name!r}") from None
 
 
+def class_for_scheme(url: str, schemes: Mapping[str, str], what: str, *, loading: str | None = None,
+                     alternative: str = "") -> Any:
+    """The class that ``schemes`` names for ``url``'s scheme, imported on first use (lock stores, task
+    backends and cancel stores are all chosen this way). ``what`` names the kind in errors."""
+    scheme = url.split("://", 1)[0].lower()
+    if scheme not in schemes:
+        raise StoreConfigError(
+            f"unknown {what} scheme {scheme!r} in {mask_url(url)!r}; use one of {', '.join(sorted(schemes))}"
+            f"{alternative}"
+        )
+    return _import_class(schemes[scheme], what=loading or what)
+
+
 def store_from_url(url: str | LockStore) -> LockStore:
     """Build a lock store from a URL or dotted path; a store object is returned as it is."""
     if isinstance(url, LockStore):
@@ -66,13 +80,9 @@ def store_from_url(url: str | LockStore) -> LockStore:
     if not isinstance(url, str) or not url.strip():
         raise StoreConfigError(f"store must be a URL, a dotted path or a LockStore, not {url!r}")
     if "://" in url:
-        scheme = url.split("://", 1)[0].lower()
-        if scheme not in SCHEMES:
-            raise StoreConfigError(
-                f"unknown store scheme {scheme!r} in {mask_url(url)!r}; use one of {', '.join(sorted(SCHEMES))} "
-                "or a dotted path to a LockStore class"
-            )
-        return _import_class(SCHEMES[scheme], what="store backend").from_url(url)
+        cls = class_for_scheme(url, SCHEMES, "store", loading="store backend",
+                               alternative=" or a dotted path to a LockStore class")
+        return cls.from_url(url)
     if "." not in url or " " in url:
         raise StoreConfigError(
             f"store {url!r} is neither a URL (redis://…, mongodb://…, memory://) nor a dotted path to a LockStore"

@@ -368,7 +368,7 @@ SCHEMES: dict[str, str] = {
 
 def cancel_marks_from_url(url: str | CancelMarkStore | None, *, backend: str = "this task backend") -> CancelMarkStore:
     """A record store from a URL (``redis://…``) or a :class:`CancelMarkStore` object."""
-    from ..stores import _import_class
+    from ..stores import class_for_scheme
 
     if isinstance(url, CancelMarkStore):
         return url
@@ -379,13 +379,7 @@ def cancel_marks_from_url(url: str | CancelMarkStore | None, *, backend: str = "
         )
     if not isinstance(url, str) or "://" not in url:
         raise StoreConfigError(f"cancel store must be a URL (redis://…), not {url!r}")
-    scheme = url.split("://", 1)[0].lower()
-    if scheme not in SCHEMES:
-        raise StoreConfigError(
-            f"unknown cancel store scheme {scheme!r} in {mask_url(url)!r}; use one of {', '.join(sorted(SCHEMES))}"
-        )
-    cls = _import_class(SCHEMES[scheme], what="cancel store")
-    return cls.from_url(url)
+    return class_for_scheme(url, SCHEMES, "cancel store").from_url(url)
 
 
 def _text(value: bytes | str) -> str:

@@ -37,19 +37,13 @@ BACKENDS: dict[str, str] = {
 
 def backend_from_url(url: str | TaskBackend, *, cancel_store: str | None = None) -> TaskBackend:
     """A task backend from a URL (``redis://``, ``amqp://``, ``django://``) or a backend object."""
-    from .._urls import mask_url
-    from ..stores import _import_class  # the same lazy, helpful import as lock stores
+    from ..stores import class_for_scheme  # the same lazy, helpful import as lock stores
 
     if isinstance(url, TaskBackend):
         return url
     if not isinstance(url, str) or "://" not in url:
         raise StoreConfigError(f"task backend must be a URL (redis://, amqp://, django://), not {url!r}")
-    scheme = url.split("://", 1)[0].lower()
-    if scheme not in BACKENDS:
-        raise StoreConfigError(
-            f"unknown task backend scheme {scheme!r} in {mask_url(url)!r}; use one of {', '.join(sorted(BACKENDS))}"
-        )
-    cls = _import_class(BACKENDS[scheme], what="task backend")
+    cls = class_for_scheme(url, BACKENDS, "task backend")
     if cancel_store is not None:
         return cls.from_url(url, cancel_store=cancel_store)
     return cls.from_url(url)
