@@ -494,36 +494,6 @@ def test_an_idle_worker_does_not_poll(alias: str, queues: Callable[..., TaskQueu
 
 
 @pytest.mark.parametrize("alias", EVERY_DATABASE)
-def test_a_stopping_worker_gives_back_the_tasks_it_claimed_but_did_not_start(
-    alias: str, queues: Callable[..., TaskQueue], recorder: Recorder
-) -> None:
-    started, release = threading.Event(), threading.Event()
-
-    def body(payload: Any) -> None:
-        started.set()
-        release.wait(10)
-
-    task_type = recorder.define(body=body)
-    queue = queues(f"django://{alias}")
-    now = datetime.now(UTC)
-    ids = queue.schedule_many([(task_type, n, {"run_at": now - timedelta(seconds=5 - n)}) for n in range(5)])
-    queue.start(prefetch=10)
-    assert started.wait(5)
-    stopping = threading.Thread(target=queue.stop)
-    stopping.start()
-    time.sleep(0.1)
-    release.set()
-    stopping.join(10)
-    assert recorder.payloads() == [0]
-    assert queue.status(ids[0]) == TaskStatus.SUCCEEDED
-    for task_id in ids[1:]:
-        info = queue.info(task_id)
-        assert info is not None and (info.status, info.attempts) == (TaskStatus.SCHEDULED, 0)
-    queues(f"django://{alias}").start()
-    wait_until(lambda: sorted(recorder.payloads()) == [0, 1, 2, 3, 4], what="the rest to run")
-
-
-@pytest.mark.parametrize("alias", EVERY_DATABASE)
 def test_the_heartbeat_keeps_a_long_task_from_other_workers(
     alias: str, queues: Callable[..., TaskQueue], recorder: Recorder
 ) -> None:

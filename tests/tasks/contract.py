@@ -49,37 +49,6 @@ def due_time(queue: TaskQueue, task_id: str) -> float:
     return info.run_at.timestamp()
 
 
-class Recorder:
-    """A handler registry whose handlers record what they ran: ``(payload, time.time())``; thread-safe."""
-
-    def __init__(self, default_type: str) -> None:
-        self.handlers = HandlerRegistry()
-        self.default_type = default_type
-        self._lock = threading.Lock()
-        self.ran: list[tuple[Any, float]] = []
-
-    def define(self, task_type: str | None = None, body: Callable[[Any], Any] | None = None, **options: Any) -> str:
-        """Register a recording handler for ``task_type`` (default: this recorder's); ``body`` runs after."""
-        def handler(payload: Any) -> None:
-            with self._lock:
-                self.ran.append((payload, time.time()))
-            if body is not None:
-                body(payload)
-
-        task_type = task_type or self.default_type
-        task_handler(task_type, registry=self.handlers, **options)(handler)
-        return task_type
-
-    def payloads(self) -> list[Any]:
-        with self._lock:
-            return [payload for payload, _ in self.ran]
-
-    def at(self, payload: Any, timeout: float = 5.0) -> float:
-        """When ``payload`` started running (waits for it)."""
-        return wait_until(lambda: next((at for p, at in list(self.ran) if p == payload), None), timeout,
-                          f"{payload!r} to run")
-
-
 @dataclass(frozen=True)
 class Run:
     task_type: str
@@ -87,16 +56,27 @@ class Run:
     at: float  # time.time() when the handler started
 
 
-class Runs:
-    """What the handlers of one test ran, in order; thread-safe."""
+class Recorder:
+    """A handler registry whose handlers record what they ran, in order; thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, default_type: str) -> None:
+        self.handlers = HandlerRegistry()
+        self.default_type = default_type
         self._lock = threading.Lock()
         self._runs: list[Run] = []
 
-    def add(self, task_type: str, payload: Any) -> None:
-        with self._lock:
-            self._runs.append(Run(task_type, payload, time.time()))
+    def define(self, task_type: str | None = None, body: Callable[[Any], Any] | None = None, **options: Any) -> str:
+        """Register a recording handler for ``task_type`` (default: this recorder's); ``body`` runs after."""
+        task_type = task_type or self.default_type
+
+        def handler(payload: Any) -> None:
+            with self._lock:
+                self._runs.append(Run(task_type, payload, time.time()))
+            if body is not None:
+                body(payload)
+
+        task_handler(task_type, registry=self.handlers, **options)(handler)
+        return task_type
 
     def all(self, task_type: str | None = None) -> list[Run]:
         with self._lock:
@@ -112,12 +92,16 @@ class Runs:
         return wait_until(lambda: (found := self.of(payload)) and len(found) >= count and found,
                           timeout, f"{count} run(s) of {payload!r}")
 
+    def at(self, payload: Any, timeout: float = 5.0) -> float:
+        """When ``payload`` first started running (waits for it)."""
+        return self.wait_for(payload, timeout=timeout)[0].at
+
 
 class TaskQueueContract:
     """Behaviour shared by every task backend. The subclass provides the ``queue_url`` fixture."""
 
     handlers: HandlerRegistry
-    runs: Runs
+    runs: Recorder
 
     # -- hooks for the backend's test file ---------------------------------------------------------
 
@@ -151,22 +135,15 @@ class TaskQueueContract:
 
     @pytest.fixture(autouse=True)
     def _fresh_handlers(self) -> None:
-        self.handlers = HandlerRegistry()
-        self.runs = Runs()
+        self.runs = Recorder("contract.task")
+        self.handlers = self.runs.handlers
 
     # -- helpers -----------------------------------------------------------------------------------
 
-    def define(self, task_type: str = "contract.task", body: Callable[[Any], Any] | None = None,
+    def define(self, task_type: str | None = None, body: Callable[[Any], Any] | None = None,
                **options: Any) -> str:
         """Register a handler that records each run (then calls ``body(payload)``, if given)."""
-
-        def handler(payload: Any) -> None:
-            self.runs.add(task_type, payload)
-            if body is not None:
-                body(payload)
-
-        task_handler(task_type, registry=self.handlers, **options)(handler)
-        return task_type
+        return self.runs.define(task_type, body, **options)
 
     def worker(self, make_queue: Callable[..., TaskQueue], *types: str, prefetch: int = 10) -> TaskQueue:
         queue = make_queue()
@@ -556,6 +533,35 @@ class TaskQueueContract:
         for task_id in random.Random(3).sample(ids, 20):
             wait_until(lambda task_id=task_id: producer.status(task_id) == TaskStatus.SUCCEEDED,
                        what="status succeeded")
+
+    def test_a_stopping_worker_gives_back_the_tasks_it_took_but_did_not_start(
+        self, make_queue: Callable[..., TaskQueue]
+    ) -> None:
+        """stop() finishes the running task; the others it had claimed or prefetched are due again, unrun."""
+        started, release = threading.Event(), threading.Event()
+
+        def body(payload: Any) -> None:
+            started.set()
+            release.wait(10)
+
+        task_type = self.define(body=body)
+        queue = make_queue()
+        now = datetime.now(UTC)
+        ids = queue.schedule_many([(task_type, n, {"run_at": now - timedelta(seconds=5 - n)}) for n in range(5)])
+        queue.start(prefetch=10)
+        assert started.wait(5)
+        stopping = threading.Thread(target=queue.stop)
+        stopping.start()
+        wait_until(queue._stop.is_set, what="stop() to be asked while the first task runs")
+        release.set()
+        stopping.join(10)
+        assert self.runs.payloads() == [0]
+        assert queue.status(ids[0]) == TaskStatus.SUCCEEDED
+        for task_id in ids[1:]:
+            info = queue.info(task_id)
+            assert info is not None and (info.status, info.attempts) == (TaskStatus.SCHEDULED, 0)
+        make_queue().start()
+        wait_until(lambda: sorted(self.runs.payloads()) == [0, 1, 2, 3, 4], what="the rest to run")
 
     # -- outages -------------------------------------------------------------------------------------
 
