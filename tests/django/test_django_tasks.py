@@ -35,7 +35,7 @@ from tests.django.tasks_support import (
 )
 from tests.support import wait_until
 from tests.tasks import test_task_workers as fleet_tests
-from tests.tasks.contract import LATE, CancelMarksContract, Recorder, TaskQueueContract
+from tests.tasks.contract import LATE, CancelMarksContract, Recorder, TaskQueueContract, queue_factory
 
 ALIASES = {"sqlite": "default", "postgresql": "postgres", "mysql": "mariadb"}
 VENDORS = {alias: vendor for vendor, alias in ALIASES.items()}
@@ -99,16 +99,8 @@ def recorder() -> Recorder:
 @pytest.fixture
 def queues(recorder: Recorder) -> Iterator[Callable[..., TaskQueue]]:
     """``queues(url_or_backend)``: TaskQueues with the recorder's handlers; closed (workers stopped) after."""
-    made: list[TaskQueue] = []
-
-    def make(url: str | DjangoTaskBackend) -> TaskQueue:
-        queue = TaskQueue(url, handlers=recorder.handlers)
-        made.append(queue)
-        return queue
-
-    yield make
-    for queue in reversed(made):
-        queue.close()
+    with queue_factory(recorder.handlers) as make:
+        yield make
 
 
 def new_task(task_id: str, task_type: str = "sql.task", payload: str = '"p"', delay: float = 0) -> NewTask:

@@ -24,6 +24,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -47,6 +48,26 @@ def due_time(queue: TaskQueue, task_id: str) -> float:
     info = queue.info(task_id)
     assert info is not None, f"task {task_id} is unknown"
     return info.run_at.timestamp()
+
+
+@contextmanager
+def queue_factory(
+    handlers: HandlerRegistry, default_url: Any = None, **options: Any
+) -> Iterator[Callable[..., TaskQueue]]:
+    """``make(url=None)``: TaskQueues with ``handlers`` and ``options``, on ``url`` or ``default_url``; every one
+    of them is closed (its worker stopped) when the block ends."""
+    made: list[TaskQueue] = []
+
+    def make(url: Any = None) -> TaskQueue:
+        queue = TaskQueue(url or default_url, handlers=handlers, **options)
+        made.append(queue)
+        return queue
+
+    try:
+        yield make
+    finally:
+        for queue in reversed(made):
+            queue.close()
 
 
 @dataclass(frozen=True)
@@ -122,16 +143,8 @@ class TaskQueueContract:
     @pytest.fixture
     def make_queue(self, queue_url: str, queue_options: dict[str, Any]) -> Iterator[Callable[..., TaskQueue]]:
         """``make_queue()``: a TaskQueue on this test's backend with this test's handlers; closed afterwards."""
-        made: list[TaskQueue] = []
-
-        def make(url: str | None = None) -> TaskQueue:
-            queue = TaskQueue(url or queue_url, handlers=self.handlers, **queue_options)
-            made.append(queue)
-            return queue
-
-        yield make
-        for queue in reversed(made):
-            queue.close()
+        with queue_factory(self.handlers, queue_url, **queue_options) as make:
+            yield make
 
     @pytest.fixture(autouse=True)
     def _fresh_handlers(self) -> None:

@@ -45,7 +45,7 @@ from mutexcron.tasks.backends.rabbitmq import (
 from mutexcron.tasks.cancel_marks import RedisCancelMarks, Verdict, cancel_marks_from_url
 from tests.support import wait_until
 from tests.tasks import test_task_workers as fleet_tests
-from tests.tasks.contract import CancelMarksContract, Recorder, TaskQueueContract, due_time
+from tests.tasks.contract import CancelMarksContract, Recorder, TaskQueueContract, due_time, queue_factory
 from tests.tcp_proxy import TcpProxy
 
 AMQP_URL = os.environ.get("MUTEXCRON_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
@@ -159,16 +159,8 @@ def recorder() -> Recorder:
 @pytest.fixture
 def queues(amqp_url: str, redis_url: str, recorder: Recorder) -> Iterator[Callable[..., TaskQueue]]:
     """``queues(url=None)``: TaskQueues with the recorder's handlers and this test's cancel store; closed after."""
-    made: list[TaskQueue] = []
-
-    def make(url: str | None = None) -> TaskQueue:
-        queue = TaskQueue(url or amqp_url, cancel_store=redis_url, handlers=recorder.handlers)
-        made.append(queue)
-        return queue
-
-    yield make
-    for queue in reversed(made):
-        queue.close()
+    with queue_factory(recorder.handlers, amqp_url, cancel_store=redis_url) as make:
+        yield make
 
 
 def backend_of(queue: TaskQueue) -> RabbitMQTaskBackend:

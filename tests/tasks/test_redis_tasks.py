@@ -22,7 +22,7 @@ from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.tasks import NewTask, TaskQueue, TaskStatus
 from mutexcron.tasks.backends.redis import HASH_TAG, RedisTaskBackend
 from tests.support import wait_until
-from tests.tasks.contract import LATE, Recorder, TaskQueueContract, due_time
+from tests.tasks.contract import LATE, Recorder, TaskQueueContract, due_time, queue_factory
 from tests.tcp_proxy import TcpProxy
 
 UNKNOWN_ID = "0123456789abcdef0123456789abcdef"
@@ -63,16 +63,9 @@ def recorder() -> Recorder:
 
 @pytest.fixture
 def queues(redis_tasks_url: str, recorder: Recorder) -> Iterator[Callable[..., TaskQueue]]:
-    made: list[TaskQueue] = []
-
-    def make(url: str | RedisTaskBackend | None = None) -> TaskQueue:
-        queue = TaskQueue(url or redis_tasks_url, handlers=recorder.handlers)
-        made.append(queue)
-        return queue
-
-    yield make
-    for queue in reversed(made):
-        queue.close()
+    """``queues(url_or_backend=None)``: TaskQueues with the recorder's handlers; closed (workers stopped) after."""
+    with queue_factory(recorder.handlers, redis_tasks_url) as make:
+        yield make
 
 
 def new_task(task_id: str, task_type: str = "redis.task", payload: str = "null", delay: float = 0.0) -> NewTask:
