@@ -16,6 +16,7 @@ class Lock(models.Model):
     lock_until = models.DateTimeField(null=True, blank=True)
     last_fire_time = models.DateTimeField(null=True, blank=True)
     token = models.BigIntegerField(default=0)
+    deleted = models.BooleanField(default=False, help_text="a tombstone: hidden, keeps its token and last fire")
 
     class Meta:
         verbose_name = "lock"

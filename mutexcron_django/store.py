@@ -1,7 +1,8 @@
 """Locks in the app's own SQL database through Django's ORM: the embedded default (SQLite works).
 
 Acquire is one conditional UPDATE decided on the database's clock (``Now()``), then a rowcount check:
-no read-modify-write, so concurrent instances cannot both win.
+no read-modify-write, so concurrent instances cannot both win. A deleted lock keeps its row with
+``deleted`` set (a tombstone hidden from readers); seeding or acquiring revives it, token and last fire kept.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ class DjangoLockStore(LockStore):
     def seed(self, names: Iterable[str]) -> int:
         def run() -> int:
             wanted = list(dict.fromkeys(names))
+            created = self._locks.filter(name__in=wanted, deleted=True).update(deleted=False)  # revived
             existing = set(self._locks.filter(name__in=wanted).values_list("name", flat=True))
-            created = 0
             for name in wanted:
                 if name in existing:
                     continue
@@ -75,14 +76,14 @@ class DjangoLockStore(LockStore):
                 if fire_time is not None:
                     free = free.filter(Q(last_fire_time__isnull=True) | Q(last_fire_time__lt=fire_time))
                 changes = {"locked": True, "locked_by": owner, "last_locked_at": Now(), "lock_until": _now_plus(lease),
-                           "token": F("token") + 1}
+                           "token": F("token") + 1, "deleted": False}
                 if fire_time is not None:
                     changes["last_fire_time"] = fire_time
                 with transaction.atomic(using=self.using):
                     if free.update(**changes) == 1:
                         return Acquisition(AcquireStatus.ACQUIRED, token=self._locks.get(name=name).token)
-                state = self._locks.filter(name=name).values("locked_by", "last_fire_time").first()
-                if state is None:
+                state = self._locks.filter(name=name).values("locked_by", "last_fire_time", "deleted").first()
+                if state is None or state["deleted"]:  # create or revive it, then try once more
                     self.seed([name])
                     continue
                 last_fire = state["last_fire_time"]
@@ -116,14 +117,14 @@ class DjangoLockStore(LockStore):
                           .update(locked=False, lock_until=Now(), last_released_at=Now()) == 1)
 
     def delete(self, name: str) -> bool:
-        return self._call(lambda: self._locks.filter(name=name).delete()[0] > 0)
+        return self._call(lambda: self._locks.filter(name=name, deleted=False).update(deleted=True) == 1)
 
     def lock(self, name: str) -> LockState | None:
-        row = self._call(lambda: self._locks.filter(name=name).first())
+        row = self._call(lambda: self._locks.filter(name=name, deleted=False).first())
         return _state(row) if row is not None else None
 
     def locks(self) -> list[LockState]:
-        return [_state(row) for row in self._call(lambda: list(self._locks.order_by("name")))]
+        return [_state(row) for row in self._call(lambda: list(self._locks.filter(deleted=False).order_by("name")))]
 
     def now(self) -> datetime:
         def run() -> datetime:

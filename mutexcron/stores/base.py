@@ -61,13 +61,14 @@ class LockStore(ABC):
 
     @abstractmethod
     def seed(self, names: Iterable[str]) -> int:
-        """Create a lock document for each name that has none; never reset one. Returns how many were created."""
+        """Create a lock document for each name that has none (reviving a deleted one with its token and last
+        fire time); never reset one. Returns how many were created or revived."""
 
     @abstractmethod
     def acquire(self, name: str, *, owner: str, lease: timedelta, fire_time: datetime | None) -> Acquisition:
         """Take the lock if it is free (or its lease ran out) and, when ``fire_time`` is given, only if no
         fire at or after ``fire_time`` took it before. ``fire_time=None`` is a manual run: it neither
-        checks nor moves the last fire time."""
+        checks nor moves the last fire time. A missing document is created, a deleted one revived."""
 
     @abstractmethod
     def renew(self, name: str, *, token: int, lease: timedelta) -> bool:
@@ -80,11 +81,11 @@ class LockStore(ABC):
 
     @abstractmethod
     def locks(self) -> list[LockState]:
-        """Every lock document in the store, sorted by name."""
+        """Every lock document in the store (not the deleted ones), sorted by name."""
 
     @abstractmethod
     def lock(self, name: str) -> LockState | None:
-        """One job's lock document, or ``None`` if it has none."""
+        """One job's lock document, or ``None`` if it has none (or it was deleted)."""
 
     @abstractmethod
     def force_unlock(self, name: str) -> bool:
@@ -92,7 +93,9 @@ class LockStore(ABC):
 
     @abstractmethod
     def delete(self, name: str) -> bool:
-        """Remove a job's lock document (for orphans whose job no longer exists)."""
+        """Hide a job's lock document (for orphans whose job no longer exists): a soft delete that keeps its
+        token, last fire time and any live lease, so tokens never repeat and a tick never runs twice.
+        Returns True if a visible document was there."""
 
     @abstractmethod
     def now(self) -> datetime:

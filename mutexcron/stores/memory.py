@@ -17,12 +17,16 @@ def _utc_now() -> datetime:
 
 
 class MemoryLockStore(LockStore):
-    """Locks in a dict guarded by a mutex. ``clock`` replaces the store's clock (tests move time by hand)."""
+    """Locks in a dict guarded by a mutex. ``clock`` replaces the store's clock (tests move time by hand).
+
+    A deleted lock stays in the dict as a tombstone (its name in ``_deleted``), hidden from readers, so its
+    token, last fire time and lease survive until a seed or an acquire revives it."""
 
     def __init__(self, *, clock: Callable[[], datetime] = _utc_now) -> None:
         self._clock = clock
         self._mutex = threading.Lock()
         self._locks: dict[str, LockState] = {}
+        self._deleted: set[str] = set()
 
     @classmethod
     def from_url(cls, url: str) -> MemoryLockStore:
@@ -34,15 +38,17 @@ class MemoryLockStore(LockStore):
 
     def seed(self, names: Iterable[str]) -> int:
         with self._mutex:
-            missing = [name for name in dict.fromkeys(names) if name not in self._locks]
+            missing = [name for name in dict.fromkeys(names) if name not in self._locks or name in self._deleted]
             for name in missing:
-                self._locks[name] = self._fresh(name)
+                self._locks.setdefault(name, self._fresh(name))
+                self._deleted.discard(name)
             return len(missing)
 
     def acquire(self, name: str, *, owner: str, lease: timedelta, fire_time: datetime | None) -> Acquisition:
         with self._mutex:
             now = self._clock()
-            state = self._locks.get(name) or self._fresh(name)
+            self._deleted.discard(name)  # acquiring revives a tombstone, with its token and last fire time
+            state = self._locks.setdefault(name, self._fresh(name))
             if fire_time is not None and state.last_fire_time is not None and state.last_fire_time >= fire_time:
                 return Acquisition(AcquireStatus.ALREADY_RAN, holder=state.locked_by)
             if state.is_held(now):
@@ -87,11 +93,11 @@ class MemoryLockStore(LockStore):
 
     def locks(self) -> list[LockState]:
         with self._mutex:
-            return [self._locks[name] for name in sorted(self._locks)]
+            return [self._locks[name] for name in sorted(self._locks) if name not in self._deleted]
 
     def lock(self, name: str) -> LockState | None:
         with self._mutex:
-            return self._locks.get(name)
+            return None if name in self._deleted else self._locks.get(name)
 
     def force_unlock(self, name: str) -> bool:
         with self._mutex:
@@ -104,10 +110,13 @@ class MemoryLockStore(LockStore):
 
     def delete(self, name: str) -> bool:
         with self._mutex:
-            return self._locks.pop(name, None) is not None
+            if name not in self._locks or name in self._deleted:
+                return False
+            self._deleted.add(name)
+            return True
 
     def now(self) -> datetime:
         return self._clock()
 
     def __repr__(self) -> str:
-        return f"<MemoryLockStore locks={len(self._locks)}>"
+        return f"<MemoryLockStore locks={len(self._locks) - len(self._deleted)}>"

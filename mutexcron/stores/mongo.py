@@ -1,4 +1,8 @@
-"""Locks in MongoDB: one document per job, each operation a single atomic update (one round trip)."""
+"""Locks in MongoDB: one document per job, each operation a single atomic update (one round trip).
+
+A deleted lock keeps its document with ``deleted: true`` (a tombstone hidden from readers), so its token,
+last fire time and lease survive; seeding or acquiring revives it.
+"""
 
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ _DUPLICATE_KEY = 11000
 # the whole operation, so the filter and the update agree on it.
 _LEASE_RAN_OUT = {"$expr": {"$lte": ["$lock_until", "$$NOW"]}}
 _FREE = {"$or": [{"locked": False}, _LEASE_RAN_OUT]}
+_VISIBLE = {"deleted": {"$ne": True}}  # documents written before tombstones existed have no "deleted"
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -92,15 +97,17 @@ class MongoLockStore(LockStore):
             raise StoreUnavailable(f"MongoDB store {self._display}: {error}") from error
 
     def seed(self, names: Iterable[str]) -> int:
-        requests = [
-            UpdateOne({"_id": name}, {"$setOnInsert": _fresh(name)}, upsert=True) for name in dict.fromkeys(names)
-        ]
+        requests = []
+        for name in dict.fromkeys(names):  # revive a tombstone, or create a missing document
+            requests.append(UpdateOne({"_id": name, "deleted": True}, {"$set": {"deleted": False}}))
+            requests.append(UpdateOne({"_id": name}, {"$setOnInsert": _fresh(name)}, upsert=True))
         if not requests:
             return 0
 
         def run() -> int:
             try:
-                return self.collection.bulk_write(requests, ordered=False).upserted_count
+                result = self.collection.bulk_write(requests, ordered=False)
+                return result.upserted_count + result.modified_count
             except BulkWriteError as error:
                 # Two processes upserting the same new _id at once: one insert wins and the other may get
                 # E11000 duplicate key. The document exists either way, which is all seeding promises.
@@ -109,7 +116,7 @@ class MongoLockStore(LockStore):
                     failure.get("code") != _DUPLICATE_KEY for failure in details.get("writeErrors", [])
                 ):
                     raise
-                return int(details.get("nUpserted", 0))
+                return int(details.get("nUpserted", 0)) + int(details.get("nModified", 0))
 
         return self._call(run)
 
@@ -124,6 +131,7 @@ class MongoLockStore(LockStore):
             "last_locked_at": "$$NOW",
             "lock_until": {"$add": ["$$NOW", duration_ms(lease)]},
             "token": {"$add": [{"$ifNull": ["$token", 0]}, 1]},
+            "deleted": {"$literal": False},
         }
         if fire is not None:
             # {field: None} matches null and missing; $lt never matches null, so both are needed.
@@ -136,13 +144,13 @@ class MongoLockStore(LockStore):
 
         taken = self._call(attempt)
         current = None if taken is not None else self._call(self.collection.find_one, {"_id": name})
-        if taken is None and current is None:  # never seeded (or deleted): create it, then try once more
+        if taken is None and (current is None or current.get("deleted")):  # create or revive it, try once more
             self.seed([name])
             taken = self._call(attempt)
             current = None if taken is not None else self._call(self.collection.find_one, {"_id": name})
         if taken is not None:
             return Acquisition(AcquireStatus.ACQUIRED, token=int(taken["token"]))
-        if current is None:  # deleted again between our seed and our retry
+        if current is None:  # removed by hand between our seed and our retry
             return Acquisition(AcquireStatus.BUSY)
         holder = current.get("locked_by") or None
         last_fire = _optional_datetime(current.get("last_fire_time"))
@@ -177,14 +185,15 @@ class MongoLockStore(LockStore):
         return result.matched_count == 1
 
     def delete(self, name: str) -> bool:
-        return self._call(self.collection.delete_one, {"_id": name}).deleted_count == 1
+        update = {"$set": {"deleted": True}}
+        return self._call(self.collection.update_one, {"_id": name, **_VISIBLE}, update).matched_count == 1
 
     def lock(self, name: str) -> LockState | None:
-        document = self._call(self.collection.find_one, {"_id": name})
+        document = self._call(self.collection.find_one, {"_id": name, **_VISIBLE})
         return None if document is None else _state(document)
 
     def locks(self) -> list[LockState]:
-        documents = self._call(lambda: list(self.collection.find({})))
+        documents = self._call(lambda: list(self.collection.find(_VISIBLE)))
         return sorted((_state(document) for document in documents), key=lambda state: state.name)
 
     def now(self) -> datetime:

@@ -1,4 +1,8 @@
-"""Locks in Redis: one hash per job, each operation a single Lua script (one round trip, atomic)."""
+"""Locks in Redis: one hash per job, each operation a single Lua script (one round trip, atomic).
+
+A deleted lock keeps its hash with ``deleted`` = 1 (a tombstone hidden from readers), so its token,
+last fire time and lease survive; seeding or acquiring revives it.
+"""
 
 from __future__ import annotations
 
@@ -25,21 +29,26 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
 _SEED = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  if redis.call('HGET', KEYS[1], 'deleted') ~= '1' then return 0 end
+  redis.call('HSET', KEYS[1], 'deleted', '0')
+  return 1
+end
 redis.call('HSET', KEYS[1], 'name', ARGV[1], 'locked', '0', 'locked_by', '', 'last_locked_at', '',
-           'last_released_at', '', 'lock_until', '', 'last_fire_time', '', 'token', '0')
+           'last_released_at', '', 'lock_until', '', 'last_fire_time', '', 'token', '0', 'deleted', '0')
 return 1
 """
 
 # ARGV: name, owner, lease_ms, fire_ms ('' for a manual run)
 _ACQUIRE = _NOW + """
-local h = redis.call('HMGET', KEYS[1], 'locked', 'lock_until', 'last_fire_time', 'token', 'locked_by')
+local h = redis.call('HMGET', KEYS[1], 'locked', 'lock_until', 'last_fire_time', 'token', 'locked_by', 'deleted')
+if h[6] == '1' then redis.call('HSET', KEYS[1], 'deleted', '0') end
 local last_fire = tonumber(h[3])
 if ARGV[4] ~= '' and last_fire and last_fire >= tonumber(ARGV[4]) then return {'already_ran', h[5] or ''} end
 if h[1] == '1' and (tonumber(h[2]) or 0) > now then return {'busy', h[5] or ''} end
 local token = (tonumber(h[4]) or 0) + 1
 local fields = {'name', ARGV[1], 'locked', '1', 'locked_by', ARGV[2], 'last_locked_at', now,
-                'lock_until', now + tonumber(ARGV[3]), 'token', token}
+                'lock_until', now + tonumber(ARGV[3]), 'token', token, 'deleted', '0'}
 if ARGV[4] ~= '' then
   table.insert(fields, 'last_fire_time'); table.insert(fields, ARGV[4])
 elseif h[1] == false then
@@ -77,6 +86,12 @@ redis.call('HSET', KEYS[1], 'locked', '0', 'lock_until', now, 'last_released_at'
 return 1
 """
 
+_DELETE = """
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HGET', KEYS[1], 'deleted') == '1' then return 0 end
+redis.call('HSET', KEYS[1], 'deleted', '1')
+return 1
+"""
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -97,6 +112,7 @@ class RedisLockStore(LockStore):
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
         self._force_unlock = client.register_script(_FORCE_UNLOCK)
+        self._delete = client.register_script(_DELETE)
 
     @classmethod
     def from_url(cls, url: str, **client_options: Any) -> RedisLockStore:
@@ -141,7 +157,7 @@ class RedisLockStore(LockStore):
         return bool(self._call(self._force_unlock, keys=[self.key(name)]))
 
     def delete(self, name: str) -> bool:
-        return bool(self._call(self.client.delete, self.key(name)))
+        return bool(self._call(self._delete, keys=[self.key(name)]))
 
     def lock(self, name: str) -> LockState | None:
         return _state(name, self._call(self.client.hgetall, self.key(name)))
@@ -178,9 +194,9 @@ def _text(value: bytes | str) -> str:
 
 
 def _state(name: str, fields: dict[Any, Any]) -> LockState | None:
-    if not fields:
-        return None
     data = {_text(k): _text(v) for k, v in fields.items()}
+    if not data or data.get("deleted") == "1":
+        return None
     return LockState(
         name=name,
         locked=data.get("locked") == "1",
