@@ -45,11 +45,13 @@ tasks (and the database's time), and sleeps until then. It is woken early:
   directory of the database's own, and the same messages NOTIFY would carry are sent to every socket
   there once the transaction commits. The directory is ``<database file>.mutexcron-wake/`` beside a
   SQLite file (so every process that can write the database can use it, containers sharing its volume
-  included), and ``<temp dir>/mutexcron-wake-<hash of host, port and name>/`` for MySQL/MariaDB;
+  included; it may be written by those who may write the file, no one else), and
+  ``<temp dir>/mutexcron-wake-<uid>-<hash of host, port and name>/`` for MySQL/MariaDB (private: mode 0700,
+  this user's). A directory that fails these checks, or is a symlink, is refused with a warning;
 * a task scheduled where no wake-up reaches the workers (MySQL/MariaDB from another machine, a process
-  that cannot write the directory) is seen at the latest after ``max_sleep``, the longest a waiting
-  worker sleeps without looking. Such a look is one read (the earliest due time); the worker claims only
-  when something is due. ``max_sleep`` defaults to 1 s on MySQL/MariaDB (``django://?max_sleep=0.2``),
+  that cannot write the directory, a refused directory) is seen at the latest after ``max_sleep``, the
+  longest a waiting worker sleeps without looking. Such a look is one read (the earliest due time); the
+  worker claims only when something is due. ``max_sleep`` defaults to 1 s on MySQL/MariaDB (``django://?max_sleep=0.2``),
   and to 60 s on PostgreSQL and SQLite, where it only covers lost wake-ups (and is 1 s while a worker
   cannot LISTEN or bind its socket).
 
@@ -373,6 +375,7 @@ def _hub(alias: str) -> _Hub:
 
 
 _channels: dict[str, LocalWakeChannel] = {}
+SQLITE_WAKE_SUFFIX = ".mutexcron-wake"
 
 
 def _wake_directory(alias: str) -> str | None:
@@ -389,9 +392,10 @@ def _wake_directory_of(vendor: str, name: str, host: str, port: str) -> str | No
         if not name or name == ":memory:" or "mode=memory" in name:
             return None
         path = name.removeprefix("file:").split("?", 1)[0]
-        return os.path.realpath(path) + ".mutexcron-wake"
+        return os.path.realpath(path) + SQLITE_WAKE_SUFFIX
     digest = hashlib.sha256(f"{host or 'localhost'}:{port}/{name}".encode()).hexdigest()[:16]
-    return os.path.join(tempfile.gettempdir(), f"mutexcron-wake-{digest}")
+    # One per user (the uid in the name): the channel refuses a directory of someone else's, or one others can enter.
+    return os.path.join(tempfile.gettempdir(), f"mutexcron-wake-{os.geteuid()}-{digest}")
 
 
 def _channel(alias: str) -> LocalWakeChannel | None:
@@ -401,7 +405,9 @@ def _channel(alias: str) -> LocalWakeChannel | None:
     with _hubs_lock:
         channel = _channels.get(directory)
         if channel is None:
-            channel = _channels[directory] = LocalWakeChannel(directory)
+            # Beside a SQLite file, the directory is shared like the file; in the temp directory it is private.
+            follows = directory.removesuffix(SQLITE_WAKE_SUFFIX) if connections[alias].vendor == "sqlite" else None
+            channel = _channels[directory] = LocalWakeChannel(directory, follows=follows)
         return channel
 
 

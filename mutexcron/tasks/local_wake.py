@@ -8,8 +8,25 @@ machine, a full socket buffer) costs lateness up to the worker's bounded sleep, 
 
 Datagrams, not a stream or a FIFO: one ``sendto`` per listener, which never blocks (a full buffer means
 that listener has wake-ups waiting already) and needs no connection. A socket file whose process died
-refuses datagrams (``ECONNREFUSED``) and is removed by the next sender. Paths longer than a Unix socket
-address allows (108 bytes) are reached through ``/proc/self/fd/<directory fd>/`` on Linux.
+refuses datagrams (``ECONNREFUSED``) and is removed by the next sender.
+
+**Whose directory.** A directory is used only if nobody but the expected users can write it, so nobody
+else can plant sockets or links in it; otherwise :meth:`LocalWakeChannel.listen` raises
+:class:`UnsafeWakeDirectory` (the caller falls back to polling) and :meth:`~LocalWakeChannel.broadcast` sends
+nothing. Without ``follows`` (MySQL/MariaDB: a directory in the shared temp directory) it is private: made
+with mode 0700, and refused unless owned by this user with no group or other permission. With ``follows``
+(SQLite: the directory beside the database file) it is shared like that file, whose writers may all wake
+each other: made with group/other write permission only where the file has it, and refused if it is not
+owned by this user or the file's owner, or if group or others may write it while they may not write the file.
+Either way it is refused if it is a symlink or not a directory.
+
+**No links followed.** The directory is opened once (``O_NOFOLLOW``), checked through that descriptor, and
+sockets are bound, listed and removed relative to it (``/proc/self/fd/<fd>/`` on Linux, which also lifts the
+108-byte limit of a socket address). Before each send the entry is opened without following links
+(``O_PATH | O_NOFOLLOW``) and sent to only if it is a socket owned by this user or the directory's owner (in
+a directory group or others may write: by anyone), through that same descriptor, so a link planted in the
+directory never receives a wake-up. Without ``/proc`` and ``O_PATH`` (not Linux) the entry is checked with
+``lstat`` and sent to by path, which a writer of the directory could swap in between.
 """
 
 from __future__ import annotations
@@ -19,43 +36,90 @@ import errno
 import logging
 import os
 import socket
+import stat
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
-__all__ = ["LocalWakeChannel", "WakeListener"]
+__all__ = ["LocalWakeChannel", "UnsafeWakeDirectory", "WakeListener"]
 
 logger = logging.getLogger("mutexcron.tasks.wake")
 
 SUFFIX = ".sock"
 MAX_MESSAGE = 512
 _MAX_SOCKET_PATH = 107  # sun_path is 108 bytes with its terminating NUL
+_GROUP_OTHER_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+class UnsafeWakeDirectory(OSError):
+    """The wake-up directory is one that users other than the expected ones could write (or a link)."""
+
+
+_BY_FD = os.path.isdir("/proc/self/fd")  # sockets can be addressed through descriptors (Linux)
 
 
 class LocalWakeChannel:
-    """Broadcast small messages to every :class:`WakeListener` bound in ``directory`` (created on first use)."""
+    """Broadcast small messages to every :class:`WakeListener` bound in ``directory`` (created on first use).
 
-    def __init__(self, directory: str) -> None:
+    ``follows``: the file whose writers share the directory (a SQLite database); None: private to this user.
+    """
+
+    def __init__(self, directory: str, *, follows: str | None = None) -> None:
         self.directory = os.path.abspath(directory)
+        self.follows = follows
         self._lock = threading.Lock()
         self._sender: socket.socket | None = None
         self._warned: set[str] = set()
-        # Socket addresses hold at most 107 bytes: longer paths go through an fd of the directory.
+        # Socket addresses hold at most 107 bytes: longer paths need an fd of the directory.
         self._long = len(os.fsencode(os.path.join(self.directory, f"{'0' * 20}{SUFFIX}"))) > _MAX_SOCKET_PATH
 
+    def _refuse(self, reason: str) -> UnsafeWakeDirectory:
+        """The error that names the directory and why it is not used."""
+        return UnsafeWakeDirectory(f"refusing the wake-up directory {self.directory}: {reason}")
+
     @contextlib.contextmanager
-    def _addresses(self) -> Iterator[Callable[[str], str]]:
-        """``address(name)`` of a socket in the directory, valid inside the block (the directory as it is now)."""
-        if not self._long:
-            yield lambda name: os.path.join(self.directory, name)
-            return
-        if not os.path.isdir("/proc/self/fd"):
-            raise OSError(errno.ENAMETOOLONG, "socket path too long (and no /proc/self/fd)", self.directory)
-        fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+    def _opened(self, *, create: bool) -> Iterator[int]:
+        """A descriptor of the directory (made first if ``create``), checked: raises UnsafeWakeDirectory."""
+        follows = os.stat(self.follows) if self.follows is not None else None
+        if create:
+            mode = 0o700
+            if follows is not None:  # group or others may come in where they may write the file
+                mode |= 0o070 if follows.st_mode & stat.S_IWGRP else 0
+                mode |= 0o007 if follows.st_mode & stat.S_IWOTH else 0
+            os.makedirs(os.path.dirname(self.directory), exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(self.directory, mode)  # the umask may narrow the mode, never widen it
         try:
-            yield lambda name: f"/proc/self/fd/{fd}/{name}"
+            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as error:
+            if error.errno not in (errno.ENOTDIR, errno.ELOOP):
+                raise
+            kind = "a symlink" if os.path.islink(self.directory) else "not a directory"
+            raise self._refuse(f"it is {kind}") from None
+        try:
+            self._check(os.fstat(fd), follows)
+            yield fd
         finally:
             os.close(fd)
+
+    def _check(self, found: os.stat_result, follows: os.stat_result | None) -> None:
+        """Raise unless only the expected users may write the directory (see the module's docstring)."""
+        owners = {os.geteuid()} if follows is None else {os.geteuid(), follows.st_uid}
+        if found.st_uid not in owners:
+            raise self._refuse(f"owned by uid {found.st_uid}, not by {' or '.join(map(str, sorted(owners)))}")
+        if follows is None and found.st_mode & 0o077:
+            raise self._refuse(f"mode {found.st_mode & 0o777:04o} lets other users in (wanted 0700)")
+        if follows is not None and found.st_mode & _GROUP_OTHER_WRITE & ~follows.st_mode:
+            raise self._refuse(f"mode {found.st_mode & 0o777:04o} lets users write it who may not write "
+                               f"{self.follows} (mode {follows.st_mode & 0o777:04o})")
+
+    def _address(self, fd: int, name: str) -> str:
+        """The socket address of ``name`` in the directory opened as ``fd``."""
+        if _BY_FD:
+            return f"/proc/self/fd/{fd}/{name}"
+        if self._long:
+            raise OSError(errno.ENAMETOOLONG, "socket path too long (and no /proc/self/fd)", self.directory)
+        return os.path.join(self.directory, name)
 
     def listen(self) -> WakeListener:
         """Bind a new listener socket in the directory (made if missing). Raises OSError if that fails."""
@@ -63,10 +127,9 @@ class LocalWakeChannel:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
             for attempt in range(3):
-                os.makedirs(self.directory, exist_ok=True)
                 try:
-                    with self._addresses() as address:
-                        sock.bind(address(name))
+                    with self._opened(create=True) as fd:
+                        sock.bind(self._address(fd, name))
                     break
                 except FileNotFoundError:  # the last listener removed the directory meanwhile: make it again
                     if attempt == 2:
@@ -81,29 +144,53 @@ class LocalWakeChannel:
         if len(message) > MAX_MESSAGE:
             raise ValueError(f"wake-up message of {len(message)} bytes; at most {MAX_MESSAGE}")
         try:
-            names = [name for name in os.listdir(self.directory)
-                     if name.endswith(SUFFIX) and os.path.join(self.directory, name) != skip]
-            if not names:
-                return 0
-            sender = self._socket()
-            sent = 0
-            with self._addresses() as address:
-                for name in names:
-                    try:
-                        sender.sendto(message, address(name))
-                        sent += 1
-                    except (ConnectionRefusedError, FileNotFoundError):
-                        self._remove_stale(name)  # its process died without unlinking it
-                    except BlockingIOError:
-                        pass  # its buffer is full: that listener has wake-ups waiting already
-                    except OSError as error:
-                        self._warn_once(name, error)
-            return sent
+            with self._opened(create=False) as fd:
+                names = [name for name in os.listdir(fd)
+                         if name.endswith(SUFFIX) and os.path.join(self.directory, name) != skip]
+                directory = os.fstat(fd)
+                return sum(self._send(fd, directory, name, message) for name in names)
         except FileNotFoundError:
             return 0  # nobody listens (the last listener removed the directory)
         except OSError as error:
             self._warn_once("", error)
             return 0
+
+    def _send(self, fd: int, directory: os.stat_result, name: str, message: bytes) -> bool:
+        """Send to the socket ``name`` if it is one of the expected users' (never through a link)."""
+        try:
+            with self._target(fd, directory, name) as address:
+                if address is None:
+                    return False
+                self._socket().sendto(message, address)
+                return True
+        except (ConnectionRefusedError, FileNotFoundError):
+            with contextlib.suppress(OSError):  # its process died without unlinking it; or another sender did
+                os.unlink(name, dir_fd=fd)
+        except BlockingIOError:
+            pass  # its buffer is full: that listener has wake-ups waiting already
+        except OSError as error:
+            self._warn_once(name, error)
+        return False
+
+    @contextlib.contextmanager
+    def _target(self, fd: int, directory: os.stat_result, name: str) -> Iterator[str | None]:
+        """The address to send to ``name`` at, or None when it is a link, not a socket, or someone else's."""
+        owners = {os.geteuid(), directory.st_uid}
+        o_path = getattr(os, "O_PATH", None)
+        if o_path is None or not _BY_FD:
+            found = os.lstat(name, dir_fd=fd)
+            yield self._address(fd, name) if self._expected(found, directory, owners) else None
+            return
+        entry = os.open(name, o_path | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        try:
+            yield f"/proc/self/fd/{entry}" if self._expected(os.fstat(entry), directory, owners) else None
+        finally:
+            os.close(entry)
+
+    @staticmethod
+    def _expected(found: os.stat_result, directory: os.stat_result, owners: set[int]) -> bool:
+        anyone = bool(directory.st_mode & _GROUP_OTHER_WRITE)  # shared like its database: any writer's socket
+        return stat.S_ISSOCK(found.st_mode) and (anyone or found.st_uid in owners)
 
     def _socket(self) -> socket.socket:
         with self._lock:
@@ -111,10 +198,6 @@ class LocalWakeChannel:
                 self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
                 self._sender.setblocking(False)
             return self._sender
-
-    def _remove_stale(self, name: str) -> None:
-        with contextlib.suppress(OSError):  # another sender removed it first, or it is not ours to remove
-            os.unlink(os.path.join(self.directory, name))
 
     def _warn_once(self, name: str, error: OSError) -> None:
         if name not in self._warned:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import threading
 import time
 from collections import Counter
@@ -163,6 +164,13 @@ def test_the_wake_up_directory_of_a_mariadb_database_depends_on_its_host_port_an
         with database_alias("some_db", settings_like("mysql", **changes)):
             names.add(_wake_directory("some_db"))
     assert len(names) == 4
+
+
+def test_the_wake_up_directory_of_a_mariadb_database_is_one_per_user() -> None:
+    """Another user's processes (who may not enter this user's private directory) use their own."""
+    with database_alias("some_db", settings_like("mysql")):
+        directory = _wake_directory("some_db")
+    assert directory is not None and f"mutexcron-wake-{os.geteuid()}-" in os.path.basename(directory)
 
 
 @pytest.mark.parametrize(("url", "message"), [
@@ -431,14 +439,36 @@ def test_without_notify_a_task_from_another_process_is_seen_within_max_sleep(
     assert max(lateness) < 0.4 + 0.15
 
 
+def put_in_the_way(obstacle: str, directory: Path, elsewhere: Path) -> None:
+    """Something the wake-up directory cannot be: a file, a directory every user may write, a symlink."""
+    if obstacle == "a file":
+        directory.write_text("a file where the wake-up directory belongs")
+    elif obstacle == "a directory everyone may write":
+        directory.mkdir()
+        directory.chmod(0o777)  # beside a SQLite file the test made with mode 0644: others may not write that
+    else:
+        elsewhere.mkdir(mode=0o700)
+        directory.symlink_to(elsewhere)
+
+
+@pytest.mark.parametrize(("vendor", "obstacle"), [
+    ("sqlite", "a file"),
+    ("sqlite", "a directory everyone may write"),
+    ("sqlite", "a symlink"),
+    ("mysql", "a directory everyone may write"),
+    ("mysql", "a symlink"),
+])
 def test_a_worker_that_cannot_bind_its_wake_up_socket_says_so_and_looks_every_second(
-    tmp_path: Any, recorder: Recorder, django_db_blocker: Any, caplog: pytest.LogCaptureFixture
+    vendor: str, obstacle: str, tmp_path: Any, recorder: Recorder, django_db_blocker: Any,
+    caplog: pytest.LogCaptureFixture
 ) -> None:
     task_type = recorder.define()
-    with django_db_blocker.unblock(), fresh_database("sqlite", tmp_path) as (alias, _):
+    with django_db_blocker.unblock(), fresh_database(vendor, tmp_path) as (alias, settings_dict):
+        if vendor == "sqlite":
+            Path(settings_dict["NAME"]).chmod(0o644)
         directory = _wake_directory(alias)
         assert directory is not None
-        Path(directory).write_text("a file where the wake-up directory belongs")
+        put_in_the_way(obstacle, Path(directory), tmp_path / "elsewhere")
         worker = TaskQueue(f"django://{alias}", handlers=recorder.handlers)
         try:
             with caplog.at_level(logging.WARNING, logger="mutexcron.tasks.django"):
@@ -453,6 +483,8 @@ def test_a_worker_that_cannot_bind_its_wake_up_socket_says_so_and_looks_every_se
             assert recorder.at("silent") - scheduled < 1.0 + 0.15  # ...and others' tasks within 1 s, not 60
         finally:
             worker.close()
+            if vendor == "mysql":  # it is in the shared temp directory, not in tmp_path
+                Path(directory).unlink() if Path(directory).is_symlink() else Path(directory).rmdir()
 
 
 @pytest.mark.parametrize("alias", EVERY_DATABASE)

@@ -1,9 +1,13 @@
-"""Wake-ups between processes of one machine (Unix datagram sockets in a shared directory)."""
+"""Wake-ups between processes of one machine (Unix datagram sockets in a shared directory), and which
+directories and sockets they trust."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -12,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mutexcron.tasks.local_wake import LocalWakeChannel, WakeListener
+from mutexcron.tasks.local_wake import MAX_MESSAGE, SUFFIX, LocalWakeChannel, UnsafeWakeDirectory, WakeListener
 
 LISTENER_SCRIPT = """
 import sys
@@ -147,3 +151,145 @@ def test_a_directory_path_longer_than_a_socket_address_works(
 def test_a_message_over_the_size_limit_is_refused(channel: LocalWakeChannel) -> None:
     with pytest.raises(ValueError, match="600 bytes"):
         channel.broadcast(b"x" * 600)
+
+
+# -- whose directory: nobody but the expected users may plant sockets or links in it ------------------------
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="making a file another user's needs root (chown)")
+NOBODY = 65534
+
+
+def make_directory(path: Path, mode: int, owner: int | None = None) -> Path:
+    path.mkdir()
+    path.chmod(mode)  # not mkdir(mode): the umask would narrow it
+    if owner is not None:
+        os.chown(path, owner, -1)
+    return path
+
+
+def test_the_directory_made_for_a_listener_is_private_to_its_user(
+    channel: LocalWakeChannel, listeners: list[WakeListener]
+) -> None:
+    listen(channel, listeners)
+    made = os.lstat(channel.directory)
+    assert (made.st_mode & 0o777, made.st_uid) == (0o700, os.geteuid())
+
+
+def test_a_directory_others_may_enter_is_refused_and_nothing_is_sent_there(
+    channel: LocalWakeChannel, caplog: pytest.LogCaptureFixture
+) -> None:
+    make_directory(Path(channel.directory), 0o777)
+    with pytest.raises(UnsafeWakeDirectory, match="mode 0777 lets other users in"):
+        channel.listen()
+    with caplog.at_level(logging.WARNING, logger="mutexcron.tasks.wake"):
+        assert channel.broadcast(b"look") == 0
+    assert "mode 0777" in caplog.text
+
+
+@needs_root
+def test_a_directory_owned_by_another_user_is_refused(channel: LocalWakeChannel) -> None:
+    make_directory(Path(channel.directory), 0o700, owner=NOBODY)
+    with pytest.raises(UnsafeWakeDirectory, match=f"owned by uid {NOBODY}"):
+        channel.listen()
+
+
+def test_a_symlink_in_place_of_the_directory_is_refused(tmp_path: Path, channel: LocalWakeChannel) -> None:
+    elsewhere = make_directory(tmp_path / "elsewhere", 0o700)
+    os.symlink(elsewhere, channel.directory)
+    with pytest.raises(UnsafeWakeDirectory, match="a symlink"):
+        channel.listen()
+    assert os.listdir(elsewhere) == []
+
+
+def bound_socket(path: Path) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(path))
+    sock.setblocking(False)
+    return sock
+
+
+def received(sock: socket.socket) -> bytes | None:
+    try:
+        return sock.recv(MAX_MESSAGE)
+    except BlockingIOError:
+        return None
+
+
+def test_a_symlink_planted_in_the_directory_to_another_socket_never_receives_a_wake_up(
+    tmp_path: Path, channel: LocalWakeChannel, listeners: list[WakeListener]
+) -> None:
+    listener = listen(channel, listeners)
+    with contextlib.closing(bound_socket(tmp_path / "victim")) as victim:
+        os.symlink(tmp_path / "victim", os.path.join(channel.directory, f"planted{SUFFIX}"))
+        assert channel.broadcast(b"look") == 1
+        assert listener.receive(timeout=1) == [b"look"]
+        assert received(victim) is None
+
+
+@needs_root
+def test_a_socket_of_another_user_in_the_directory_receives_no_wake_up(
+    channel: LocalWakeChannel, listeners: list[WakeListener]
+) -> None:
+    listen(channel, listeners)
+    foreign_path = os.path.join(channel.directory, f"foreign{SUFFIX}")
+    with contextlib.closing(bound_socket(Path(foreign_path))) as foreign:
+        os.chown(foreign_path, NOBODY, -1)
+        assert channel.broadcast(b"look") == 1
+        assert received(foreign) is None
+
+
+def test_a_file_that_is_not_a_socket_is_neither_sent_to_nor_removed(
+    channel: LocalWakeChannel, listeners: list[WakeListener]
+) -> None:
+    listen(channel, listeners)
+    not_a_socket = Path(channel.directory) / f"notes{SUFFIX}"
+    not_a_socket.write_text("kept")
+    assert channel.broadcast(b"look") == 1
+    assert not_a_socket.read_text() == "kept"
+
+
+# -- beside a SQLite file: shared by whoever may write the database -----------------------------------------
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> Path:
+    made = tmp_path / "site.sqlite3"
+    made.write_bytes(b"")
+    return made
+
+
+def beside(database: Path) -> LocalWakeChannel:
+    return LocalWakeChannel(f"{database}.mutexcron-wake", follows=str(database))
+
+
+def test_a_directory_beside_a_database_is_refused_when_others_may_write_it_but_not_the_database(
+    database: Path
+) -> None:
+    database.chmod(0o644)
+    make_directory(Path(f"{database}.mutexcron-wake"), 0o777)
+    with pytest.raises(UnsafeWakeDirectory, match="who may not write"):
+        beside(database).listen()
+
+
+def test_a_directory_beside_a_database_everyone_may_write_may_be_written_by_everyone(database: Path) -> None:
+    database.chmod(0o666)
+    make_directory(Path(f"{database}.mutexcron-wake"), 0o777)
+    channel = beside(database)
+    listener = channel.listen()
+    try:
+        assert channel.broadcast(b"look") == 1
+        assert listener.receive(timeout=1) == [b"look"]
+    finally:
+        listener.close()
+        channel.close()
+
+
+@needs_root
+def test_a_directory_beside_a_database_may_belong_to_the_database_owner_but_to_nobody_else(database: Path) -> None:
+    os.chown(database, NOBODY, -1)
+    directory = make_directory(Path(f"{database}.mutexcron-wake"), 0o700, owner=NOBODY)
+    beside(database).listen().close()
+    os.chown(database, NOBODY + 1, -1)
+    make_directory(directory, 0o700, owner=NOBODY)
+    with pytest.raises(UnsafeWakeDirectory, match=f"owned by uid {NOBODY}"):
+        beside(database).listen()
