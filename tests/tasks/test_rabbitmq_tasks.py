@@ -22,6 +22,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -42,10 +43,11 @@ from mutexcron.tasks.backends.rabbitmq import (
     RabbitMQTaskBackend,
     Topology,
 )
+from mutexcron.tasks.backends.rabbitmq_topology import HEADER_DEAD_QUEUE, HEADER_DEAD_REASON
 from mutexcron.tasks.cancel_marks import RedisCancelMarks, Verdict, cancel_marks_from_url
 from tests.support import wait_until
 from tests.tasks import test_task_workers as fleet_tests
-from tests.tasks.contract import CancelMarksContract, Recorder, TaskQueueContract, due_time, queue_factory
+from tests.tasks.contract import LATE, CancelMarksContract, Recorder, TaskQueueContract, due_time, queue_factory
 from tests.tcp_proxy import TcpProxy
 
 AMQP_URL = os.environ.get("MUTEXCRON_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
@@ -120,7 +122,7 @@ def declared(monkeypatch: pytest.MonkeyPatch) -> Iterator[Declared]:
     original = Topology.declare_task_queue
 
     def recording(self: Topology, channel: Any, task_type: str) -> None:
-        found.queues.add(self.task_queue(task_type))
+        found.queues.update((self.task_queue(task_type), self.dead_letter_queue(task_type)))
         original(self, channel, task_type)
 
     monkeypatch.setattr(Topology, "declare_task_queue", recording)
@@ -248,7 +250,7 @@ def test_from_url_reads_our_options_and_leaves_pikas(redis_url: str) -> None:
         assert backend.parameters.virtual_host == "/app"
         assert (backend.parameters.heartbeat, backend.heartbeat) == (7, 7)
         assert backend.parameters.blocked_connection_timeout == 9
-        assert topology.task_queue("send-sms") == "app.q.send-sms"
+        assert topology.task_queue("send-sms") == "app.q.task@send-sms"
         assert isinstance(backend.marks, RedisCancelMarks)
         assert "pw" not in repr(backend)
     finally:
@@ -261,7 +263,7 @@ def test_defaults(redis_url: str) -> None:
         topology = backend.topology
         assert (topology.prefix, topology.queue_prefix, topology.levels, topology.unit_ms) == ("", "", 28, 10)
         assert (topology.queue_type, topology.delay_queue_type) == ("quorum", "quorum")
-        assert topology.task_queue("send-sms") == "send-sms"  # the seed's contract: the queue is the task type
+        assert topology.task_queue("send-sms") == "task@send-sms"  # was "send-sms": ambiguous under a prefix
         assert topology.max_delay_ms == (2**28 - 1) * 10  # about 31 days
         assert backend.heartbeat is None  # the consumers' heartbeat follows the visibility timeouts
         assert backend.parameters.blocked_connection_timeout == 30
@@ -379,17 +381,17 @@ def test_a_message_waits_in_exactly_the_levels_of_its_set_bits_highest_first(lev
         waited, queue = _simulate(topology, "send.sms", units * topology.unit_ms)
         assert waited == sorted((bit for bit in range(levels) if units >> bit & 1), reverse=True), units
         assert sum(2**level * topology.unit_ms for level in waited) == units * topology.unit_ms
-        assert queue == "p.q.send.sms"
+        assert queue == "p.q.task@send.sms"
 
 
 def test_routes_round_up_and_long_delays_are_truncated() -> None:
     topology = Topology("p.", levels=6)
-    assert topology.route("t", 0) == ("p.mutexcron.tasks", "@.p.t", False)
-    assert topology.route("t", -50) == ("p.mutexcron.tasks", "@.p.t", False)
-    assert topology.route("t", 1) == ("p.mutexcron.delay", "1.@.p.t", False)  # never early: 1 ms is one unit
-    assert topology.route("t", 60) == ("p.mutexcron.delay", "0.1.1.@.p.t", False)  # 6 units: binary 110
-    assert topology.route("t", 630) == ("p.mutexcron.delay", "1.1.1.1.1.1.@.p.t", False)
-    assert topology.route("t", 631) == ("p.mutexcron.delay", "1.1.1.1.1.1.@.p.t", True)
+    assert topology.route("t", 0) == ("p.mutexcron.tasks", "@.p.task@t", False)
+    assert topology.route("t", -50) == ("p.mutexcron.tasks", "@.p.task@t", False)
+    assert topology.route("t", 1) == ("p.mutexcron.delay", "1.@.p.task@t", False)  # never early: 1 ms is one unit
+    assert topology.route("t", 60) == ("p.mutexcron.delay", "0.1.1.@.p.task@t", False)  # 6 units: binary 110
+    assert topology.route("t", 630) == ("p.mutexcron.delay", "1.1.1.1.1.1.@.p.task@t", False)
+    assert topology.route("t", 631) == ("p.mutexcron.delay", "1.1.1.1.1.1.@.p.task@t", True)
 
 
 def test_a_task_type_binding_matches_that_queue_only() -> None:
@@ -399,6 +401,22 @@ def test_a_task_type_binding_matches_that_queue_only() -> None:
         for delay in (0, 10, 70):
             _, key, _ = topology.route(other, delay)
             assert not _topic_match(topology.task_binding(task_type), key), (task_type, other, key)
+
+
+def test_queue_names_are_unambiguous_whatever_the_prefix_and_type() -> None:
+    """``billing.`` + ``sync`` and ```` + ``billing.sync`` once both named the queue ``billing.sync``."""
+    pairs = [("billing.", "sync"), ("", "billing.sync"), ("billing", ".sync"), ("a.task", "b"), ("a.", "task.b"),
+             ("x.dead-letter", "y"), ("x.", "dead-letter.y")]
+    names = [name for prefix, task_type in pairs
+             for name in (Topology(queue_prefix=prefix).task_queue(task_type),
+                          Topology(queue_prefix=prefix).dead_letter_queue(task_type))]
+    assert len(set(names)) == len(names), names
+    assert Topology(queue_prefix="billing.").task_queue("sync") == "billing.task@sync"
+    assert Topology(queue_prefix="billing.").dead_letter_queue("sync") == "billing.dead-letter@sync"
+    with pytest.raises(StoreConfigError, match=r"queue_prefix 'a@b'.*without \* # @"):
+        Topology(queue_prefix="a@b")
+    with pytest.raises(UnknownTaskType, match="'a@b' is invalid"):
+        rabbitmq_module._check_type("a@b")
 
 
 def test_the_declared_queues_are_durable_with_the_level_ttls_and_the_messages_persistent(
@@ -609,8 +627,29 @@ def test_a_message_whose_record_is_lost_still_runs(queues: Callable[..., TaskQue
     assert info is not None and (info.payload, info.attempts) == ("orphan", 2)
 
 
-def test_a_foreign_message_is_rejected_and_the_worker_carries_on(
-    queues: Callable[..., TaskQueue], recorder: Recorder, caplog: pytest.LogCaptureFixture
+def _good_headers() -> dict[str, Any]:
+    return {HEADER_GEN: 1, HEADER_ATTEMPT: 1, HEADER_RUN_AT: round(time.time() * 1000)}
+
+
+# Each: (message_id, type, headers, body) of a message on the queue of "rabbit.task" that cannot be decoded.
+GARBAGE: dict[str, Callable[[], tuple[str | None, str | None, dict[str, Any] | None, bytes]]] = {
+    "generation is text": lambda: (uuid.uuid4().hex, "rabbit.task", {**_good_headers(), HEADER_GEN: "v2"}, b'"x"'),
+    "attempt is missing": lambda: (uuid.uuid4().hex, "rabbit.task",
+                                   {k: v for k, v in _good_headers().items() if k != HEADER_ATTEMPT}, b'"x"'),
+    "no headers at all": lambda: (uuid.uuid4().hex, "rabbit.task", None, b'"x"'),
+    "due time is a decimal": lambda: (uuid.uuid4().hex, "rabbit.task",
+                                      {**_good_headers(), HEADER_RUN_AT: Decimal("1.5")}, b"1"),
+    "generation is zero": lambda: (uuid.uuid4().hex, "rabbit.task", {**_good_headers(), HEADER_GEN: 0}, b"1"),
+    "body is not UTF-8": lambda: (uuid.uuid4().hex, "rabbit.task", _good_headers(), b"\xff\xfe not ours"),
+    "body is not JSON": lambda: (uuid.uuid4().hex, "rabbit.task", _good_headers(), b"{'single': quotes}"),
+    "type of another task": lambda: (uuid.uuid4().hex, "other.task", _good_headers(), b'"x"'),
+    "no message id or type": lambda: (None, None, None, b"\xff not ours"),
+}
+
+
+@pytest.mark.parametrize("kind", list(GARBAGE))
+def test_an_undecodable_message_is_dead_lettered_once_and_the_next_task_runs_on_time(
+    kind: str, queues: Callable[..., TaskQueue], recorder: Recorder, caplog: pytest.LogCaptureFixture
 ) -> None:
     recorder.define()
     queue = queues()
@@ -618,14 +657,80 @@ def test_a_foreign_message_is_rejected_and_the_worker_carries_on(
     topology = backend_of(queue).topology
     queue.schedule("rabbit.task", "first")
     recorder.at("first")
+    message_id, task_type, headers, body = GARBAGE[kind]()
     connection, channel = _amqp_channel()
-    with caplog.at_level(logging.ERROR, logger="mutexcron.tasks.rabbitmq"):
-        channel.basic_publish("", topology.task_queue("rabbit.task"), b"\xff not ours")  # no id, no type
+    try:
+        with caplog.at_level(logging.WARNING, logger="mutexcron.tasks.rabbitmq"):
+            channel.basic_publish("", topology.task_queue("rabbit.task"), body, pika.BasicProperties(
+                message_id=message_id, type=task_type, headers=headers, delivery_mode=2))
+            after = queue.schedule("rabbit.task", "after")
+            assert recorder.at("after") - due_time(queue, after) < LATE
+        assert queue.worker_alive
+        method, properties, dead_body = channel.basic_get(topology.dead_letter_queue("rabbit.task"), auto_ack=True)
+        assert method is not None, "nothing in the dead-letter queue"
+        assert (dead_body, properties.message_id, properties.type) == (body, message_id, task_type)
+        reason = properties.headers.pop(HEADER_DEAD_REASON)
+        properties.headers.pop("x-delivery-count", None)  # the quorum queues' own count
+        assert properties.headers == {**(headers or {}), HEADER_DEAD_QUEUE: topology.task_queue("rabbit.task")}
+        assert channel.basic_get(topology.dead_letter_queue("rabbit.task"))[0] is None  # one copy only
+    finally:
         connection.close()
-        queue.schedule("rabbit.task", "after")
-        recorder.at("after")
-    assert "rejecting a message" in caplog.text
+    named = [r for r in caplog.records if (message_id or "delivery tag") in r.getMessage()]
+    assert len(named) == 1, [r.getMessage() for r in caplog.records]
+    assert topology.task_queue("rabbit.task") in named[0].getMessage() and reason in named[0].getMessage()
     assert recorder.payloads() == ["first", "after"]
+
+
+def test_two_apps_whose_prefix_and_type_once_named_one_queue_each_run_only_their_own_tasks(
+    amqp_url: str, redis_url: str
+) -> None:
+    """Prefix ``<unique>billing.`` with type ``sync``, and prefix ``<unique>`` with type ``billing.sync``."""
+    billing, plain = Recorder("sync"), Recorder("billing.sync")
+    billing.define()
+    plain.define()
+    with queue_factory(billing.handlers, amqp_url + "billing.", cancel_store=redis_url) as make_billing, \
+            queue_factory(plain.handlers, amqp_url, cancel_store=redis_url) as make_plain:
+        apps = {"sync": (make_billing(), billing), "billing.sync": (make_plain(), plain)}
+        sent: dict[str, list[str]] = {}
+        for task_type, (queue, _) in apps.items():
+            sent[task_type] = [f"{task_type}-{n}" for n in range(10)]
+            queue.schedule_many([(task_type, payload, {"delay": timedelta(milliseconds=100 * (n % 3))})
+                                 for n, payload in enumerate(sent[task_type])])
+            queue.start()
+        for task_type, (_, runs) in apps.items():
+            wait_until(lambda runs=runs, task_type=task_type: len(runs.all()) >= len(sent[task_type]), 5,
+                       f"the tasks of {task_type}")
+        time.sleep(0.2)  # any stray run of the other app's tasks would show up by now
+        for task_type, (_, runs) in apps.items():
+            assert sorted(runs.payloads()) == sorted(sent[task_type])
+            assert {run.task_type for run in runs.all()} == {task_type}
+
+
+def test_a_worker_also_drains_the_queue_of_the_old_name(
+    queues: Callable[..., TaskQueue], recorder: Recorder, declared: Declared
+) -> None:
+    """Messages delayed before an upgrade still reach the old ``<prefix><type>`` queue; none of them is lost."""
+    recorder.define()
+    queue = queues()
+    backend = backend_of(queue)
+    topology = backend.topology
+    queue.schedule("rabbit.task", "new", delay=timedelta(milliseconds=50))  # declares the topology
+    legacy = topology.legacy_task_queue("rabbit.task")
+    declared.queues.add(legacy)
+    connection, channel = _amqp_channel()
+    try:
+        channel.queue_declare(legacy, durable=True, arguments={"x-queue-type": "quorum"})
+        channel.queue_bind(legacy, topology.tasks_exchange, routing_key=f"#.@.{legacy}")  # the old binding
+        task = NewTask(uuid.uuid4().hex, "rabbit.task", '"old"', datetime.now(UTC))
+        backend.marks.create([task])
+        channel.basic_publish(topology.tasks_exchange, f"@.{legacy}", b'"old"', pika.BasicProperties(
+            message_id=task.id, type="rabbit.task", headers=_good_headers(), delivery_mode=2))
+    finally:
+        connection.close()
+    queue.start()
+    recorder.wait_for("old")
+    recorder.wait_for("new")
+    wait_until(lambda: queue.status(task.id) == TaskStatus.SUCCEEDED)
 
 
 def test_a_delivery_can_only_be_settled_once(queues: Callable[..., TaskQueue], recorder: Recorder) -> None:
