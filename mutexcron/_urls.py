@@ -1,49 +1,88 @@
-"""Store URL helpers: hide passwords and pull mutexcron's own options out of a URL's query."""
+"""Store URL helpers: hide passwords by text and pull mutexcron's own options out of a URL's query.
+
+Masking never parses: a password may hold ``#``, ``/``, ``?`` or ``@`` unencoded (generated secrets
+often do), and a parser would cut it in two and quote a piece of it in its error message.
+"""
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl, unquote, unquote_plus, urlencode, urlsplit, urlunsplit
+import re
+from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
 
 from .errors import StoreConfigError
 
-_SECRET_KEYS = {"password", "pass", "pwd", "secret", "token", "authsource_password"}
+MASK = "***"
+_SECRET_KEYS = ("password", "pass", "pwd", "secret", "token", "authsource_password")
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+_SECRET_OPTION = re.compile(rf"([?&;](?:{'|'.join(_SECRET_KEYS)})=)[^&]*", re.IGNORECASE)
+_URL_CUTS = "/?#"  # where a parser ends the host part; unencoded before the last "@", they split a password
+_STRIPPED_BY_PARSERS = str.maketrans("", "", "\t\r\n")  # urlsplit drops these anywhere in a URL
+
+
+def url_scheme(url: str) -> str | None:
+    """The well-formed scheme ``url`` starts with (``redis`` in ``redis://…``), lower-cased; else None."""
+    match = _SCHEME.match(url)
+    return match.group(1).lower() if match else None
+
+
+def _userinfo(url: str) -> tuple[int, int] | None:
+    """Where the user name and password are, by text: from the scheme's ``://`` (or the start of the
+    string, when there is no well-formed scheme) to the last ``@``; None if there is no ``@``."""
+    match = _SCHEME.match(url)
+    start = match.end() if match else 0
+    end = url.rfind("@")
+    return (start, end) if end >= start else None
 
 
 def mask_url(url: str) -> str:
-    """``url`` with any password (in the netloc or the query) replaced by ``***``."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable url>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        credentials, _, hosts = netloc.rpartition("@")
-        user, has_password, _ = credentials.partition(":")
-        netloc = f"{user}:***@{hosts}" if has_password else f"{credentials}@{hosts}"
-    query = parts.query
-    pairs = parse_qsl(query, keep_blank_values=True)
-    if any(key.lower() in _SECRET_KEYS for key, _ in pairs):
-        query = urlencode([(k, "***" if k.lower() in _SECRET_KEYS else v) for k, v in pairs], safe="*")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    """``url`` with everything between its scheme and its last ``@`` (the user name and password) and
+    any secret query option (``?password=…``) replaced by ``***``, by text, before any parsing."""
+    span = _userinfo(url)
+    if span is not None:
+        url = url[:span[0]] + MASK + url[span[1]:]
+    return _SECRET_OPTION.sub(lambda match: match.group(1) + MASK, url)
+
+
+def shown(value: object) -> str:
+    """``value`` as an error message may quote it: a string masked with :func:`mask_url`, then repr'd;
+    bytes only by type (they may be a URL with a password)."""
+    if isinstance(value, str):
+        return repr(mask_url(value))
+    if isinstance(value, bytes | bytearray | memoryview):
+        return f"a {type(value).__name__} value"
+    return repr(value)
 
 
 def url_secrets(url: str) -> list[str]:
-    """The password(s) written in ``url`` (netloc and secret query options), raw and unquoted, longest first."""
-    try:
-        parts = urlsplit(url)
-        found = [parts.password or ""]
-    except ValueError:
-        return []
-    found += [value for key, value in parse_qsl(parts.query) if key.lower() in _SECRET_KEYS]
-    found += [unquote(secret) for secret in found]
+    """The secrets written in ``url`` (user information and secret query options), as written, unquoted,
+    and as parsers read them, longest first: :func:`scrub` removes them from client libraries' messages."""
+    found: list[str] = []
+    span = _userinfo(url)
+    if span is not None:
+        userinfo = url[span[0]:span[1]]
+        found += [userinfo, userinfo.partition(":")[2]]  # a user name alone is no secret: scrub keeps it
+    found += [match.group(0).partition("=")[2] for match in _SECRET_OPTION.finditer(url)]
+    found += [variant(secret) for secret in found for variant in (unquote, unquote_plus)]
+    found += [secret.translate(_STRIPPED_BY_PARSERS) for secret in found]
     return sorted({secret for secret in found if secret}, key=len, reverse=True)
 
 
 def scrub(text: str, url: str) -> str:
-    """``text`` with every password of ``url`` replaced by ``***`` (for client libraries' error messages)."""
+    """``text`` with every secret of ``url`` replaced by ``***`` (for client libraries' error messages)."""
     for secret in url_secrets(url):
-        text = text.replace(secret, "***")
+        text = text.replace(secret, MASK)
     return text
+
+
+def check_userinfo(url: str) -> None:
+    """Raise StoreConfigError, before any parsing, if a ``/``, ``?`` or ``#`` comes before the last ``@``:
+    a parser would end the host there and read a piece of the password as the port, path or query."""
+    span = _userinfo(url)
+    if span is not None and any(cut in url[span[0]:span[1]] for cut in _URL_CUTS):
+        raise StoreConfigError(
+            f"malformed store URL {mask_url(url)!r}: '/', '?' or '#' before its last '@'; percent-encode them in "
+            "a user name or password (%2F, %3F, %23), and an '@' in a path or query option (%40)"
+        )
 
 
 def pop_query_options(url: str, names: tuple[str, ...]) -> tuple[str, dict[str, str]]:
@@ -52,10 +91,11 @@ def pop_query_options(url: str, names: tuple[str, ...]) -> tuple[str, dict[str, 
     The other options keep their exact text: re-encoding them would break values a client does not
     unquote (pymongo's ``readPreferenceTags=dc:ny,rack:1``).
     """
+    check_userinfo(url)
     try:
         parts = urlsplit(url)
     except ValueError as error:
-        raise StoreConfigError(f"malformed store URL {mask_url(url)!r}: {error}") from None
+        raise StoreConfigError(f"malformed store URL {mask_url(url)!r}: {scrub(str(error), url)}") from None
     kept: list[str] = []
     options: dict[str, str] = {}
     for pair in parts.query.split("&"):
@@ -72,4 +112,4 @@ def check_host_and_port(url: str) -> None:
     try:
         urlsplit(url).port  # noqa: B018 - accessing .port validates it
     except ValueError as error:
-        raise StoreConfigError(f"malformed store URL {mask_url(url)!r}: {error}") from None
+        raise StoreConfigError(f"malformed store URL {mask_url(url)!r}: {scrub(str(error), url)}") from None

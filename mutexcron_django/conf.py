@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from mutexcron._urls import mask_url
+from mutexcron._urls import mask_url, shown, url_scheme
 from mutexcron.cron import resolve_timezone
 from mutexcron.errors import StoreConfigError
 from mutexcron.stores import LockStore, store_from_url
@@ -37,13 +37,20 @@ TASKS_DEFAULTS: dict[str, Any] = {
 NEEDS_CANCEL_STORE = ("amqp", "amqps")
 
 
-@dataclass(frozen=True)
+def _masked_repr(self: object) -> str:
+    """A settings object's repr with every URL's password masked (reprs reach logs and error trackers)."""
+    values = ", ".join(f"{field.name}={shown(getattr(self, field.name))}" for field in fields(self))  # type: ignore[arg-type]
+    return f"{type(self).__name__}({values})"
+
+
+@dataclass(frozen=True, repr=False)
 class TasksSettings:
     """``MUTEXCRON["TASKS"]``, checked; ``backend`` and ``cancel_store`` are what TaskQueue takes."""
 
     backend: str | TaskBackend = "django://"
     cancel_store: str | None = None
     modules: tuple[str, ...] = ("tasks",)
+    __repr__ = _masked_repr
 
     @property
     def urls(self) -> list[str]:
@@ -75,7 +82,7 @@ class TasksSettings:
         return f"{backend} (cancel store {mask_url(self.cancel_store)})"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class MutexcronSettings:
     store: str | LockStore
     autostart: bool
@@ -84,6 +91,7 @@ class MutexcronSettings:
     history_retention: timedelta | None
     modules: tuple[str, ...]
     tasks: TasksSettings = TasksSettings()
+    __repr__ = _masked_repr
 
     @property
     def store_spec(self) -> str | LockStore:
@@ -119,7 +127,7 @@ def get_settings() -> MutexcronSettings:
 
     store = values["STORE"]
     if not isinstance(store, str | LockStore) or (isinstance(store, str) and not store.strip()):
-        raise _fail("STORE", f'must be "django", a store URL, a dotted path or a LockStore, not {store!r}')
+        raise _fail("STORE", f'must be "django", a store URL, a dotted path or a LockStore, not {shown(store)}')
     if not isinstance(values["AUTOSTART"], bool):
         raise _fail("AUTOSTART", f"must be True or False, not {values['AUTOSTART']!r}")
     timezone = values["TIMEZONE"] or settings.TIME_ZONE or "UTC"
@@ -145,7 +153,7 @@ def _task_fail(key: str, message: str) -> ImproperlyConfigured:
 
 
 def _scheme(url: str) -> str:
-    return url.split("://", 1)[0].lower() if "://" in url else ""
+    return url_scheme(url) or ""
 
 
 def _tasks_settings(tasks: object) -> TasksSettings:
@@ -162,13 +170,12 @@ def _tasks_settings(tasks: object) -> TasksSettings:
     if isinstance(backend, str):
         spec = "django://" if backend.strip() == "django" else backend.strip()
         if _scheme(spec) not in TASK_BACKEND_SCHEMES:
-            shown = repr(mask_url(backend) if "://" in backend else backend)
             raise _task_fail("BACKEND", f'must be "django", "django://<alias>", a redis://… or amqp://… URL, '
-                                        f"or a TaskBackend, not {shown}")
+                                        f"or a TaskBackend, not {shown(backend)}")
     elif isinstance(backend, TaskBackend):
         spec = backend
     else:
-        raise _task_fail("BACKEND", f'must be "django", a task backend URL or a TaskBackend, not {backend!r}')
+        raise _task_fail("BACKEND", f'must be "django", a task backend URL or a TaskBackend, not {shown(backend)}')
 
     cancel_store = values["CANCEL_STORE"]
     needs_marks = isinstance(spec, str) and _scheme(spec) in NEEDS_CANCEL_STORE
@@ -177,17 +184,15 @@ def _tasks_settings(tasks: object) -> TasksSettings:
             raise _task_fail("CANCEL_STORE", f'is required with the RabbitMQ backend {mask_url(spec)!r}: "django" '
                                              "(the project's database) or a redis://… URL")
     elif not needs_marks:
-        shown = repr(mask_url(cancel_store) if isinstance(cancel_store, str) else cancel_store)
         raise _task_fail("CANCEL_STORE", f"is only for the RabbitMQ (amqp://) backend, whose broker cannot cancel "
-                                         f"a waiting message; remove it (it is {shown}, the backend "
-                                         f"{mask_url(spec) if isinstance(spec, str) else spec!r})")
+                                         f"a waiting message; remove it (it is {shown(cancel_store)}, the backend "
+                                         f"{shown(spec)})")
     elif not isinstance(cancel_store, str) or not cancel_store.strip():
-        raise _task_fail("CANCEL_STORE", f'must be "django" or a redis://… URL, not {cancel_store!r}')
+        raise _task_fail("CANCEL_STORE", f'must be "django" or a redis://… URL, not {shown(cancel_store)}')
     else:
         cancel_store = "django://" if cancel_store.strip() == "django" else cancel_store.strip()
         if _scheme(cancel_store) not in {*CANCEL_STORE_SCHEMES, "django"}:
-            shown = repr(mask_url(cancel_store) if "://" in cancel_store else cancel_store)
-            raise _task_fail("CANCEL_STORE", f'must be "django" or a redis://… URL, not {shown}')
+            raise _task_fail("CANCEL_STORE", f'must be "django" or a redis://… URL, not {shown(cancel_store)}')
 
     modules = values["MODULES"]
     if not isinstance(modules, list | tuple) or not all(isinstance(m, str) and m for m in modules):

@@ -128,7 +128,7 @@ def test_repr_shows_masked_url_and_collection() -> None:
     try:
         text = repr(store)
         assert PASSWORD not in text
-        assert "user:***@127.0.0.1:1/db" in text
+        assert "mongodb://***@127.0.0.1:1/db" in text
         assert "collection='team_locks'" in text
     finally:
         store.close()
@@ -157,7 +157,7 @@ def test_malformed_url_raises_config_error_without_the_password(url: str) -> Non
 
 
 def test_config_error_names_the_masked_url() -> None:
-    with pytest.raises(StoreConfigError, match=r"user:\*\*\*@127\.0\.0\.1:99999/db"):
+    with pytest.raises(StoreConfigError, match=r"mongodb://\*\*\*@127\.0\.0\.1:99999/db"):
         MongoLockStore.from_url(f"mongodb://user:{PASSWORD}@127.0.0.1:99999/db")
 
 
@@ -507,5 +507,5 @@ def test_unreachable_server_raises_store_unavailable(operation: Callable[[MongoL
     with MongoLockStore.from_url(DEAD_URL) as store, pytest.raises(StoreUnavailable) as caught:
         operation(store)
     message = str(caught.value)
-    assert "user:***@127.0.0.1:1/deaddb" in message
+    assert "mongodb://***@127.0.0.1:1/deaddb" in message
     assert PASSWORD not in message

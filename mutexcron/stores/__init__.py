@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .._urls import mask_url
+from .._urls import mask_url, shown, url_scheme
 from ..errors import StoreConfigError
 from .base import AcquireStatus, Acquisition, LockState, LockStore
 from .memory import MemoryLockStore
@@ -47,28 +47,33 @@ _EXTRAS = {"redis": "redis", "pymongo": "mongo", "bson": "mongo", "pika": "rabbi
 
 
 def _import_class(path: str, *, what: str) -> Any:
+    """The class at dotted ``path``. Errors quote it masked; a path with something to mask (a mistyped
+    URL with a password) is never quoted by the import system's own message either."""
     module_name, _, class_name = path.rpartition(".")
+    secret = mask_url(path) != path
     try:
         module = import_module(module_name)
-    except ModuleNotFoundError as error:
-        extra = _EXTRAS.get((error.name or "").split(".")[0])
+    except (ImportError, ValueError, TypeError) as error:  # not found, or a path no import reads (".a", "a..b")
+        name = getattr(error, "name", None) or ""
+        extra = _EXTRAS.get(name.split(".")[0])
         hint = f"; install it with: pip install 'mutexcron[{extra}]'" if extra else ""
-        raise StoreConfigError(f"cannot load {what} {path!r}: {error}{hint}") from None
+        reason = "its module cannot be imported" if secret else str(error) or type(error).__name__
+        raise StoreConfigError(f"cannot load {what} {shown(path)}: {reason}{hint}") from None
     try:
         return getattr(module, class_name)
     except AttributeError:
-        raise StoreConfigError(f"cannot load {what} {path!r}: {module_name} has no {class_name!r}") from None
+        raise StoreConfigError(f"cannot load {what} {shown(path)}: {module_name} has no {class_name!r}") from None
 
 
 def class_for_scheme(url: str, schemes: Mapping[str, str], what: str, *, loading: str | None = None,
                      alternative: str = "") -> Any:
     """The class that ``schemes`` names for ``url``'s scheme, imported on first use (lock stores, task
     backends and cancel stores are all chosen this way). ``what`` names the kind in errors."""
-    scheme = url.split("://", 1)[0].lower()
+    scheme = url_scheme(url)
     if scheme not in schemes:
+        named = f"scheme {scheme!r}" if scheme else "URL scheme (letters, digits, + . - before ://)"
         raise StoreConfigError(
-            f"unknown {what} scheme {scheme!r} in {mask_url(url)!r}; use one of {', '.join(sorted(schemes))}"
-            f"{alternative}"
+            f"unknown {what} {named} in {shown(url)}; use one of {', '.join(sorted(schemes))}{alternative}"
         )
     return _import_class(schemes[scheme], what=loading or what)
 
@@ -78,18 +83,18 @@ def store_from_url(url: str | LockStore) -> LockStore:
     if isinstance(url, LockStore):
         return url
     if not isinstance(url, str) or not url.strip():
-        raise StoreConfigError(f"store must be a URL, a dotted path or a LockStore, not {url!r}")
+        raise StoreConfigError(f"store must be a URL, a dotted path or a LockStore, not {shown(url)}")
     if "://" in url:
         cls = class_for_scheme(url, SCHEMES, "store", loading="store backend",
                                alternative=" or a dotted path to a LockStore class")
         return cls.from_url(url)
-    if "." not in url or " " in url:
+    if "." not in url or any(mark in url for mark in " :/@"):  # a mistyped URL is no dotted path
         raise StoreConfigError(
-            f"store {url!r} is neither a URL (redis://…, mongodb://…, memory://) nor a dotted path to a LockStore"
+            f"store {shown(url)} is neither a URL (redis://…, mongodb://…, memory://) nor a dotted path to a LockStore"
         )
     cls = _import_class(url, what="store class")
     if not (isinstance(cls, type) and issubclass(cls, LockStore)):
-        raise StoreConfigError(f"store class {url!r} is not a subclass of mutexcron.stores.LockStore")
+        raise StoreConfigError(f"store class {shown(url)} is not a subclass of mutexcron.stores.LockStore")
     return cls()
 
 

@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, ParamSpec, TypeVar
 
-from .._urls import mask_url
+from .._urls import mask_url, shown
 from ..errors import StoreConfigError, StoreUnavailable
 from .model import NewTask, TaskInfo, TaskStatus
 
@@ -378,7 +378,7 @@ def cancel_marks_from_url(url: str | CancelMarkStore | None, *, backend: str = "
             "pass cancel_store='redis://…' (TaskQueue(url, cancel_store=…))"
         )
     if not isinstance(url, str) or "://" not in url:
-        raise StoreConfigError(f"cancel store must be a URL (redis://…), not {url!r}")
+        raise StoreConfigError(f"cancel store must be a URL (redis://…), not {shown(url)}")
     return class_for_scheme(url, SCHEMES, "cancel store").from_url(url)
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from .._urls import shown
 from ..errors import StoreConfigError
 from .backends.base import Delivery, TaskBackend
 from .handlers import HandlerRegistry, default_handlers, validate_task_type
@@ -42,7 +43,7 @@ def backend_from_url(url: str | TaskBackend, *, cancel_store: str | None = None)
     if isinstance(url, TaskBackend):
         return url
     if not isinstance(url, str) or "://" not in url:
-        raise StoreConfigError(f"task backend must be a URL (redis://, amqp://, django://), not {url!r}")
+        raise StoreConfigError(f"task backend must be a URL (redis://, amqp://, django://), not {shown(url)}")
     cls = class_for_scheme(url, BACKENDS, "task backend")
     if cancel_store is not None:
         return cls.from_url(url, cancel_store=cancel_store)

@@ -482,6 +482,6 @@ def test_run_with_the_store_down_keeps_running_and_masks_the_password(tmp_path: 
         assert run.stop(signal.SIGTERM) == 0, run.stderr
     finally:
         run.kill()
-    assert "running 2 job(s) on <RedisLockStore redis://:***@127.0.0.1:1/0" in run.stdout
+    assert "running 2 job(s) on <RedisLockStore redis://***@127.0.0.1:1/0" in run.stdout
     assert "s3cret-pw" not in run.stdout + run.stderr
     assert run.lines() == []

@@ -1,0 +1,127 @@
+"""Passwords in store, task backend and cancel store URLs never leak: not in errors, logs or reprs.
+
+Masking is by text (everything between the scheme and the last ``@``), so a password holding ``#``,
+``/``, ``?`` or ``@``, or one in a mistyped URL, is hidden as well as any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from pytest import LogCaptureFixture
+
+from mutexcron._urls import mask_url, scrub
+from mutexcron.errors import MutexcronError, StoreConfigError
+from mutexcron.stores import LockStore, store_from_url
+from mutexcron.tasks import TaskQueue
+from mutexcron.tasks.cancel_marks import RedisCancelMarks, cancel_marks_from_url
+from tests.leaks import SecretURL, assert_hidden, exception_texts, secret_urls, texts_while
+
+FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def exercise(build: Callable[[], Any], use: Callable[[Any], object]) -> list[str]:
+    """Build the object, use it once (it fails: nothing listens on port 1), and collect every text shown."""
+    texts: list[str] = []
+    try:
+        built = build()
+    except MutexcronError as error:
+        return exception_texts(error)
+    texts.append(repr(built))
+    try:
+        use(built)
+    except MutexcronError as error:
+        texts += exception_texts(error)
+    finally:
+        built.close()
+    return texts
+
+
+def status_of_a_task(queue: TaskQueue) -> object:
+    """Ask the queue's backend (and cancel store) about a task: it fails, nothing listens on port 1."""
+    return repr(queue.backend), queue.status("x")
+
+
+@pytest.mark.parametrize("url", [
+    "redis://:S3cr#et@127.0.0.1:6379/11",
+    "redis://:S3c/ret@127.0.0.1:6379/11",
+    "mongodb://user:S3c?ret@127.0.0.1/db",
+    "redis:/:S3cret@redis.internal:6379/0",
+    "redis://:S3c@ret@127.0.0.1:6379/0",
+    "redis://user:pa:ss:S3cret@127.0.0.1:6379/0",
+])
+def test_mask_url_hides_passwords_that_a_parser_would_cut(url: str) -> None:
+    assert "S3c" not in mask_url(url) and "***@" in mask_url(url)
+
+
+def test_mask_url_masks_everything_between_the_scheme_and_the_last_at() -> None:
+    assert mask_url("redis://user:p@ss/w?rd@127.0.0.1:6379/0") == "redis://***@127.0.0.1:6379/0"
+
+
+def test_mask_url_masks_from_the_start_when_the_scheme_is_mistyped() -> None:
+    assert mask_url("redis:/:S3cret@redis.internal:6379/0") == "***@redis.internal:6379/0"
+
+
+def test_mask_url_masks_secret_query_options() -> None:
+    assert mask_url("mongodb://host/db?authSource=admin&password=S3c#ret") == "mongodb://host/db?authSource=admin&password=***"
+
+
+def test_mask_url_leaves_a_url_without_secrets_alone() -> None:
+    assert mask_url("redis://127.0.0.1:6379/0?prefix=x") == "redis://127.0.0.1:6379/0?prefix=x"
+
+
+def test_scrub_removes_the_password_as_written_and_as_parsed() -> None:
+    url = "redis://:S3%2Fcret@127.0.0.1:6379/0"
+    assert scrub("auth S3%2Fcret / S3/cret failed", url) == "auth *** / *** failed"
+
+
+def test_a_password_with_a_hash_gets_a_store_error_that_says_how_to_encode_it() -> None:
+    url = "redis://:S3cr#et@127.0.0.1:6379/11"  # the traceback quotes the line that raised: not this one
+    with pytest.raises(StoreConfigError, match="percent-encode") as raised:
+        store_from_url(url)
+    assert_hidden("S3cr", exception_texts(raised.value))
+
+
+def test_a_mistyped_scheme_is_not_loaded_as_a_store_class() -> None:
+    url = "redis:/:S3cret@redis.internal:6379/0"
+    with pytest.raises(StoreConfigError, match="neither a URL") as raised:
+        store_from_url(url)
+    assert_hidden("S3cret", exception_texts(raised.value))
+
+
+@FUZZ
+@given(secret=secret_urls)
+def test_store_from_url_never_shows_the_password(secret: SecretURL, caplog: LogCaptureFixture) -> None:
+    url = secret.url
+    assert_hidden(secret.password, texts_while(caplog, lambda: exercise(lambda: store_from_url(url), LockStore.ping)))
+
+
+@FUZZ
+@given(secret=secret_urls)
+def test_task_queue_never_shows_the_password(secret: SecretURL, caplog: LogCaptureFixture) -> None:
+    url = secret.url
+    assert_hidden(secret.password, texts_while(caplog, lambda: exercise(lambda: TaskQueue(url), status_of_a_task)))
+
+
+@FUZZ
+@given(secret=secret_urls)
+def test_task_queue_with_a_cancel_store_never_shows_the_password(secret: SecretURL, caplog: LogCaptureFixture) -> None:
+    url = secret.url
+    assert_hidden(secret.password, texts_while(caplog, lambda: [
+        *exercise(lambda: TaskQueue(url, cancel_store=url), status_of_a_task),
+        *exercise(lambda: TaskQueue("amqp://guest:guest@127.0.0.1:1/", cancel_store=url), status_of_a_task),
+    ]))
+
+
+@FUZZ
+@given(secret=secret_urls)
+def test_the_cancel_store_never_shows_the_password(secret: SecretURL, caplog: LogCaptureFixture) -> None:
+    url = secret.url
+    assert_hidden(secret.password, texts_while(caplog, lambda: [
+        *exercise(lambda: cancel_marks_from_url(url), lambda marks: marks.get("x")),
+        *exercise(lambda: RedisCancelMarks.from_url(url), lambda marks: marks.get("x")),
+    ]))
+
