@@ -316,7 +316,35 @@ def test_unlock_delete_removes_an_orphan_lock() -> None:
     output = mutexcron("unlock", "--delete", "tests.cmd.orphaned")
 
     assert "deleted the orphan lock 'tests.cmd.orphaned'" in output
-    assert not Lock.objects.filter(name="tests.cmd.orphaned").exists()
+    assert DjangoLockStore().lock("tests.cmd.orphaned") is None
+
+
+@pytest.mark.django_db
+def test_unlock_delete_refuses_an_orphan_whose_lease_the_store_says_is_live() -> None:
+    store = DjangoLockStore()
+    store.acquire("tests.cmd.running", owner="old-host:7", lease=timedelta(hours=1), fire_time=None)
+    lease_end = store.lock("tests.cmd.running").lock_until
+
+    with pytest.raises(CommandError) as refused:
+        mutexcron("unlock", "--delete", "tests.cmd.running")
+
+    message = str(refused.value)
+    assert "'tests.cmd.running'" in message and "old-host:7" in message and "--force" in message
+    assert f"{lease_end:%Y-%m-%d %H:%M:%S}" in message
+    assert store.lock("tests.cmd.running") is not None
+
+
+@pytest.mark.django_db
+def test_unlock_delete_force_deletes_a_live_lock_whose_lease_still_fences_others() -> None:
+    store = DjangoLockStore()
+    store.acquire("tests.cmd.forced", owner="old-host:7", lease=timedelta(hours=1), fire_time=None)
+
+    output = mutexcron("unlock", "--delete", "--force", "tests.cmd.forced")
+
+    assert "deleted the orphan lock 'tests.cmd.forced'" in output
+    assert store.lock("tests.cmd.forced") is None
+    busy = store.acquire("tests.cmd.forced", owner="new-host:1", lease=timedelta(hours=1), fire_time=None)
+    assert busy.holder == "old-host:7" and not busy.acquired
 
 
 @pytest.mark.django_db

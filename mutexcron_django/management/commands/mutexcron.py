@@ -3,7 +3,7 @@
 - ``list [--json]``: every declared job (schedule, time zone, next fire, lock state) and orphan locks.
 - ``run``: a foreground scheduler for a dedicated process; SIGTERM or SIGINT stops it cleanly.
 - ``trigger NAME``: run a job now under its lock; fails (exit 1) if the job failed or did not run.
-- ``unlock NAME [--delete]``: free a job's lock (an operator's action); ``--delete`` removes an orphan's.
+- ``unlock NAME [--delete [--force]]``: free a job's lock (an operator's action); ``--delete`` hides an orphan's.
 - ``seed``: create the missing lock documents; ``prune [--older-than DAYS]``: delete old run history.
 - ``worker [--types A,B] [--prefetch N]``: a foreground task worker; SIGTERM or SIGINT stops it cleanly.
 
@@ -381,8 +381,10 @@ class Command(BaseCommand):
         argument("name", metavar="NAME", help="The job's (or orphan lock's) name."),
         argument("--delete", action="store_true",
                  help="Delete the lock document instead: for locks whose job is no longer declared."),
+        argument("--force", action="store_true",
+                 help="With --delete: delete even while the store says the lock's lease is live."),
     )
-    def unlock(self, *, name: str, delete: bool = False, **_: Any) -> None:
+    def unlock(self, *, name: str, delete: bool = False, force: bool = False, **_: Any) -> None:
         store = self._store()
         try:
             state = store.lock(name)
@@ -397,8 +399,14 @@ class Command(BaseCommand):
             if delete:
                 if declared:
                     raise CommandError(
-                        f"job {name!r} is declared: --delete is for orphan locks (its scheduler would recreate the "
-                        f"document, without its record of the last fire); to free it use: mutexcron unlock {name}"
+                        f"job {name!r} is declared: --delete is for orphan locks (its scheduler would bring the "
+                        f"document back at its next fire); to free it use: mutexcron unlock {name}"
+                    )
+                if state is not None and state.is_held(store.now()) and not force:
+                    raise CommandError(
+                        f"lock {name!r} is held by {state.locked_by or 'unknown'} until {_when(state.lock_until)} "
+                        "(store clock): its job may still run somewhere; wait for the lease to end, or pass --force "
+                        "(the lease stays in force after the delete either way)"
                     )
                 store.delete(name)
                 self.stdout.write(f"deleted the orphan lock {name!r} from {store!r}")
