@@ -1,4 +1,5 @@
-"""Shared by every Redis-backed piece (lock store, task backend, cancel marks): URL to client, key prefix."""
+"""Shared by every Redis-backed piece (lock store, task backend, cancel marks): URL to client, key prefix,
+the server's eviction policy."""
 
 from __future__ import annotations
 
@@ -39,3 +40,14 @@ def client_from_url(
     except (ValueError, TypeError) as error:
         raise StoreConfigError(f"malformed Redis URL {mask_url(url)!r}: {scrub(str(error), url)}") from None
     return client, cleaned, options
+
+
+def eviction_policy(client: redis.Redis) -> str | None:
+    """The server's ``maxmemory-policy`` (CONFIG GET), or None where CONFIG is not allowed (ACLs, managed Redis).
+
+    Connection errors propagate, for the caller to report as StoreUnavailable."""
+    try:
+        reply = client.config_get("maxmemory-policy")
+    except redis.ResponseError:  # NOPERM, or CONFIG renamed or disabled
+        return None
+    return reply.get("maxmemory-policy") or None

@@ -1,9 +1,11 @@
-"""System checks: bad job declarations (errors), orphan locks and an unreachable store (warnings)."""
+"""System checks: bad job declarations (errors), orphan locks, an unreachable store and a Redis eviction
+policy that may evict mutexcron's keys (warnings)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
 from mutexcron import default_registry
@@ -78,3 +80,59 @@ def check_store(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
         )]
     finally:
         store.close()
+
+
+# Policies that may evict keys without a TTL (lock hashes, scheduled tasks); the cancel store's records
+# carry a TTL, so a volatile-* policy may evict those early too.
+_ALLKEYS = frozenset({"allkeys-lru", "allkeys-lfu", "allkeys-random"})
+_VOLATILE = frozenset({"volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"})
+_EVICTION_RISKS = {
+    "the lock store": (_ALLKEYS, "an evicted lock hash resets its token and last fire time: a tick may run twice "
+                                 "and fencing tokens may repeat"),
+    "the task backend": (_ALLKEYS, "scheduled tasks have no TTL: an evicted one may vanish unrun"),
+    "the task cancel store": (_ALLKEYS | _VOLATILE, "an evicted task record loses its cancel mark: a cancelled "
+                                                    "task may run"),
+}
+
+
+def _eviction_warning(what: str, part: Any) -> list[Warning]:
+    policy_of = getattr(part, "eviction_policy", None)  # Redis-backed pieces only
+    if policy_of is None:
+        return []
+    try:
+        policy = policy_of()
+    except MutexcronError:  # unreachable: W002 says so for the lock store; the queue reports its own errors
+        return []
+    risky, consequence = _EVICTION_RISKS[what]
+    if policy not in risky:
+        return []
+    return [Warning(
+        f"{what} {part!r} is on a Redis server whose maxmemory-policy is {policy!r}: {consequence}",
+        hint="Set maxmemory-policy to noeviction on that server"
+             + ("" if what == "the task cancel store" else " (or a volatile-* policy: mutexcron's keys that must "
+                                                          "stay have no TTL)")
+             + "; see README, Redis eviction.",
+        obj=what,
+        id="mutexcron.W003",
+    )]
+
+
+@register(TAG, deploy=True)
+def check_redis_eviction(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """mutexcron.W003 (deploy): a Redis lock store, task backend or cancel store whose server may evict its keys.
+
+    Says nothing where CONFIG GET is not allowed or the server cannot be reached."""
+    conf = get_settings()
+    store = conf.build_store()
+    try:
+        warnings = _eviction_warning("the lock store", store)
+    finally:
+        store.close()
+    if "TASKS" in getattr(settings, "MUTEXCRON", {}) and isinstance(conf.tasks.backend, str):
+        queue = conf.tasks.build_queue()  # connects to nothing until asked
+        try:
+            warnings += _eviction_warning("the task backend", queue.backend)
+            warnings += _eviction_warning("the task cancel store", getattr(queue.backend, "marks", None))
+        finally:
+            queue.close()
+    return warnings

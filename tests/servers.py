@@ -8,15 +8,70 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import redis
+
+from tests.support import wait_until
+
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_URL = os.environ.get("MUTEXCRON_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
 MONGO_URL_ENV = "MUTEXCRON_TEST_MONGO_URL"
 MONGOECO_PYTHON_ENV = "MUTEXCRON_MONGOECO_PYTHON"
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class PrivateRedis:
+    """A redis-server of one test's own on a free port (for settings the shared server must keep), without
+    persistence; ``with PrivateRedis("--maxmemory-policy", "allkeys-lru") as url:`` stops it at the end."""
+
+    def __init__(self, *options: str) -> None:
+        self.options = options
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> str:
+        port = free_port()
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             *self.options],
+            stdout=subprocess.DEVNULL,
+        )
+        url = f"redis://127.0.0.1:{port}/0"
+        client = redis.Redis.from_url(url, socket_connect_timeout=1)
+        process = self.process
+
+        def answers() -> bool:
+            if process.poll() is not None:
+                raise RuntimeError(f"redis-server {' '.join(self.options)} exited on port {port}")
+            try:
+                return bool(client.ping())
+            except redis.ConnectionError:
+                return False
+
+        try:
+            wait_until(answers, timeout=10, what=f"redis-server on port {port}")
+        except BaseException:
+            self.__exit__()
+            raise
+        finally:
+            client.close()
+        return url
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+            self.process = None
 
 
 def mongoeco_python() -> str:

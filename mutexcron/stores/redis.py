@@ -12,7 +12,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import redis
 
-from .._redis import check_key_prefix, client_from_url
+from .._redis import check_key_prefix, client_from_url, eviction_policy
 from .._urls import mask_url
 from ..errors import StoreUnavailable
 from .base import UTC, AcquireStatus, Acquisition, LockState, LockStore, datetime_to_ms, duration_ms, ms_to_datetime
@@ -177,6 +177,10 @@ class RedisLockStore(LockStore):
             return sorted(states, key=lambda state: state.name)
 
         return self._call(run)
+
+    def eviction_policy(self) -> str | None:
+        """The server's ``maxmemory-policy`` (None if CONFIG is not allowed): an ``allkeys-*`` one may evict locks."""
+        return self._call(eviction_policy, self.client)
 
     def now(self) -> datetime:
         seconds, micros = self._call(self.client.time)

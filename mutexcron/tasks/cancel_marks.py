@@ -349,6 +349,13 @@ class RedisCancelMarks(CancelMarkStore):
         args = [gen, new_gen, _ms(run_at), self._ttl_ms(run_at)]
         return bool(self._call(self._reopen, keys=[self.key(task_id)], args=args))
 
+    def eviction_policy(self) -> str | None:
+        """The server's ``maxmemory-policy`` (None if CONFIG is not allowed). Records carry a TTL, so any policy
+        but ``noeviction`` may evict one early."""
+        from .._redis import eviction_policy
+
+        return self._call(eviction_policy, self.client)
+
     def close(self) -> None:
         self.client.close()
 

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -26,6 +25,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
+
+from tests.servers import free_port as free_port  # the fleet tests import it from here
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = ROOT / "tests" / "django"
@@ -49,12 +50,6 @@ def holds_for(check: Callable[[], None], seconds: float, interval: float = 0.1) 
         if time.monotonic() >= deadline:
             return
         time.sleep(interval)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def parent_pid(pid: int) -> int:

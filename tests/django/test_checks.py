@@ -1,4 +1,5 @@
-"""System checks: E001 invalid declaration, E002 duplicate name, W001 orphan lock, W002 unreachable store."""
+"""System checks: E001 invalid declaration, E002 duplicate name, W001 orphan lock, W002 unreachable store,
+W003 a Redis eviction policy that may evict mutexcron's keys."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from mutexcron_django import checks
 from mutexcron_django.discovery import declaration_errors
 from mutexcron_django.store import DjangoLockStore
 from tests.django.jobhelpers import Declarations
+from tests.servers import PrivateRedis
 
 UNREACHABLE = "redis://:s3cret-pw@127.0.0.1:1/0"
 
@@ -162,3 +164,42 @@ def test_the_store_is_not_contacted_outside_the_deploy_checks() -> None:
 @pytest.mark.django_db
 def test_a_reachable_database_store_gives_no_deploy_warning() -> None:
     assert mutexcron_messages(include_deployment_checks=True) == []
+
+
+# -- W003: a Redis server that may evict mutexcron's keys (deploy) -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def evicting_redis() -> Iterator[str]:
+    """A private Redis whose maxmemory-policy evicts keys without a TTL (the shared server is never reconfigured)."""
+    with PrivateRedis("--maxmemory-policy", "allkeys-lru") as url:
+        yield url
+
+
+def w003(**mutexcron: object) -> list:  # type: ignore[type-arg]
+    with override_settings(MUTEXCRON={"AUTOSTART": False, **mutexcron}):
+        return [m for m in mutexcron_messages(include_deployment_checks=True) if m.id == "mutexcron.W003"]
+
+
+def test_a_redis_lock_store_that_may_evict_its_locks_is_w003(evicting_redis: str) -> None:
+    (warning,) = w003(STORE=evicting_redis)
+
+    assert "allkeys-lru" in warning.msg and "lock store" in warning.msg and "run twice" in warning.msg
+    assert "noeviction" in warning.hint
+
+
+def test_a_redis_task_backend_that_may_evict_its_tasks_is_w003(evicting_redis: str, redis_url: str) -> None:
+    (warning,) = w003(STORE=redis_url, TASKS={"BACKEND": evicting_redis})
+
+    assert "allkeys-lru" in warning.msg and "task backend" in warning.msg and "vanish" in warning.msg
+
+
+def test_a_redis_cancel_store_that_may_evict_its_records_is_w003(evicting_redis: str, redis_url: str) -> None:
+    rabbitmq = "amqp://guest:guest@127.0.0.1:5672/"
+    (warning,) = w003(STORE=redis_url, TASKS={"BACKEND": rabbitmq, "CANCEL_STORE": evicting_redis})
+
+    assert "allkeys-lru" in warning.msg and "cancel store" in warning.msg
+
+
+def test_a_redis_with_noeviction_gives_no_w003(redis_url: str) -> None:
+    assert w003(STORE=redis_url, TASKS={"BACKEND": redis_url}) == []

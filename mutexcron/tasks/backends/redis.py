@@ -39,7 +39,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import redis
 
-from ..._redis import check_key_prefix, client_from_url
+from ..._redis import check_key_prefix, client_from_url, eviction_policy
 from ..._urls import mask_url, scrub
 from ...errors import StoreConfigError, StoreUnavailable
 from ..model import NewTask, TaskInfo, TaskStatus
@@ -417,6 +417,10 @@ class RedisTaskBackend(TaskBackend):
                 self.client.publish(channel, "wake")
             except redis.RedisError as error:  # the waiting worker notices ``stop`` by itself soon anyway
                 logger.debug("could not wake %s: %s", channel, error)
+
+    def eviction_policy(self) -> str | None:
+        """The server's ``maxmemory-policy`` (None if CONFIG is not allowed): an ``allkeys-*`` one may evict tasks."""
+        return self._call(eviction_policy, self.client)
 
     def close(self) -> None:
         self.client.close()
