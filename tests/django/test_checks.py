@@ -104,6 +104,15 @@ def test_an_orphan_lock_row_is_w001_with_the_command_to_delete_it(declare: Decla
 
 
 @pytest.mark.django_db
+def test_a_deleted_orphan_lock_is_no_longer_w001() -> None:
+    store = DjangoLockStore()
+    store.seed(["tests.checks.gone"])
+    assert store.delete("tests.checks.gone")  # a tombstone row stays, keeping its token and last fire
+
+    assert mutexcron_messages(databases=["default"]) == []
+
+
+@pytest.mark.django_db
 def test_orphan_locks_are_not_looked_for_in_databases_the_check_was_not_given() -> None:
     DjangoLockStore().seed(["tests.checks.orphan"])
 
