@@ -76,6 +76,8 @@ class CronSpec:
     """A validated cron expression, each field expanded to the sorted values it allows.
 
     ``weekdays`` uses cron numbering (0 = Sunday ... 6 = Saturday; a 7 in the text becomes 0).
+    ``days_restricted`` and ``weekdays_restricted``: whether the day field takes part in the OR rule (when
+    both do, a day matches if either matches); see :func:`_restricts`.
     """
 
     expression: str
@@ -85,14 +87,8 @@ class CronSpec:
     days: tuple[int, ...]
     months: tuple[int, ...]
     weekdays: tuple[int, ...]
-
-    @property
-    def days_restricted(self) -> bool:
-        return len(self.days) != 31
-
-    @property
-    def weekdays_restricted(self) -> bool:
-        return len(self.weekdays) != 7
+    days_restricted: bool
+    weekdays_restricted: bool
 
     def __str__(self) -> str:
         return self.expression
@@ -141,13 +137,20 @@ def parse_cron(expression: str, *, job_name: str | None = None) -> CronSpec:
             f"in {text!r}: {problem.reason}"
         ) from None
     weekdays = tuple(sorted({day % 7 for day in values[5]}))
-    spec = CronSpec(text, *values[:5], weekdays)
+    days_restricted = _restricts(parts[3], values[3], 31, other=parts[5])
+    spec = CronSpec(text, *values[:5], weekdays, days_restricted, _restricts(parts[5], weekdays, 7, other=parts[3]))
     if spec.days_restricted and not spec.weekdays_restricted and not _possible_days(spec):
         raise CronSpecError(
             f"{subject}: cron field {_DAY.name!r} has value {parts[3]!r} that no month in {parts[4]!r} has, "
             f"so {text!r} never fires"
         )
     return spec
+
+
+def _restricts(text: str, values: tuple[int, ...], every: int, *, other: str) -> bool:
+    """Whether a day field takes part in the day-of-month/day-of-week OR rule, as croniter decides: unless it
+    is ``*``, yes, even when it allows every day (``1-31``, ``0-6``), but not then if the other has a ``*``."""
+    return text != "*" and not (len(values) == every and "*" in other)
 
 
 def _possible_days(spec: CronSpec) -> tuple[int, ...]:
@@ -178,16 +181,25 @@ def _expand(field: _Field, text: str) -> tuple[int, ...]:
                 raise _SpecProblem(field.name, item, f"range is reversed ({start} > {end})")
         step = 1
         if step_text is not None:
-            step = int(step_text)
+            step = _number(step_text, field, item, "step")
             if not 1 <= step <= field.high:
                 raise _SpecProblem(field.name, item, f"step must be between 1 and {field.high}")
         allowed.update(range(start, end + 1, step))
     return tuple(sorted(allowed))
 
 
+def _number(text: str, field: _Field, item: str, what: str) -> int:
+    """The number ``text`` (ASCII digits); one too long for any field is out of range, before ``int()``
+    (which refuses more than 4300 digits with a plain ValueError)."""
+    if len(text.lstrip("0")) > 100:
+        raise _SpecProblem(field.name, item, f"{what} {text[:12]}… ({len(text)} digits) is too large "
+                                             f"(at most {field.high})")
+    return int(text)
+
+
 def _value(field: _Field, text: str, item: str) -> int:
     if text.isdigit():
-        number = int(text)
+        number = _number(text, field, item, "value")
     elif field.names is not None and text in field.names:
         number = field.names[text]
     else:
@@ -222,9 +234,10 @@ def resolve_timezone(value: str | tzinfo | None, *, default: str | tzinfo = "UTC
     if isinstance(value, str):
         try:
             return ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long for a file name
             pass
-    raise ValueError(f"{subject}: unknown time zone {value!r}")
+    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:80] + "…"
+    raise ValueError(f"{subject}: unknown time zone {shown}")
 
 
 class CronTrigger(BaseTrigger):

@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from croniter import CroniterBadDateError, croniter
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mutexcron.cron import MACROS, CronSpec, CronTrigger, iter_fire_times, next_fire_times, parse_cron
@@ -101,9 +101,7 @@ def test_dow_range_ending_at_7_includes_sunday() -> None:
 
 
 def test_dow_0_to_7_is_every_day() -> None:
-    spec = parse_cron("0 0 * * 0-7")
-    assert spec.weekdays == tuple(range(7))
-    assert not spec.weekdays_restricted
+    assert parse_cron("0 0 * * 0-7").weekdays == tuple(range(7))
 
 
 # --- names --------------------------------------------------------------------------------------------
@@ -249,12 +247,26 @@ def test_star_step_in_dom_counts_as_restricted() -> None:
     assert dates == {d for d in every_day() if d.day % 2 == 1 or d.weekday() == MONDAY}
 
 
-def test_full_range_dom_is_unrestricted_so_dow_alone_decides() -> None:
-    assert fire_dates("0 0 1-31 * mon") == {d for d in every_day() if d.weekday() == MONDAY}
+def test_full_range_dom_is_restricted_so_every_day_fires() -> None:
+    # Only a bare * leaves a day field out of the OR rule (Vixie cron, POSIX, croniter): 1-31 OR Monday.
+    assert fire_dates("0 0 1-31 * mon") == set(every_day())
 
 
-def test_full_range_dow_is_unrestricted_so_dom_alone_decides() -> None:
-    assert fire_dates("0 0 13 * 0-7") == {d for d in every_day() if d.day == 13}
+@pytest.mark.parametrize("dow", ["0-6", "1-7", "0-7", "sun-sat", "*/1", "0,1-3,4-6", "3-7,1-2"])
+def test_dow_covering_every_day_is_restricted_so_every_day_of_the_month_fires(dow: str) -> None:
+    # The 23rd OR any day of the week: every day of October, not only the 23rd.
+    assert fire_dates(f"0 0 23 10 {dow}") == {d for d in every_day() if d.month == 10}
+
+
+def test_a_day_field_covering_every_day_is_unrestricted_when_the_other_has_a_star_as_in_croniter() -> None:
+    # */2 is restricted, but beside it 0-6 (or 1-31) counts as *, so */2 alone decides.
+    assert fire_dates("0 0 */2 * 0-6") == {d for d in every_day() if d.day % 2 == 1}
+    assert fire_dates("0 0 1-31 * */2") == {d for d in every_day() if d.weekday() in (SUNDAY, 1, 3, 5)}
+
+
+def test_a_day_no_allowed_month_has_beside_a_dow_covering_every_day_fires_every_day_of_the_month() -> None:
+    # 30 February OR any day of the week: every day of February (it was "never fires" while 0-6 counted as *).
+    assert fire_dates("0 0 30 2 0-6") == {d for d in every_day() if d.month == 2}
 
 
 def test_or_rule_with_a_day_no_allowed_month_has_fires_on_the_weekdays() -> None:
@@ -743,10 +755,31 @@ def field_item(draw: st.DrawFn, field: str) -> str:
     return text if kind == "range" else f"{text}/{step}"
 
 
+# Day fields that allow every value without being a bare "*": still restricted for the OR rule.
+FULL_DAY_FIELDS = {"dom": ["1-31", "*/1"], "dow": ["0-6", "1-7", "0-7", "sun-sat", "SUN-Sat", "*/1"]}
+
+
+@st.composite
+def every_value(draw: st.DrawFn, field: str) -> str:
+    """A day field allowing every value, not as ``*``: a full range, ``*/1``, or a shuffled list of pieces."""
+    if draw(st.booleans()):
+        return draw(st.sampled_from(FULL_DAY_FIELDS[field]))
+    low, high = (1, 31) if field == "dom" else draw(st.sampled_from([(0, 6), (1, 7), (0, 7)]))
+    cuts = sorted(draw(st.sets(st.integers(low + 1, high), max_size=4)))
+    pieces = []
+    for start, end in pairwise([low, *cuts, high + 1]):
+        first, last = draw(field_value(field, start)), draw(field_value(field, end - 1))
+        pieces.append(first if start == end - 1 else f"{first}-{last}")  # croniter widens a-a to the field
+    return ",".join(draw(st.permutations(pieces)))
+
+
 @st.composite
 def field_text(draw: st.DrawFn, field: str) -> str:
-    if draw(st.integers(0, 3)) == 0:
+    kind = draw(st.integers(0, 3))
+    if kind == 0:
         return "*"
+    if kind == 1 and field in FULL_DAY_FIELDS:
+        return draw(every_value(field))
     return ",".join(draw(st.lists(field_item(field), min_size=1, max_size=3)))
 
 
@@ -770,22 +803,16 @@ def croniter_fire_times(expression: str, start: datetime, count: int) -> list[da
     start=st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2060, 12, 31), timezones=st.just(UTC)),
 )
 def test_fire_times_agree_with_croniter(expression: str, start: datetime) -> None:
-    dom, dow = expression.split()[-3], expression.split()[-1]
+    dow = expression.split()[-1]
     try:
         spec = parse_cron(expression)
     except CronSpecError as error:
-        # Generated specs are well formed; only a day no allowed month has (with dow "*") is rejected.
+        # Generated specs are well formed; only a day no allowed month has, with dow "*", is rejected.
         assert "never fires" in str(error)
-        if dow == "*":
-            with pytest.raises(CroniterBadDateError):
-                croniter_fire_times(expression, start, 1)
+        assert dow == "*"
+        with pytest.raises(CroniterBadDateError):
+            croniter_fire_times(expression, start, 1)
         return
-    # The spec: dom and dow are "restricted" when they are not the full range, however written. croniter
-    # instead keeps a full-range list such as "1-31" or "*/1" restricted when the other day field has no
-    # "*" in its text, and then applies the OR rule (so "1-31 * mon" fires every day there, on Mondays
-    # here). The spec is explicit, so leave full ranges not written as "*" out of the comparison.
-    assume(spec.days_restricted or dom == "*")
-    assume(spec.weekdays_restricted or dow == "*")
     ours = next_fire_times(spec, after=start, count=20)
     assert ours == croniter_fire_times(expression, start, 20)
 
