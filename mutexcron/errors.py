@@ -15,6 +15,10 @@ class JobDefinitionError(MutexcronError, ValueError):
     """A job's name, lease, timezone, busy policy or function signature is invalid."""
 
 
+class SchedulerConfigError(MutexcronError, ValueError):
+    """A Scheduler option (time zone, duration, worker count, registry...) is invalid; raised by the constructor."""
+
+
 class DuplicateJobError(JobDefinitionError):
     """Two different functions were declared under the same job name."""
 

@@ -11,7 +11,10 @@ from dataclasses import dataclass
 from datetime import timedelta, tzinfo
 from typing import Any, Literal, TypeVar
 
-from .cron import CronSpec, CronTrigger, parse_cron, resolve_timezone
+from ._options import duration
+from ._options import registry as check_registry
+from ._options import zone as as_zone
+from .cron import CronSpec, CronTrigger, parse_cron
 from .errors import DuplicateJobError, JobDefinitionError, UnknownJobError
 from .records import JobContext
 
@@ -43,15 +46,6 @@ def validate_job_name(name: object) -> str:
             "and . _ - : @ / < > + only"
         )
     return name
-
-
-def _as_duration(value: timedelta | float, *, job: str, field: str, allow_zero: bool) -> timedelta:
-    if isinstance(value, bool) or not isinstance(value, timedelta | int | float):
-        raise JobDefinitionError(f"job {job!r}: {field} must be a timedelta or seconds, not {value!r}")
-    duration = value if isinstance(value, timedelta) else timedelta(seconds=value)
-    if duration < timedelta(0) or (duration == timedelta(0) and not allow_zero):
-        raise JobDefinitionError(f"job {job!r}: {field} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
-    return duration
 
 
 @dataclass(frozen=True)
@@ -178,18 +172,16 @@ def mutex_cron(
             raise JobDefinitionError(f"@mutex_cron({spec!r}) must decorate a function, not {func!r}")
         job_name = validate_job_name(name if name is not None else f"{func.__module__}.{func.__qualname__}")
         parsed = parse_cron(spec, job_name=job_name)
-        lease_duration = _as_duration(lease, job=job_name, field="lease", allow_zero=False)
-        hold = _as_duration(hold_at_least, job=job_name, field="hold_at_least", allow_zero=True)
+        lease_duration = duration(lease, what=f"job {job_name!r}: lease", error=JobDefinitionError, allow_zero=False)
+        hold = duration(hold_at_least, what=f"job {job_name!r}: hold_at_least", error=JobDefinitionError)
         if hold > lease_duration:
             raise JobDefinitionError(
                 f"job {job_name!r}: hold_at_least ({hold}) must not exceed lease ({lease_duration})"
             )
         if on_busy not in BUSY_POLICIES:
             raise JobDefinitionError(f"job {job_name!r}: on_busy must be one of {BUSY_POLICIES}, not {on_busy!r}")
-        try:
-            zone = None if timezone is None else resolve_timezone(timezone, subject=f"job {job_name!r}")
-        except ValueError as error:
-            raise JobDefinitionError(str(error)) from None
+        zone = None if timezone is None else as_zone(timezone, what=f"job {job_name!r}", error=JobDefinitionError)
+        check_registry(registry, what=f"job {job_name!r}: registry", error=JobDefinitionError)
         job = Job(job_name, func, parsed, lease_duration, hold, zone, on_busy, _takes_context(func, job_name))
         (registry if registry is not None else default_registry).add(job)
         return func

@@ -20,8 +20,8 @@ from apscheduler.executors.base import BaseExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.base import BaseTrigger
 
-from .cron import resolve_timezone
-from .errors import LockBusy, StoreUnavailable
+from . import _options
+from .errors import LockBusy, SchedulerConfigError, StoreUnavailable
 from .records import JobContext, Outcome, RunRecord
 from .registry import BUSY_POLICIES, BusyPolicy, Job, Registry, default_registry
 from .stores import AcquireStatus, Acquisition, LockStore, store_from_url
@@ -202,17 +202,23 @@ class Scheduler:
         fire_context: Callable[[], AbstractContextManager[Any]] | None = None,
         busy_grace: timedelta = timedelta(seconds=1),
     ) -> None:
+        bad = SchedulerConfigError  # every option is checked before the store is built
+        self.registry = _options.registry(registry, what="Scheduler registry", error=bad) or default_registry
+        self._instance_id = _options.instance_id(instance_id, what="Scheduler instance_id", error=bad)
+        self.timezone = _options.zone(timezone, what="Scheduler timezone", error=bad)
+        self.misfire_grace_time = _options.duration(misfire_grace_time, what="Scheduler misfire_grace_time",
+                                                    error=bad, seconds=False)
+        self.max_workers = _options.count(max_workers, what="Scheduler max_workers", error=bad, maximum=1000)
+        self.shutdown_timeout = _options.duration(shutdown_timeout, what="Scheduler shutdown_timeout", error=bad,
+                                                  seconds=False)
+        self.clock_skew = _options.duration(clock_skew, what="Scheduler clock_skew", error=bad, seconds=False,
+                                            allow_negative=True)
+        if fire_context is not None and not callable(fire_context):
+            raise bad(f"Scheduler fire_context must be a context manager factory or None, not {fire_context!r}")
+        self.fire_context = fire_context or nullcontext
+        self.busy_grace = _options.duration(busy_grace, what="Scheduler busy_grace", error=bad, seconds=False)
         self._owns_store = not isinstance(store, LockStore)
         self.store = store_from_url(store)
-        self.registry = registry if registry is not None else default_registry
-        self._instance_id = instance_id
-        self.timezone = resolve_timezone(timezone, subject="Scheduler timezone")
-        self.misfire_grace_time = misfire_grace_time
-        self.max_workers = max_workers
-        self.shutdown_timeout = shutdown_timeout
-        self.clock_skew = clock_skew
-        self.fire_context = fire_context or nullcontext
-        self.busy_grace = busy_grace
         self._listeners: list[tuple[Listener, frozenset[str]]] = []
         self._heartbeats = _Heartbeats(self.store)
         self._aps: BackgroundScheduler | None = None

@@ -53,22 +53,30 @@ def backend_from_url(url: str | TaskBackend, *, cancel_store: str | None = None)
 def _encode(task_type: str, payload: Any) -> str:
     try:
         return json.dumps(payload, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError, RecursionError) as error:  # RecursionError: nested too deep
         raise PayloadError(f"task {task_type!r}: payload is not JSON-serialisable: {error}") from None
 
 
 def _due(task_type: str, run_at: datetime | None, delay: timedelta | None, now: datetime) -> datetime:
+    """When the task is due, in UTC; a time outside datetime's range (year 1 east of UTC, a delay of
+    millennia) is a PayloadError naming it, not an OverflowError."""
     if run_at is not None and delay is not None:
         raise PayloadError(f"task {task_type!r}: give run_at or delay, not both")
     if delay is not None:
         if not isinstance(delay, timedelta):
             raise PayloadError(f"task {task_type!r}: delay must be a timedelta, not {delay!r}")
-        return now + max(delay, timedelta(0))
+        try:
+            return now + max(delay, timedelta(0))
+        except OverflowError:
+            raise PayloadError(f"task {task_type!r}: delay={delay!r} ends after the year 9999") from None
     if run_at is None:
         return now
     if not isinstance(run_at, datetime) or run_at.tzinfo is None or run_at.utcoffset() is None:
         raise PayloadError(f"task {task_type!r}: run_at={run_at!r} must be an aware datetime")
-    return run_at.astimezone(UTC)
+    try:
+        return run_at.astimezone(UTC)
+    except OverflowError:
+        raise PayloadError(f"task {task_type!r}: run_at={run_at!r} is outside the years 1-9999 in UTC") from None
 
 
 class TaskQueue:
@@ -114,8 +122,12 @@ class TaskQueue:
         now = datetime.now(UTC)
         prepared: list[NewTask] = []
         for entry in tasks:
+            if not isinstance(entry, tuple | list) or not 2 <= len(entry) <= 3:
+                raise PayloadError(f"schedule_many: each task must be (type, payload[, options]), not {entry!r}")
             task_type, payload, *rest = entry
             options = rest[0] if rest else {}
+            if not isinstance(options, dict):
+                raise PayloadError(f"task {task_type!r}: options must be a dict (run_at, delay), not {options!r}")
             unknown = set(options) - {"run_at", "delay"}
             if unknown:
                 raise PayloadError(f"task {task_type!r}: unknown option(s) {sorted(unknown)}; use run_at or delay")

@@ -1,0 +1,72 @@
+"""Checking option values (durations, counts, zones) the same way for jobs and schedulers.
+
+Each check raises the entry point's own documented error type, with a message naming the option and the
+value, instead of the ValueError or OverflowError that ``timedelta`` or ``ZoneInfo`` would raise.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta, tzinfo
+
+from .cron import resolve_timezone
+
+# Longer leases, grace times or timeouts are mistakes (seconds given as minutes...), and far-off lock
+# expiries overflow the stores' datetimes.
+MAX_DURATION = timedelta(days=365)
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "…"
+
+
+def duration(value: object, *, what: str, error: type[Exception], allow_zero: bool = True,
+             allow_negative: bool = False, seconds: bool = True) -> timedelta:
+    """``value`` (a timedelta, or a number of seconds if ``seconds``) as a timedelta within ±MAX_DURATION."""
+    kinds = (timedelta, int, float) if seconds else (timedelta,)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise error(f"{what} must be a timedelta{' or seconds' if seconds else ''}, not {_shown(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise error(f"{what} must be a finite duration, not {_shown(value)}")
+    if not isinstance(value, timedelta) and abs(value) > MAX_DURATION.total_seconds():  # type: ignore[arg-type]
+        raise error(f"{what} must be at most {MAX_DURATION}, not {_shown(value)} seconds")
+    result = value if isinstance(value, timedelta) else timedelta(seconds=value)  # type: ignore[arg-type]
+    if abs(result) > MAX_DURATION:
+        raise error(f"{what} must be at most {MAX_DURATION}, not {_shown(value)}")
+    if result < timedelta(0) and not allow_negative:
+        raise error(f"{what} must be {'>= 0' if allow_zero else '> 0'}, not {_shown(value)}")
+    if result == timedelta(0) and not allow_zero:
+        raise error(f"{what} must be > 0, not {_shown(value)}")
+    return result
+
+
+def count(value: object, *, what: str, error: type[Exception], maximum: int) -> int:
+    """``value`` as a whole number from 1 to ``maximum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise error(f"{what} must be a whole number from 1 to {maximum}, not {_shown(value)}")
+    return value
+
+
+def zone(value: object, *, what: str, error: type[Exception]) -> tzinfo:
+    """``value`` (a zone name or tzinfo) as a tzinfo."""
+    try:
+        return resolve_timezone(value, subject=what)  # type: ignore[arg-type]
+    except ValueError as problem:
+        raise error(str(problem)) from None
+
+
+def registry(value: object, *, what: str, error: type[Exception]) -> object:
+    """``value`` if it is a Registry (or None, the default registry)."""
+    from .registry import Registry  # registry.py imports this module
+
+    if value is not None and not isinstance(value, Registry):
+        raise error(f"{what} must be a Registry, not {_shown(value)}")
+    return value
+
+
+def instance_id(value: object, *, what: str, error: type[Exception]) -> str | None:
+    """``value`` if it is None (host:pid) or a non-empty string."""
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise error(f"{what} must be a non-empty string or None, not {_shown(value)}")
+    return value
