@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import socket
@@ -10,9 +11,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Collection
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
@@ -22,6 +21,8 @@ from apscheduler.triggers.base import BaseTrigger
 
 from . import _options
 from .errors import LockBusy, SchedulerConfigError, StoreUnavailable
+from .heartbeats import Heartbeats
+from .lifecycle import Generation, WorkerPool
 from .records import JobContext, Outcome, RunRecord
 from .registry import BUSY_POLICIES, BusyPolicy, Job, Registry, default_registry
 from .stores import AcquireStatus, Acquisition, LockStore, store_from_url
@@ -62,119 +63,26 @@ class _LockingExecutor(BaseExecutor):
     """An APScheduler executor that hands each fire, with its scheduled time, to the scheduler.
 
     APScheduler's own executors call the job function without the scheduled time; we need that time
-    because (job name, scheduled time) is the identity of a run across the fleet.
+    because (job name, scheduled time) is the identity of a run across the fleet. The fires run in the
+    generation's daemon worker pool, which the scheduler's shutdown closes and joins with a deadline.
     """
 
-    def __init__(self, fire: Callable[[str, datetime], None], max_workers: int) -> None:
+    def __init__(self, fire: Callable[[str, datetime], None], pool: WorkerPool) -> None:
         super().__init__()
         self._fire = fire
-        self._pool = ThreadPoolExecutor(max_workers, thread_name_prefix="mutexcron-job")
+        self._pool = pool
 
     def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
-        future = self._pool.submit(self._fire, job.id, run_times[-1])
-        future.add_done_callback(lambda _: self._run_job_success(job.id, []))
+        def run() -> None:
+            try:
+                self._fire(job.id, run_times[-1])
+            finally:
+                self._run_job_success(job.id, [])
+
+        self._pool.submit(run)
 
     def shutdown(self, wait: bool = True) -> None:
-        self._pool.shutdown(wait=wait, cancel_futures=not wait)
-
-
-@dataclass(eq=False)
-class _Beat:
-    job: Job
-    ctx: JobContext
-    due: float  # time.monotonic() of the next renewal
-    last_renewed: float
-    in_flight: bool = False
-
-
-class _Heartbeats:
-    """One thread per scheduler that renews every lock it holds every ``lease / 3``.
-
-    A run whose lock was taken away (its lease ran out and another instance took it) is marked lost
-    and logged. One shared thread instead of one per run keeps a short job's overhead low.
-    """
-
-    # When it holds no lock the thread still looks in once a second, so that adding a run whose first
-    # renewal is further away than that needs no wake-up (a short job's start stays cheap).
-    IDLE_WAKE = 1.0
-
-    def __init__(self, store: LockStore) -> None:
-        self._store = store
-        self._changed = threading.Condition()
-        self._beats: set[_Beat] = set()
-        self._thread: threading.Thread | None = None
-        self._stopped = False
-        self._wake_at = 0.0  # when the thread will next look at its beats (time.monotonic())
-
-    def add(self, job: Job, ctx: JobContext) -> _Beat:
-        now = time.monotonic()
-        beat = _Beat(job, ctx, now + job.lease.total_seconds() / 3, now)
-        with self._changed:
-            self._beats.add(beat)
-            if self._thread is None:
-                self._stopped = False
-                self._thread = threading.Thread(target=self._run, name="mutexcron-heartbeat", daemon=True)
-                self._thread.start()
-            elif beat.due < self._wake_at:
-                self._changed.notify_all()
-        return beat
-
-    def remove(self, beat: _Beat) -> None:
-        """Stop renewing; waits for a renewal in flight so none lands after the lock's release."""
-        with self._changed:
-            self._changed.wait_for(lambda: not beat.in_flight)
-            self._beats.discard(beat)
-
-    def stop(self) -> None:
-        with self._changed:
-            self._stopped = True
-            thread, self._thread = self._thread, None
-            self._changed.notify_all()
-        if thread is not None:
-            thread.join()
-
-    def _run(self) -> None:
-        while True:
-            with self._changed:
-                while not self._stopped:
-                    now = time.monotonic()
-                    due = [beat for beat in self._beats if beat.due <= now]
-                    if due:
-                        break
-                    self._wake_at = min((beat.due for beat in self._beats), default=now + self.IDLE_WAKE)
-                    self._changed.wait(self._wake_at - now)
-                if self._stopped:
-                    return
-                for beat in due:
-                    beat.in_flight = True
-            for beat in due:
-                lost = self._renew(beat)
-                with self._changed:
-                    beat.in_flight = False
-                    beat.due = time.monotonic() + beat.job.lease.total_seconds() / 3
-                    if lost:
-                        self._beats.discard(beat)
-                    self._changed.notify_all()
-
-    def _renew(self, beat: _Beat) -> bool:
-        """Renew one lock; True if it is lost."""
-        job, ctx = beat.job, beat.ctx
-        try:
-            renewed = self._store.renew(job.name, token=ctx.token, lease=job.lease)
-        except StoreUnavailable as error:
-            if time.monotonic() - beat.last_renewed < job.lease.total_seconds():
-                logger.warning("job %r: could not renew its lock, will retry: %s", job.name, error)
-                return False
-            renewed = False
-        if renewed:
-            beat.last_renewed = time.monotonic()
-            return False
-        ctx._mark_lost()
-        logger.error(
-            "job %r (fire %s, token %d): lock lost while the body runs: its lease ran out and it may now be "
-            "held by another instance", job.name, ctx.fire_time.isoformat(), ctx.token,
-        )
-        return True
+        """Nothing to do: the scheduler's Generation closes the pool and joins it within its deadline."""
 
 
 class Scheduler:
@@ -220,12 +128,9 @@ class Scheduler:
         self._owns_store = not isinstance(store, LockStore)
         self.store = store_from_url(store)
         self._listeners: list[tuple[Listener, frozenset[str]]] = []
-        self._heartbeats = _Heartbeats(self.store)
+        self._life = self._new_generation()
         self._aps: BackgroundScheduler | None = None
         self._state_lock = threading.Lock()
-        self._idle = threading.Condition(self._state_lock)
-        self._running: dict[int, JobContext] = {}
-        self._stopping = threading.Event()
         self._store_down_since: datetime | None = None
         self._skipped_while_down = 0
 
@@ -257,11 +162,14 @@ class Scheduler:
         if self._aps is not None:
             raise RuntimeError("scheduler is already running")
         jobs = list(self.registry)
+        if self._life.closing.is_set():
+            self._life = self._new_generation()  # a fire left over from the last run keeps the old one
+        life = self._life
         self.seed()
-        self._stopping.clear()
         aps = BackgroundScheduler(
             timezone=UTC,
-            executors={"default": _LockingExecutor(self._fire, self.max_workers)},
+            executors={"default": _LockingExecutor(functools.partial(self._fire, life),
+                                                   life.start_pool(self.max_workers))},
             # The store decides who runs; locally every fire is handed over, and coalesced if late.
             job_defaults={"coalesce": True, "max_instances": 10_000, "misfire_grace_time": None},
         )
@@ -292,34 +200,26 @@ class Scheduler:
 
     def running_jobs(self) -> list[str]:
         """Names of the jobs whose bodies are running on this instance now."""
-        with self._state_lock:
-            return sorted({ctx.job_name for ctx in self._running.values()})
+        return self._life.running_names()
 
     def shutdown(self, wait: bool = True, timeout: timedelta | None = None) -> bool:
-        """Stop firing; if ``wait``, wait (at most ``timeout``) for running bodies, which release their locks.
+        """Stop firing; from now on no body starts. Returns within ``timeout`` (default ``shutdown_timeout``)
+        plus ``SHUTDOWN_GRACE`` (1 s), whatever is in flight.
 
-        Returns False if a body was still running when it returned (see :meth:`running_jobs`). Such a
-        body keeps its lock until its lease runs out: releasing it under a running body would let
-        another instance run the job at the same time.
+        With ``wait``, waits up to ``timeout`` for the fires in flight (running bodies, which release their
+        locks; acquisitions, which are released unrun), then stops the heartbeat thread, closes a store it
+        built and joins its worker threads. A body still running then keeps its lock until its lease runs
+        out (releasing it under a running body would let another instance run the job at the same time).
+        Without ``wait`` it returns at once; running bodies go on and release their locks, and the last
+        fire to end stops the threads and closes the store. True if no fire was in flight when it returned.
         """
+        life = self._life
         aps, self._aps = self._aps, None
-        self._stopping.set()
+        life.close()
         if aps is not None:
             aps.shutdown(wait=False)
-        if wait:
-            limit = (timeout if timeout is not None else self.shutdown_timeout).total_seconds()
-            with self._idle:
-                if not self._idle.wait_for(lambda: not self._running, timeout=limit):
-                    names = sorted({ctx.job_name for ctx in self._running.values()})
-                    logger.warning("shutdown: job(s) %s still running after %.1fs; their locks expire with "
-                                   "their lease", names, limit)
-                    return False
-        if self._running:
-            return False
-        self._heartbeats.stop()
-        if self._owns_store:
-            self.store.close()
-        return True
+        limit = (timeout if timeout is not None else self.shutdown_timeout).total_seconds()
+        return life.finish(wait=wait, timeout=limit)
 
     def run_now(self, name: str, *, on_busy: BusyPolicy | None = None) -> RunRecord:
         """Run job ``name`` now, in this thread, under its lock (a manual run, outside the tick ledger).
@@ -332,7 +232,7 @@ class Scheduler:
             if on_busy not in BUSY_POLICIES:
                 raise ValueError(f"on_busy must be one of {BUSY_POLICIES}, not {on_busy!r}")
             job = dataclasses.replace(job, on_busy=on_busy)
-        record = self._execute(job, _utc_now(), manual=True)
+        record = self._execute_now(job, _utc_now(), manual=True)
         if record.outcome is Outcome.SKIPPED_BUSY and job.on_busy == "raise":
             raise LockBusy(name, record)
         return record
@@ -342,7 +242,7 @@ class Scheduler:
         the trigger would: it runs only if no instance ran that tick. For tests and tooling."""
         if fire_time.tzinfo is None:
             raise ValueError(f"fire_time={fire_time!r} is naive; pass an aware datetime")
-        return self._execute(self.registry.get(name), fire_time.astimezone(UTC), manual=False)
+        return self._execute_now(self.registry.get(name), fire_time.astimezone(UTC), manual=False)
 
     def __enter__(self) -> Scheduler:
         self.start()
@@ -357,7 +257,23 @@ class Scheduler:
 
     # -- firing -----------------------------------------------------------------------------------
 
-    def _fire(self, name: str, run_time: datetime) -> None:
+    def _new_generation(self) -> Generation:
+        return Generation(Heartbeats(self.store), self.store.close if self._owns_store else None)
+
+    def _execute_now(self, job: Job, fire_time: datetime, *, manual: bool) -> RunRecord:
+        """A run in the caller's thread (run_now, run_tick): one more fire in flight for shutdown."""
+        life = self._life
+        if not life.enter():
+            raise RuntimeError(f"scheduler {self.instance_id} is shut down; start() it to run jobs again")
+        try:
+            record = self._execute(life, job, fire_time, manual=manual)
+        finally:
+            life.leave()
+        if record is None:
+            raise RuntimeError(f"job {job.name!r}: the scheduler shut down while it took its lock; released unrun")
+        return record
+
+    def _fire(self, life: Generation, name: str, run_time: datetime) -> None:
         """Called by APScheduler's executor thread when a job's trigger fires on this instance."""
         fire_time = (run_time + self.clock_skew).astimezone(UTC)
         late = _utc_now() - run_time
@@ -370,10 +286,17 @@ class Scheduler:
         except KeyError:
             logger.warning("job %r fired but is no longer declared", name)
             return
-        with self.fire_context():
-            self._execute(job, fire_time, manual=False)
+        if not life.enter():
+            logger.debug("job %r: fire %s dropped: the scheduler is shutting down", name, fire_time.isoformat())
+            return
+        try:
+            with self.fire_context():
+                self._execute(life, job, fire_time, manual=False)
+        finally:
+            life.leave()
 
-    def _execute(self, job: Job, fire_time: datetime, *, manual: bool) -> RunRecord:
+    def _execute(self, life: Generation, job: Job, fire_time: datetime, *, manual: bool) -> RunRecord | None:
+        """Acquire, run, release, notify; None for a lock won after shutdown began (released unrun)."""
         started_at = _utc_now()
 
         def skipped(outcome: Outcome, why: str) -> RunRecord:
@@ -381,7 +304,7 @@ class Scheduler:
                                           error=why, manual=manual))
 
         try:
-            acquisition = self._acquire(job, None if manual else fire_time)
+            acquisition = self._acquire(life, job, None if manual else fire_time)
         except StoreUnavailable as error:
             self._store_failed(error)
             return skipped(Outcome.SKIPPED_STORE_ERROR, str(error))
@@ -395,9 +318,13 @@ class Scheduler:
             log("job %r fire %s skipped: %s", job.name, fire_time.isoformat(), why)
             return skipped(Outcome.SKIPPED_BUSY, why)
         assert acquisition.token is not None
-        return self._run_body(job, fire_time, acquisition.token, started_at, manual)
+        ctx = JobContext(job.name, fire_time, self.instance_id, acquisition.token)
+        if not life.admit(ctx):
+            self._release_unrun(life, job, ctx)
+            return None
+        return self._run_body(life, job, ctx, started_at, manual)
 
-    def _acquire(self, job: Job, fire_time: datetime | None) -> Acquisition:
+    def _acquire(self, life: Generation, job: Job, fire_time: datetime | None) -> Acquisition:
         acquire = lambda: self.store.acquire(  # noqa: E731
             job.name, owner=self.instance_id, lease=job.lease, fire_time=fire_time)
         acquisition = acquire()
@@ -415,39 +342,55 @@ class Scheduler:
         deadline = time.monotonic() + patience.total_seconds()
         pause = 0.02
         while acquisition.status is AcquireStatus.BUSY and time.monotonic() < deadline:
-            if self._stopping.wait(min(pause, max(0.0, deadline - time.monotonic()))):
+            if life.closing.wait(min(pause, max(0.0, deadline - time.monotonic()))):
                 break
             pause = min(pause * 2, 1.0)
             acquisition = acquire()
         return acquisition
 
-    def _run_body(self, job: Job, fire_time: datetime, token: int, started_at: datetime, manual: bool) -> RunRecord:
-        ctx = JobContext(job.name, fire_time, self.instance_id, token)
-        key = id(ctx)
-        with self._state_lock:
-            self._running[key] = ctx
+    def _run_body(self, life: Generation, job: Job, ctx: JobContext, started_at: datetime,
+                  manual: bool) -> RunRecord | None:
+        fire_time, token = ctx.fire_time, ctx.token
+        beat = life.heartbeats.add(job, ctx)
+        if beat is None:  # shutdown gave up waiting (its timeout passed) just after admit(): not started
+            life.done(ctx)
+            logger.warning("job %r (fire %s): shutdown finished before its body started; not run, its lock "
+                           "expires with its lease", job.name, fire_time.isoformat())
+            return None
         if self._wants("started"):
             self._notify(RunRecord(job.name, fire_time, self.instance_id, None, started_at, None, token=token,
                                    manual=manual), "started")
         outcome, error = Outcome.SUCCEEDED, None
-        beat = self._heartbeats.add(job, ctx)
         try:
             job.call(ctx)
         except Exception:
             outcome, error = Outcome.FAILED, traceback.format_exc()
             logger.exception("job %r (fire %s) failed", job.name, fire_time.isoformat())
         finally:
-            self._heartbeats.remove(beat)
-            self._release(job, token)
-            with self._idle:
-                del self._running[key]
-                self._idle.notify_all()
+            life.heartbeats.remove(beat)
+            if life.finalized:
+                logger.warning("job %r (fire %s) ended after shutdown gave up waiting for it; its lock expires "
+                               "with its lease", job.name, fire_time.isoformat())
+            else:
+                self._release(job, token)
+            life.done(ctx)
         record = RunRecord(job.name, fire_time, self.instance_id, outcome, started_at, _utc_now(), error=error,
                            token=token, lock_lost=ctx.lock_lost, manual=manual)
         if outcome is Outcome.SUCCEEDED and logger.isEnabledFor(logging.INFO):
             logger.info("job %r (fire %s) succeeded in %.3fs", job.name, fire_time.isoformat(),
                         (record.finished_at - started_at).total_seconds())  # type: ignore[operator]
         return self._finish(record)
+
+    def _release_unrun(self, life: Generation, job: Job, ctx: JobContext) -> None:
+        """A lock won after shutdown began: give it back at once without running the body. The store
+        already counts this tick as taken, so no instance runs it; it is logged, not recorded as a run."""
+        if life.finalized:
+            logger.warning("job %r: fire %s won its lock after shutdown finished; not run, the lock expires "
+                           "with its lease", job.name, ctx.fire_time.isoformat())
+            return
+        logger.warning("job %r: fire %s won its lock after shutdown began; released without running it",
+                       job.name, ctx.fire_time.isoformat())
+        self._release(job, ctx.token)
 
     def _release(self, job: Job, token: int) -> None:
         try:
