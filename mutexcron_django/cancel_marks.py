@@ -10,7 +10,8 @@ A cancel and a claim of one task are therefore serialised on its row: exactly on
 
 Expiry: SQL has no TTL, so a row whose ``expires_at`` has passed (database clock) counts as absent, and
 expired rows are deleted by :meth:`DjangoCancelMarks.prune` (run by ``create`` at most every 10 minutes).
-``expires_at`` is ``max(run_at, now) + retention``, NULL for a failed task (kept until it is retried).
+``expires_at`` is NULL while the task's message has not arrived (scheduled or cancelled: a cancel holds
+however late workers start) and for a failed task (kept until it is retried); otherwise now + retention.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import ParamSpec, TypeVar
 from urllib.parse import unquote, urlsplit
 
-from django.db import Error, IntegrityError, connections, router, transaction
+from django.db import Error, connections, router, transaction
 from django.db.models import F, Q
 
 from mutexcron._urls import mask_url, pop_query_options
@@ -111,7 +112,7 @@ class DjangoCancelMarks(CancelMarkStore):
             rows = [
                 TaskMark(id=task.id, task_type=task.task_type, payload=task.payload, run_at=task.run_at,
                          status=TaskStatus.SCHEDULED.value, attempts=0, gen=1, error=None,
-                         expires_at=self._expiry(task.run_at), updated_at=DbNow())
+                         expires_at=None, updated_at=DbNow())
                 for task in tasks
             ]
             # Like the Redis store: a record of the same id (an expired one) is overwritten.
@@ -153,7 +154,8 @@ class DjangoCancelMarks(CancelMarkStore):
                 if row is None:
                     return Claim(Verdict.MISSING, 0)
                 attempts = row.attempts
-                if row.status == TaskStatus.CANCELLED:
+                if row.status == TaskStatus.CANCELLED:  # its message came: keep the mark for the retention only
+                    self._marks.filter(pk=task_id).update(expires_at=self._expiry(datetime.now(UTC)))
                     return Claim(Verdict.CANCELLED, attempts)
                 if gen < row.gen:
                     return Claim(Verdict.STALE, attempts)
@@ -175,23 +177,6 @@ class DjangoCancelMarks(CancelMarkStore):
 
         return self._call(run)
 
-    def adopt(self, task: NewTask, *, gen: int, attempts: int) -> bool:
-        def run() -> bool:
-            with transaction.atomic(using=self.using):
-                self._marks.filter(pk=task.id, expires_at__lte=DbNow()).delete()
-                try:
-                    with transaction.atomic(using=self.using):
-                        self._marks.create(
-                            id=task.id, task_type=task.task_type, payload=task.payload, run_at=task.run_at,
-                            status=TaskStatus.RUNNING.value, attempts=attempts, gen=gen, error=None,
-                            expires_at=self._expiry(task.run_at), updated_at=DbNow(),
-                        )
-                except IntegrityError:
-                    return False  # a record appeared meanwhile
-                return True
-
-        return self._call(run)
-
     def finish(self, task_id: str, *, gen: int, status: TaskStatus, error: str | None = None) -> bool:
         if status not in FINISHED:
             raise ValueError(f"finish() takes succeeded, failed or cancelled, not {status!r}")
@@ -203,14 +188,14 @@ class DjangoCancelMarks(CancelMarkStore):
     def reschedule(self, task_id: str, *, gen: int, new_gen: int, run_at: datetime, error: str) -> bool:
         return self._call(lambda: self._marks.filter(_live(), pk=task_id, status=TaskStatus.RUNNING.value, gen=gen)
                           .update(status=TaskStatus.SCHEDULED.value, gen=new_gen, run_at=run_at, error=_clip(error),
-                                  expires_at=self._expiry(run_at), updated_at=DbNow()) == 1)
+                                  expires_at=None, updated_at=DbNow()) == 1)
 
     def reopen(self, task_id: str, *, gen: int, new_gen: int, run_at: datetime) -> bool:
         def run() -> bool:
             live = self._marks.filter(_live(), pk=task_id)
             if live.filter(status=TaskStatus.FAILED.value, gen=gen).update(
                 status=TaskStatus.SCHEDULED.value, gen=new_gen, run_at=run_at, attempts=0,
-                expires_at=self._expiry(run_at), updated_at=DbNow(),
+                expires_at=None, updated_at=DbNow(),
             ) == 1:
                 return True
             # The re-published message overtook this call (and claimed the record): done already.

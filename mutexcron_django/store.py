@@ -1,6 +1,6 @@
 """Locks in the app's own SQL database through Django's ORM: the embedded default (SQLite works).
 
-Acquire is one conditional UPDATE decided on the database's clock (``Now()``), then a rowcount check:
+Acquire is one conditional UPDATE decided on the database's clock (``DbNow()``), then a rowcount check:
 no read-modify-write, so concurrent instances cannot both win. A deleted lock keeps its row with
 ``deleted`` set (a tombstone hidden from readers); seeding or acquiring revives it, token and last fire kept.
 """
@@ -11,19 +11,15 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
 from django.db import DatabaseError, IntegrityError, connections, router, transaction
-from django.db.models import DateTimeField, ExpressionWrapper, F, Q, Value
-from django.db.models.functions import Now
+from django.db.models import F, Q, QuerySet
 
 from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.stores.base import AcquireStatus, Acquisition, LockState, LockStore
 
+from .dbclock import AsUTC, DbNow, aware, db_now, now_minus, now_plus, plus
 from .models import Lock
 
 UTC = UTC
-
-
-def _now_plus(duration: timedelta) -> ExpressionWrapper:
-    return ExpressionWrapper(Now() + Value(duration), output_field=DateTimeField())
 
 
 class DjangoLockStore(LockStore):
@@ -72,21 +68,22 @@ class DjangoLockStore(LockStore):
     def acquire(self, name: str, *, owner: str, lease: timedelta, fire_time: datetime | None) -> Acquisition:
         def run() -> Acquisition:
             for _ in range(2):
-                free = self._locks.filter(Q(name=name) & (Q(locked=False) | Q(lock_until__lte=Now())))
+                free = self._locks.filter(Q(name=name) & (Q(locked=False) | Q(lock_until__lte=DbNow())))
                 if fire_time is not None:
                     free = free.filter(Q(last_fire_time__isnull=True) | Q(last_fire_time__lt=fire_time))
-                changes = {"locked": True, "locked_by": owner, "last_locked_at": Now(), "lock_until": _now_plus(lease),
+                changes = {"locked": True, "locked_by": owner, "last_locked_at": DbNow(), "lock_until": now_plus(lease),
                            "token": F("token") + 1, "deleted": False}
                 if fire_time is not None:
                     changes["last_fire_time"] = fire_time
                 with transaction.atomic(using=self.using):
                     if free.update(**changes) == 1:
                         return Acquisition(AcquireStatus.ACQUIRED, token=self._locks.get(name=name).token)
-                state = self._locks.filter(name=name).values("locked_by", "last_fire_time", "deleted").first()
+                state = (self._locks.filter(name=name)
+                         .values("locked_by", "deleted", last_fire=AsUTC("last_fire_time")).first())
                 if state is None or state["deleted"]:  # create or revive it, then try once more
                     self.seed([name])
                     continue
-                last_fire = state["last_fire_time"]
+                last_fire = aware(state["last_fire"])
                 if fire_time is not None and last_fire is not None and last_fire >= fire_time:
                     return Acquisition(AcquireStatus.ALREADY_RAN, holder=state["locked_by"])
                 return Acquisition(AcquireStatus.BUSY, holder=state["locked_by"])
@@ -96,72 +93,49 @@ class DjangoLockStore(LockStore):
 
     def renew(self, name: str, *, token: int, lease: timedelta) -> bool:
         return self._call(lambda: self._locks.filter(name=name, locked=True, token=token)
-                          .update(lock_until=_now_plus(lease)) == 1)
+                          .update(lock_until=now_plus(lease)) == 1)
 
     def release(self, name: str, *, token: int, hold_at_least: timedelta = timedelta(0)) -> bool:
         def run() -> bool:
             mine = self._locks.filter(name=name, locked=True, token=token)
-            hold_until = ExpressionWrapper(F("last_locked_at") + Value(hold_at_least), output_field=DateTimeField())
             with transaction.atomic(using=self.using):
                 # Still inside hold_at_least: keep it locked until then. Otherwise free it now.
-                held = mine.filter(last_locked_at__gt=ExpressionWrapper(Now() - Value(hold_at_least),
-                                                                        output_field=DateTimeField()))
-                if hold_at_least and held.update(lock_until=hold_until, last_released_at=Now()) == 1:
+                held = mine.filter(last_locked_at__gt=now_minus(hold_at_least))
+                if hold_at_least and held.update(lock_until=plus("last_locked_at", hold_at_least),
+                                                 last_released_at=DbNow()) == 1:
                     return True
-                return mine.update(locked=False, lock_until=Now(), last_released_at=Now()) == 1
+                return mine.update(locked=False, lock_until=DbNow(), last_released_at=DbNow()) == 1
 
         return self._call(run)
 
     def force_unlock(self, name: str) -> bool:
         return self._call(lambda: self._locks.filter(name=name, locked=True)
-                          .update(locked=False, lock_until=Now(), last_released_at=Now()) == 1)
+                          .update(locked=False, lock_until=DbNow(), last_released_at=DbNow()) == 1)
 
     def delete(self, name: str) -> bool:
         return self._call(lambda: self._locks.filter(name=name, deleted=False).update(deleted=True) == 1)
 
     def lock(self, name: str) -> LockState | None:
-        row = self._call(lambda: self._locks.filter(name=name, deleted=False).first())
-        return _state(row) if row is not None else None
+        states = self._call(lambda: _states(self._locks.filter(name=name, deleted=False)))
+        return states[0] if states else None
 
     def locks(self) -> list[LockState]:
-        return [_state(row) for row in self._call(lambda: list(self._locks.filter(deleted=False).order_by("name")))]
+        return self._call(lambda: _states(self._locks.filter(deleted=False).order_by("name")))
 
     def now(self) -> datetime:
-        def run() -> datetime:
-            with connections[self.using].cursor() as cursor:
-                cursor.execute(_NOW_SQL.get(connections[self.using].vendor, "SELECT CURRENT_TIMESTAMP"))
-                (raw,) = cursor.fetchone()
-            return _aware(raw)
-
-        return self._call(run)
+        return self._call(db_now, self.using)
 
     def __repr__(self) -> str:
         return f"<DjangoLockStore database={self.using!r}>"
 
 
-# The same clock Django's Now() reads on each database (MariaDB's session zone is UTC under USE_TZ).
-_NOW_SQL = {
-    "postgresql": "SELECT STATEMENT_TIMESTAMP()",
-    "mysql": "SELECT UTC_TIMESTAMP(6)",
-    "sqlite": "SELECT STRFTIME('%Y-%m-%d %H:%M:%f', 'NOW')",
-}
+_TIMES = ("last_locked_at", "last_released_at", "lock_until", "last_fire_time")
 
 
-def _aware(value: datetime | str) -> datetime:
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def _state(row: Lock) -> LockState:
-    return LockState(
-        name=row.name,
-        locked=row.locked,
-        locked_by=row.locked_by,
-        last_locked_at=row.last_locked_at,
-        last_released_at=row.last_released_at,
-        lock_until=row.lock_until,
-        last_fire_time=row.last_fire_time,
-        token=row.token,
-    )
+def _states(rows: QuerySet[Lock]) -> list[LockState]:
+    """The rows as lock states, their times read as UTC whatever the session's time zone."""
+    values = rows.values("name", "locked", "locked_by", "token", **{f"utc_{t}": AsUTC(t) for t in _TIMES})
+    return [LockState(name=row["name"], locked=row["locked"], locked_by=row["locked_by"], token=row["token"],
+                      **{t: aware(row[f"utc_{t}"]) for t in _TIMES})
+            for row in values]
 

@@ -4,7 +4,7 @@ One row per task in the ``ScheduledTask`` model (table ``mutexcron_scheduledtask
 TaskQueue gives), ``task_type``, ``payload`` (JSON text), ``run_at``, ``due`` (when it may run next: a retry
 moves it), ``status``, ``attempts``, ``claims`` (how many claims ever), ``claim_token`` (the token of the
 claim that holds a running task), ``claimed_by``, ``visible_until``, ``error`` and timestamps. Every time
-that decides something is the database's clock (``Now()``; ``UTC_TIMESTAMP(6)`` on MySQL/MariaDB), as in
+that decides something is the database's clock, in UTC whatever the session's time zone (dbclock.py), as in
 the SQL lock store, except ``run_at`` itself, which the producer computes (``delay`` is added to its clock).
 
 **Claim.** PostgreSQL and MySQL/MariaDB: in one transaction, for each task type, ``SELECT … WHERE status =
@@ -91,8 +91,8 @@ from typing import Any, ParamSpec, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from django.db import Error, close_old_connections, connections, router, transaction
-from django.db.models import Case, CharField, DateTimeField, ExpressionWrapper, F, Value, When
-from django.db.models.functions import Cast, Coalesce, Concat, Now
+from django.db.models import Case, CharField, DateTimeField, F, Value, When
+from django.db.models.functions import Cast, Coalesce, Concat
 
 from mutexcron._urls import mask_url, pop_query_options
 from mutexcron.errors import StoreConfigError, StoreUnavailable
@@ -108,6 +108,7 @@ from mutexcron.tasks.backends.base import (
 from mutexcron.tasks.local_wake import LocalWakeChannel, WakeListener
 from mutexcron.tasks.model import NewTask, TaskInfo, TaskStatus
 
+from .dbclock import AsUTC, DbNow, aware, now_minus, now_plus, now_sql, utc_sql
 from .models import ScheduledTask
 
 __all__ = ["DbNow", "DjangoDelivery", "DjangoTaskBackend"]
@@ -134,42 +135,6 @@ DEADLOCK_RETRIES = 3
 Status = ScheduledTask.Status
 P = ParamSpec("P")
 T = TypeVar("T")
-
-
-class DbNow(Now):
-    """Django's ``Now()``, except ``UTC_TIMESTAMP(6)`` on MySQL/MariaDB.
-
-    Django stores UTC there whatever the session time zone, while ``CURRENT_TIMESTAMP`` is in the session
-    zone (the server's own zone unless set), so due times written by Python and the database's "now" would
-    disagree by the zone's offset.
-    """
-
-    def as_mysql(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
-        return self.as_sql(compiler, connection, template="UTC_TIMESTAMP(6)", **extra_context)
-
-
-def _now_plus(duration: timedelta) -> ExpressionWrapper:
-    return ExpressionWrapper(DbNow() + Value(duration), output_field=DateTimeField())
-
-
-def _now_minus(duration: timedelta) -> ExpressionWrapper:
-    return ExpressionWrapper(DbNow() - Value(duration), output_field=DateTimeField())
-
-
-# The clock DbNow() reads, in raw SQL (for the one query that is not built by the ORM); % doubled for params.
-_NOW_SQL = {
-    "postgresql": "STATEMENT_TIMESTAMP()",
-    "mysql": "UTC_TIMESTAMP(6)",
-    "sqlite": "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')",
-}
-
-
-def _aware(value: datetime | str | None) -> datetime | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def _ms(value: datetime) -> int:
@@ -581,7 +546,7 @@ class DjangoTaskBackend(TaskBackend):
     def info(self, task_id: str) -> TaskInfo | None:
         if not isinstance(task_id, str) or not task_id:
             return None
-        row = self._call(lambda: self._tasks.filter(pk=task_id).first())
+        row = self._call(lambda: self._tasks.filter(pk=task_id).annotate(utc_run_at=AsUTC("run_at")).first())
         return _info(row) if row is not None else None
 
     def store_result(self, task_id: str, text: str) -> bool:
@@ -618,7 +583,7 @@ class DjangoTaskBackend(TaskBackend):
     def prune(self, older_than: timedelta | None = None) -> int:
         """Delete succeeded and cancelled tasks that finished longer than ``older_than`` (default: the
         retention) ago; failed ones are kept until retried. Returns how many were deleted."""
-        cutoff = _now_minus(older_than if older_than is not None else self.retention)
+        cutoff = now_minus(older_than if older_than is not None else self.retention)
 
         def run() -> int:
             deleted = 0
@@ -695,10 +660,10 @@ class DjangoTaskBackend(TaskBackend):
         self._requeue_expired()
         token = uuid.uuid4().hex
         if len(set(visibility.values())) == 1:
-            until: Any = _now_plus(next(iter(visibility.values())))
+            until: Any = now_plus(next(iter(visibility.values())))
         else:
-            until = Case(*(When(task_type=t, then=_now_plus(v)) for t, v in visibility.items()),
-                         default=_now_plus(max(visibility.values())), output_field=DateTimeField())
+            until = Case(*(When(task_type=t, then=now_plus(v)) for t, v in visibility.items()),
+                         default=now_plus(max(visibility.values())), output_field=DateTimeField())
         changes = {
             "status": Status.RUNNING, "attempts": F("attempts") + 1, "claims": F("claims") + 1,
             "claim_token": token, "claimed_by": owner, "visible_until": until, "started_at": DbNow(),
@@ -725,15 +690,15 @@ class DjangoTaskBackend(TaskBackend):
             # after ``limit`` rows (one query with IN would sort every due row, and MySQL would lock them all).
             for task_type in types:
                 picked += list(due.filter(task_type=task_type).select_for_update(skip_locked=True)
-                               .annotate(db_now=DbNow()).order_by("due", "pk")
-                               .values_list("due", *fields, "db_now")[:limit])
+                               .annotate(utc_due=AsUTC("due"), db_now=AsUTC(DbNow())).order_by("due", "pk")
+                               .values_list("utc_due", *fields, "db_now")[:limit])
             picked = sorted(picked, key=lambda row: (row[0], row[1]))[:limit]  # the rest is unlocked at commit
             if not picked:
                 return []
             self._tasks.filter(pk__in=[row[1] for row in picked]).update(**changes)
             if self.cross_process_wake:  # sleeping workers learn when these claims expire (if this worker dies)
                 shortest = min(visibility[row[2]] for row in picked)
-                deadline = _ms(_aware(picked[0][-1]) + shortest)  # type: ignore[operator]
+                deadline = _ms(aware(picked[0][-1]) + shortest)  # type: ignore[operator]
                 self._notify([_wake_payload(deadline, "*")])
         return [DjangoDelivery(self, pk, task_type, payload, attempts + 1, token, visibility[task_type])
                 for _, pk, task_type, payload, attempts, _ in picked]
@@ -745,20 +710,22 @@ class DjangoTaskBackend(TaskBackend):
         qn = connection.ops.quote_name
         table = qn(ScheduledTask._meta.db_table)
         status, task_type, due, until = (qn(c) for c in ("status", "task_type", "due", "visible_until"))
-        columns = [_NOW_SQL.get(self.vendor, "CURRENT_TIMESTAMP")]
+        columns = [now_sql(self.vendor)]
         params: list[Any] = []
         for one in types:
-            columns.append(f"(SELECT MIN({due}) FROM {table} WHERE {status} = %s AND {task_type} = %s)")
+            earliest = f"(SELECT MIN({due}) FROM {table} WHERE {status} = %s AND {task_type} = %s)"
+            columns.append(utc_sql(self.vendor, earliest))
             params += [Status.SCHEDULED.value, one]
         marks = ", ".join(["%s"] * len(types))
-        columns.append(f"(SELECT MIN({until}) FROM {table} WHERE {status} = %s AND {task_type} IN ({marks}))")
+        soonest = f"(SELECT MIN({until}) FROM {table} WHERE {status} = %s AND {task_type} IN ({marks}))"
+        columns.append(utc_sql(self.vendor, soonest))
         params += [Status.RUNNING.value, *types]
         with connection.cursor() as cursor:
             cursor.execute("SELECT " + ", ".join(columns), params)
             row = cursor.fetchone()
-        now = _aware(row[0])
+        now = aware(row[0])
         assert now is not None
-        times = [_ms(t) for t in (_aware(value) for value in row[1:]) if t is not None]
+        times = [_ms(t) for t in (aware(value) for value in row[1:]) if t is not None]
         return _ms(now), (min(times) if times else None)
 
     def _settle(self, delivery: DjangoDelivery, what: str, wake: tuple[int, str] | None = None,
@@ -803,7 +770,7 @@ class DjangoTaskBackend(TaskBackend):
         for (token, visibility), group in groups.items():
             ids = [d.id for d in group]
             mine = self._tasks.filter(pk__in=ids, status=Status.RUNNING, claim_token=token)
-            if mine.update(visible_until=_now_plus(visibility)) == len(ids):
+            if mine.update(visible_until=now_plus(visibility)) == len(ids):
                 kept.update(group)
             else:
                 held = set(mine.values_list("pk", flat=True))
@@ -850,7 +817,7 @@ def _info(row: ScheduledTask) -> TaskInfo:
     except ValueError:
         payload = row.payload  # not JSON (written by hand): shown as it is
     return TaskInfo(
-        id=row.id, task_type=row.task_type, payload=payload, run_at=row.run_at, status=_status(row.status),
+        id=row.id, task_type=row.task_type, payload=payload, run_at=aware(row.utc_run_at), status=_status(row.status),
         attempts=row.attempts, error=row.error or None,
     )
 
@@ -878,7 +845,7 @@ class DjangoDelivery(Delivery):
     def retry_later(self, delay: timedelta, error: str) -> None:
         due_ms = round((time.time() + max(delay, timedelta(0)).total_seconds()) * 1000)
         self.backend._settle(self, "schedule a retry of", (due_ms, self.task_type), status=Status.SCHEDULED,
-                             due=_now_plus(max(delay, timedelta(0))), claim_token=None, error=_clip(error))
+                             due=now_plus(max(delay, timedelta(0))), claim_token=None, error=_clip(error))
 
     def fail(self, error: str) -> None:
         self.backend._settle(self, "fail", status=Status.FAILED, error=_clip(error), finished_at=DbNow())

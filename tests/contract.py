@@ -298,6 +298,15 @@ class LockStoreContract:
         for value in (state.last_locked_at, state.lock_until, state.last_fire_time):
             assert value is not None and value.utcoffset() == timedelta(0)
 
+    def test_a_fresh_lease_starts_now_on_the_store_clock(self) -> None:
+        """So a live lock never reads as expired (or as held for hours), whatever a server's time zone."""
+        before = self.store.now()
+        self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_1)
+        after = self.store.now()
+        state = self.store.lock("job")
+        assert state is not None and state.last_locked_at is not None
+        assert before - timedelta(seconds=1) <= state.last_locked_at <= after + timedelta(seconds=1)
+
     def test_unusual_but_valid_names_round_trip(self) -> None:
         names = ["报告.日报", "tests.module.<locals>.job", "a:b@c/d+e-f", "x" * 200]
         self.store.seed(names)

@@ -5,7 +5,8 @@ before it is delivered. So the backend keeps one small record per task beside th
 consumer asks the record before it runs a delivered message:
 
 * ``cancel(id)`` flips ``scheduled`` to ``cancelled`` atomically; the message still arrives at its
-  due time and is then dropped unrun.
+  due time and is then dropped unrun. A scheduled or cancelled record does not expire: its message
+  may arrive however late (workers down for longer than the retention), and must still find it.
 * ``claim(...)`` flips ``scheduled`` to ``running`` atomically before the handler runs; ``cancel`` and
   ``claim`` race on one record, so exactly one of them wins.
 * Every message carries a *generation* (``gen``): 1 when scheduled, +1 for every re-publish (a retry
@@ -54,7 +55,7 @@ class Verdict(StrEnum):
     DONE = "done"  # this generation already succeeded or failed (a redelivery after the outcome): drop it
     STALE = "stale"  # an older generation than the record's (its retry was already published): drop it
     DUPLICATE = "duplicate"  # a second copy of a generation that is running on a live consumer: drop it
-    MISSING = "missing"  # no record (lost or expired): run it and :meth:`~CancelMarkStore.adopt` it
+    MISSING = "missing"  # no record (never scheduled, lost, or expired after its message came): never run it
 
 
 @dataclass(frozen=True)
@@ -90,10 +91,11 @@ class TaskRecord:
 class CancelMarkStore(ABC):
     """Task records beside a broker. Every method raises :class:`StoreUnavailable` on connection errors.
 
-    ``retention`` is how long a record outlives its due time (so that a cancel mark is still there when
-    the message arrives, and a finished task can be inspected): every write sets the record's expiry to
-    ``max(run_at - now, 0) + retention``, except that a failed task is kept until it is retried (as the
-    Redis task backend keeps it).
+    ``retention`` is how long a record is kept once its message has arrived (so that a finished task can
+    be inspected, and a late copy of its message is still fenced): a claim, a finish, and a cancelled
+    message's arrival set the expiry to now + ``retention``. Until its message arrives a
+    record (scheduled, or cancelled) never expires, so a cancel holds however late workers start; a
+    failed task is kept until it is retried (as the Redis task backend keeps it).
     """
 
     retention: timedelta = DEFAULT_RETENTION
@@ -118,17 +120,15 @@ class CancelMarkStore(ABC):
     def claim(self, task_id: str, *, gen: int, attempt: int, redelivered: bool) -> Claim:
         """Decide what to do with a delivered message of generation ``gen``, and claim it if it should run.
 
-        * cancelled -> CANCELLED; older generation -> STALE; succeeded -> DONE;
+        * no record -> MISSING (the consumer runs nothing without a record: it may have been cancelled);
+        * cancelled -> CANCELLED (the record now expires after the retention);
+        * older generation -> STALE; succeeded -> DONE;
         * same generation: failed -> DONE; running and not ``redelivered`` -> DUPLICATE;
         * otherwise (scheduled; running and redelivered, i.e. the broker saw its consumer go; a newer
           generation whose record update has not landed yet) -> RUN: status ``running``, generation
           ``gen``, attempts + 1 (a run whose consumer died counts as an attempt) or, for a newer
           generation, the message's own ``attempt`` number.
         """
-
-    @abstractmethod
-    def adopt(self, task: NewTask, *, gen: int, attempts: int) -> bool:
-        """Recreate a lost record as ``running``; False if a record appeared meanwhile (claim again)."""
 
     @abstractmethod
     def finish(self, task_id: str, *, gen: int, status: TaskStatus, error: str | None = None) -> bool:
@@ -155,11 +155,11 @@ class CancelMarkStore(ABC):
 
 # -- Redis ------------------------------------------------------------------------------------------
 
-# ARGV: type, payload, run_at_ms, ttl_ms
+# ARGV: type, payload, run_at_ms (no expiry until the message arrives)
 _CREATE = """
 redis.call('HSET', KEYS[1], 'type', ARGV[1], 'payload', ARGV[2], 'run_at', ARGV[3], 'status', 'scheduled',
            'attempts', '0', 'gen', '1', 'error', '')
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('PERSIST', KEYS[1])
 return 1
 """
 
@@ -177,7 +177,10 @@ if not status then return {'missing', '0'} end
 local gen = tonumber(h[2]) or 1
 local attempts = tonumber(h[3]) or 0
 local mgen = tonumber(ARGV[1])
-if status == 'cancelled' then return {'cancelled', tostring(attempts)} end
+if status == 'cancelled' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])  -- its message has come: keep the mark for the retention only
+  return {'cancelled', tostring(attempts)}
+end
 if mgen < gen then return {'stale', tostring(attempts)} end
 if status == 'succeeded' then return {'done', tostring(attempts)} end
 if mgen == gen then
@@ -192,15 +195,6 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return {'run', tostring(attempts)}
 """
 
-# ARGV: type, payload, run_at_ms, gen, attempts, ttl_ms
-_ADOPT = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'type', ARGV[1], 'payload', ARGV[2], 'run_at', ARGV[3], 'status', 'running',
-           'attempts', ARGV[5], 'gen', ARGV[4], 'error', '')
-redis.call('PEXPIRE', KEYS[1], ARGV[6])
-return 1
-"""
-
 # ARGV: gen, status, error, ttl_ms (a failed task is kept until it is retried: no expiry)
 _FINISH = """
 local h = redis.call('HMGET', KEYS[1], 'status', 'gen')
@@ -210,22 +204,22 @@ if ARGV[2] == 'failed' then redis.call('PERSIST', KEYS[1]) else redis.call('PEXP
 return 1
 """
 
-# ARGV: gen, new_gen, run_at_ms, error, ttl_ms
+# ARGV: gen, new_gen, run_at_ms, error (scheduled again: no expiry until the message arrives)
 _RESCHEDULE = """
 local h = redis.call('HMGET', KEYS[1], 'status', 'gen')
 if h[1] ~= 'running' or tonumber(h[2]) ~= tonumber(ARGV[1]) then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'scheduled', 'gen', ARGV[2], 'run_at', ARGV[3], 'error', ARGV[4])
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
+redis.call('PERSIST', KEYS[1])
 return 1
 """
 
-# ARGV: gen, new_gen, run_at_ms, ttl_ms
+# ARGV: gen, new_gen, run_at_ms (scheduled again: no expiry until the message arrives)
 _REOPEN = """
 local h = redis.call('HMGET', KEYS[1], 'status', 'gen')
 if not h[1] then return 0 end
 if h[1] == 'failed' and tonumber(h[2]) == tonumber(ARGV[1]) then
   redis.call('HSET', KEYS[1], 'status', 'scheduled', 'gen', ARGV[2], 'run_at', ARGV[3], 'attempts', '0')
-  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  redis.call('PERSIST', KEYS[1])
   return 1
 end
 if h[1] ~= 'cancelled' and tonumber(h[2]) >= tonumber(ARGV[2]) then return 1 end
@@ -267,7 +261,6 @@ class RedisCancelMarks(CancelMarkStore):
         self._create = client.register_script(_CREATE)
         self._cancel = client.register_script(_CANCEL)
         self._claim = client.register_script(_CLAIM)
-        self._adopt = client.register_script(_ADOPT)
         self._finish = client.register_script(_FINISH)
         self._reschedule = client.register_script(_RESCHEDULE)
         self._reopen = client.register_script(_REOPEN)
@@ -296,7 +289,7 @@ class RedisCancelMarks(CancelMarkStore):
         def run() -> None:
             pipe = self.client.pipeline(transaction=False)
             for task in tasks:
-                args = [task.task_type, task.payload, _ms(task.run_at), self._ttl_ms(task.run_at)]
+                args = [task.task_type, task.payload, _ms(task.run_at)]
                 self._create(keys=[self.key(task.id)], args=args, client=pipe)
             pipe.execute()
 
@@ -331,10 +324,6 @@ class RedisCancelMarks(CancelMarkStore):
         verdict, attempts = self._call(self._claim, keys=[self.key(task_id)], args=args)
         return Claim(Verdict(_text(verdict)), int(attempts))
 
-    def adopt(self, task: NewTask, *, gen: int, attempts: int) -> bool:
-        args = [task.task_type, task.payload, _ms(task.run_at), gen, attempts, self._ttl_ms(task.run_at)]
-        return bool(self._call(self._adopt, keys=[self.key(task.id)], args=args))
-
     def finish(self, task_id: str, *, gen: int, status: TaskStatus, error: str | None = None) -> bool:
         if status not in (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED):
             raise ValueError(f"finish() takes succeeded, failed or cancelled, not {status!r}")
@@ -342,11 +331,11 @@ class RedisCancelMarks(CancelMarkStore):
         return bool(self._call(self._finish, keys=[self.key(task_id)], args=args))
 
     def reschedule(self, task_id: str, *, gen: int, new_gen: int, run_at: datetime, error: str) -> bool:
-        args = [gen, new_gen, _ms(run_at), _clip(error), self._ttl_ms(run_at)]
+        args = [gen, new_gen, _ms(run_at), _clip(error)]
         return bool(self._call(self._reschedule, keys=[self.key(task_id)], args=args))
 
     def reopen(self, task_id: str, *, gen: int, new_gen: int, run_at: datetime) -> bool:
-        args = [gen, new_gen, _ms(run_at), self._ttl_ms(run_at)]
+        args = [gen, new_gen, _ms(run_at)]
         return bool(self._call(self._reopen, keys=[self.key(task_id)], args=args))
 
     def eviction_policy(self) -> str | None:

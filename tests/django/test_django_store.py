@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connections
 
-from mutexcron.stores import store_from_url
+from mutexcron.stores import AcquireStatus, store_from_url
 from mutexcron_django.store import DjangoLockStore
-from tests.contract import LockStoreContract
+from tests.contract import FIRE_1, FIRE_2, LockStoreContract
+from tests.django.session_zone import InSessionZone, session_time_zone, set_session_zone
 
 
-class DjangoStoreContract(LockStoreContract):
+class DjangoStoreContract(InSessionZone, LockStoreContract):
     alias = "default"
 
     @pytest.fixture(autouse=True)
@@ -40,6 +42,53 @@ class TestMariaDBLockStore(DjangoStoreContract):
     alias = "mariadb"
 
 
+class TestMariaDBLockStoreFiveHoursWestOfUTC(TestMariaDBLockStore):
+    session_zone = "-05:00"
+
+
+class TestMariaDBLockStoreTwoHoursEastOfUTC(TestMariaDBLockStore):
+    session_zone = "+02:00"
+
+
+class TestPostgreSQLLockStoreInKathmandu(TestPostgreSQLLockStore):
+    session_zone = "Asia/Kathmandu"  # +05:45
+
+
+# A server whose zone follows daylight saving time, on the spring-forward night: the session's zone moves
+# an hour east between two statements (PostgreSQL: two named zones an hour apart all year).
+DST_NIGHT = [pytest.param(alias, before, after, marks=pytest.mark.django_db(transaction=True, databases=[alias]),
+                          id=alias)
+             for alias, before, after in (("mariadb", "+01:00", "+02:00"),
+                                          ("postgres", "Europe/Berlin", "Europe/Athens"))]
+
+
+@pytest.mark.parametrize(("alias", "before", "after"), DST_NIGHT)
+def test_a_session_zone_change_mid_lease_gives_no_second_holder(alias: str, before: str, after: str) -> None:
+    store = DjangoLockStore(alias)
+    lease = timedelta(minutes=10)
+    with session_time_zone(alias, before):
+        held = store.acquire("job", owner="A", lease=lease, fire_time=FIRE_1)
+        assert held.token is not None
+        set_session_zone(connections[alias], after)
+        assert store.acquire("job", owner="B", lease=lease, fire_time=FIRE_2).status is AcquireStatus.BUSY
+        assert store.renew("job", token=held.token, lease=lease)
+
+
 def test_django_url_picks_the_database_alias() -> None:
     store = store_from_url("django://postgres")
     assert isinstance(store, DjangoLockStore) and store.using == "postgres"
+
+
+@pytest.mark.django_db(transaction=True, databases=["postgres"])
+def test_a_lease_of_days_lasts_exactly_that_long_across_daylight_saving_time() -> None:
+    """PostgreSQL adds an interval's days in the session's zone: across a DST change a day is 23 or 25 hours."""
+    store = DjangoLockStore("postgres")
+    # New York's DST changes are 127 and 238 days apart: one of these leases ends past exactly one of them.
+    leases = {f"job.{days}": timedelta(days=days) for days in range(30, 366, 30)}
+    with session_time_zone("postgres", "America/New_York"):
+        for name, lease in leases.items():
+            assert store.acquire(name, owner="A", lease=lease, fire_time=None).acquired
+        ends = {s.name: s.lock_until for s in store.locks()}
+    now = datetime.now(UTC)
+    for name, lease in leases.items():
+        assert ends[name] is not None and abs(ends[name] - (now + lease)) < timedelta(seconds=5), name

@@ -660,9 +660,35 @@ class CancelMarksContract:
 
         record = marks.get("c")
         assert record is not None and (record.status, record.gen, record.attempts) == (TaskStatus.RUNNING, 3, 1)
-        assert marks.adopt(NewTask("c", "t", '"p"', datetime.now(UTC)), gen=1, attempts=1) is False
-        assert marks.adopt(NewTask("e", "t", '"p"', datetime.now(UTC)), gen=4, attempts=2) is True
-        record = marks.get("e")
-        assert record is not None and (record.status, record.gen, record.attempts) == (TaskStatus.RUNNING, 4, 2)
         info = record.info()
         assert (info.payload, info.status) == ("p", TaskStatus.RUNNING)
+
+    @staticmethod
+    def wait_out_the_retention(marks: CancelMarkStore) -> None:
+        """Return once a record that finishes now has expired: the retention has passed for every record whose
+        expiry was set before this call (polls the store; no fixed sleep)."""
+        witness = NewTask(f"witness-{time.monotonic_ns()}", "t", '"w"', datetime.now(UTC))
+        marks.create([witness])
+        assert marks.claim(witness.id, gen=1, attempt=1, redelivered=False).verdict == Verdict.RUN
+        assert marks.finish(witness.id, gen=1, status=TaskStatus.SUCCEEDED)
+        wait_until(lambda: marks.get(witness.id) is None, 10 + marks.retention.total_seconds(),
+                   "a record finished now to expire")
+
+    def test_a_cancel_mark_outlives_the_retention_until_its_message_arrives(self, marks: CancelMarkStore) -> None:
+        """Workers may start however late: the message of a cancelled task must still find its mark, and the
+        message of a task that was not cancelled its record."""
+        marks.retention = timedelta(seconds=1)
+        due = datetime.now(UTC)
+        marks.create([NewTask("cancelled", "t", '"p"', due), NewTask("waiting", "t", '"p"', due)])
+        assert marks.cancel("cancelled")
+        self.wait_out_the_retention(marks)
+        assert marks.claim("cancelled", gen=1, attempt=1, redelivered=False).verdict == Verdict.CANCELLED
+        assert marks.claim("waiting", gen=1, attempt=1, redelivered=False).verdict == Verdict.RUN
+
+    def test_a_cancel_mark_expires_a_retention_after_its_message_arrived(self, marks: CancelMarkStore) -> None:
+        marks.retention = timedelta(seconds=1)
+        marks.create([NewTask("cancelled", "t", '"p"', datetime.now(UTC) + timedelta(days=1))])
+        assert marks.cancel("cancelled")
+        assert marks.claim("cancelled", gen=1, attempt=1, redelivered=False).verdict == Verdict.CANCELLED
+        self.wait_out_the_retention(marks)
+        assert marks.get("cancelled") is None

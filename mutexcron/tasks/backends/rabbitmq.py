@@ -67,8 +67,9 @@ with 1 or 4 worker processes (the dead-letter hops are the limit on this machine
 Records: RabbitMQ cannot look up, change or delete a waiting message, so status, attempts, error,
 payload and the cancel mark live in a record per task in the cancel store (see
 :mod:`mutexcron.tasks.cancel_marks`). ``cancel`` flips the record; the message still travels the
-levels and is dropped unrun when it arrives. Each message carries a generation number; the record
-fences stale copies (at-least-once delivery, retries re-published before the original is acked).
+levels and is dropped unrun when it arrives. A message without a record is never run (it may be a
+cancelled one): it is dead-lettered, like an undecodable one. Each message carries a generation number;
+the record fences stale copies (at-least-once delivery, retries re-published before the original is acked).
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ from pika.adapters.blocking_connection import BlockingChannel, BlockingConnectio
 
 from ..._urls import check_host_and_port, mask_url, pop_query_options, scrub
 from ...errors import StoreConfigError, StoreUnavailable
-from ..cancel_marks import CancelMarkStore, Claim, Verdict, cancel_marks_from_url
+from ..cancel_marks import CancelMarkStore, Verdict, cancel_marks_from_url
 from ..handlers import validate_task_type
 from ..model import NewTask, TaskInfo, TaskStatus, UnknownTaskType
 from .base import Delivery, TaskBackend, consumed_types
@@ -362,7 +363,7 @@ class RabbitMQTaskBackend(TaskBackend):
             sent = set(confirmed)
             unsent = [t.id for t in tasks if t.id not in sent]
             with suppress(StoreUnavailable):
-                self.marks.discard(unsent)  # a lost confirm of a published message re-creates its record on arrival
+                self.marks.discard(unsent)  # a published message whose confirm was lost is dead-lettered on arrival
             raise
 
     def cancel(self, task_id: str) -> bool:
@@ -491,27 +492,19 @@ class RabbitMQTaskBackend(TaskBackend):
         try:
             message = decode(queue_type, properties, body)
         except Undecodable as error:  # kept for an operator, then acked: it cannot stop the queue behind it
-            logger.error("task consumer: queue %s: message %s cannot be decoded: %s; moved to %s", queue_name,
-                         properties.message_id or f"(delivery tag {tag})", error,
-                         self.topology.dead_letter_queue(queue_type))
-            link.dead_letter(queue_type, queue_name, properties, body, str(error))
-            link.ack(tag)
+            self._dead_letter(link, queue_type, queue_name, tag, properties, body, f"cannot be decoded: {error}")
             return
         task_id, task_type, payload, gen = message.task_id, message.task_type, message.payload, message.gen
-        attempt, run_at_ms = message.attempt, message.run_at_ms
         if message.until_ms is not None and message.until_ms - time.time() * 1000 >= 1:  # a long delay: one more pass
             link.publish(message, message.until_ms - time.time() * 1000)
             link.ack(tag)
             return
         redelivered = bool(method.redelivered)
-        claim = self.marks.claim(task_id, gen=gen, attempt=attempt, redelivered=redelivered)
-        if claim.verdict == Verdict.MISSING:
-            task = NewTask(task_id, task_type, payload, datetime.fromtimestamp(run_at_ms / 1000, UTC))
-            if self.marks.adopt(task, gen=gen, attempts=attempt):
-                logger.warning("task %s (%s) has no record (lost or expired); running it", task_id, task_type)
-                claim = Claim(Verdict.RUN, attempt)
-            else:  # a record appeared meanwhile
-                claim = self.marks.claim(task_id, gen=gen, attempt=attempt, redelivered=redelivered)
+        claim = self.marks.claim(task_id, gen=gen, attempt=message.attempt, redelivered=redelivered)
+        if claim.verdict == Verdict.MISSING:  # it may have been cancelled: run nothing without a record
+            self._dead_letter(link, queue_type, queue_name, tag, properties, body,
+                              "has no task record (never scheduled, discarded after a failed publish, or lost)")
+            return
         if claim.verdict != Verdict.RUN:
             logger.debug("task %s (%s) generation %d: %s; dropped", task_id, task_type, gen, claim.verdict)
             link.ack(tag)
@@ -521,6 +514,15 @@ class RabbitMQTaskBackend(TaskBackend):
         if not delivery.settled:
             logger.error("task %s (%s): the handler settled nothing; it goes back to the queue", task_id, task_type)
             link.call(lambda: link.channel.basic_nack(tag, requeue=True))
+
+    def _dead_letter(self, link: _ConsumerLink, queue_type: str, queue_name: str, tag: int,
+                     properties: pika.BasicProperties, body: bytes, reason: str) -> None:
+        """Log once, copy the message to the type's dead-letter queue (confirmed), then ack the original."""
+        logger.error("task consumer: queue %s: message %s %s; moved to %s", queue_name,
+                     properties.message_id or f"(delivery tag {tag})", reason,
+                     self.topology.dead_letter_queue(queue_type))
+        link.dead_letter(queue_type, queue_name, properties, body, reason)
+        link.ack(tag)
 
     def __repr__(self) -> str:
         return f"<RabbitMQTaskBackend {self._display} prefix={self.topology.prefix!r} marks={self.marks!r}>"
