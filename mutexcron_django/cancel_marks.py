@@ -40,8 +40,9 @@ from mutexcron.tasks.cancel_marks import (
 )
 from mutexcron.tasks.model import NewTask, TaskStatus
 
+from .dbclock import AsUTC, DbNow, aware
 from .models import TaskMark
-from .tasks_backend import DbNow, _drop_if_broken
+from .tasks_backend import _drop_if_broken
 
 __all__ = ["DjangoCancelMarks"]
 
@@ -138,7 +139,7 @@ class DjangoCancelMarks(CancelMarkStore):
         return self._call(lambda: self._marks.filter(_live(), pk=task_id).values_list("result", flat=True).first())
 
     def get(self, task_id: str) -> TaskRecord | None:
-        row = self._call(lambda: self._marks.filter(_live(), pk=task_id).first())
+        row = self._call(lambda: self._marks.filter(_live(), pk=task_id).annotate(utc_run_at=AsUTC("run_at")).first())
         return _record(row) if row is not None else None
 
     def cancel(self, task_id: str) -> bool:
@@ -228,7 +229,10 @@ class DjangoCancelMarks(CancelMarkStore):
 
 
 def _record(row: TaskMark) -> TaskRecord:
+    """The row (read with its ``run_at`` as ``utc_run_at``, see :class:`AsUTC`) as a record."""
+    run_at = aware(row.utc_run_at)
+    assert run_at is not None
     return TaskRecord(
-        id=row.id, task_type=row.task_type, payload=row.payload, run_at=row.run_at.astimezone(UTC),
+        id=row.id, task_type=row.task_type, payload=row.payload, run_at=run_at,
         status=TaskStatus(row.status), attempts=row.attempts, gen=row.gen, error=row.error or None,
     )

@@ -27,6 +27,7 @@ from mutexcron.tasks.cancel_marks import Verdict
 from mutexcron_django.cancel_marks import DjangoCancelMarks
 from mutexcron_django.models import ScheduledTask, TaskMark
 from mutexcron_django.tasks_backend import DbNow, DjangoDelivery, DjangoTaskBackend, _wake_directory
+from tests.django.session_zone import InSessionZone, session_time_zone
 from tests.django.tasks_support import (
     database_alias,
     fleet_backend,
@@ -61,7 +62,7 @@ def _close_connections() -> Iterator[None]:
 # -- the shared contract ---------------------------------------------------------------------------------
 
 
-class DjangoTaskContract(TaskQueueContract):
+class DjangoTaskContract(InSessionZone, TaskQueueContract):
     alias = "default"
 
     @pytest.fixture
@@ -87,6 +88,14 @@ class TestPostgreSQLTaskQueue(DjangoTaskContract):
 @pytest.mark.django_db(transaction=True, databases=["mariadb"])
 class TestMariaDBTaskQueue(DjangoTaskContract):
     alias = "mariadb"
+
+
+class TestMariaDBTaskQueueFiveHoursWestOfUTC(TestMariaDBTaskQueue):
+    session_zone = "-05:00"
+
+
+class TestPostgreSQLTaskQueueInKathmandu(TestPostgreSQLTaskQueue):
+    session_zone = "Asia/Kathmandu"  # +05:45
 
 
 # -- helpers ----------------------------------------------------------------------------------------------
@@ -668,6 +677,22 @@ def marks(request: pytest.FixtureRequest) -> DjangoCancelMarks:
 @pytest.mark.parametrize("marks", EVERY_DATABASE, indirect=True)
 class TestSQLCancelMarks(CancelMarksContract):
     """The shared cancel mark contract on SQLite, PostgreSQL and MariaDB."""
+
+
+@pytest.mark.parametrize("marks", [
+    pytest.param(("mariadb", "-05:00"), marks=pytest.mark.django_db(transaction=True, databases=["mariadb"]),
+                 id="mysql-five-hours-west"),
+    pytest.param(("postgres", "Asia/Kathmandu"), marks=pytest.mark.django_db(transaction=True, databases=["postgres"]),
+                 id="postgresql-kathmandu"),
+], indirect=True)
+class TestSQLCancelMarksInAnotherTimeZone(CancelMarksContract):
+    """The same contract with the database sessions in a time zone other than UTC."""
+
+    @pytest.fixture
+    def marks(self, request: pytest.FixtureRequest) -> Iterator[DjangoCancelMarks]:
+        alias, zone = request.param
+        with session_time_zone(alias, zone):
+            yield DjangoCancelMarks(alias)
 
 
 @pytest.mark.parametrize("marks", EVERY_DATABASE, indirect=True)

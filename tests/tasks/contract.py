@@ -619,6 +619,12 @@ class CancelMarksContract:
     """What every cancel mark store (the RabbitMQ backend's task records: Redis, SQL) decides when a message
     arrives; a subclass provides the ``marks`` fixture."""
 
+    def test_a_record_gives_back_its_run_at_in_utc(self, marks: CancelMarkStore) -> None:
+        run_at = datetime(2026, 3, 29, 1, 30, tzinfo=UTC)
+        marks.create([NewTask("a", "t", '"p"', run_at)])
+        record = marks.get("a")
+        assert record is not None and record.run_at == run_at and record.run_at.utcoffset() == timedelta(0)
+
     def test_claim_verdicts(self, marks: CancelMarkStore) -> None:
         def task(task_id: str) -> NewTask:
             marks.create([NewTask(task_id, "t", '"p"', datetime.now(UTC))])
