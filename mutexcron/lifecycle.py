@@ -116,7 +116,8 @@ class Generation:
 
     @property
     def finalized(self) -> bool:
-        """True once shutdown stopped the heartbeats and closed the store: no store call may follow."""
+        """True once shutdown began finishing up (stopping the heartbeats, closing the store): from then on
+        no store call may start, so a body that ends later leaves its lock to its lease."""
         return self._finalized
 
     def running_names(self) -> list[str]:
