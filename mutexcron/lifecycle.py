@@ -91,12 +91,14 @@ class WorkerPool:
 class Generation:
     """What one start() of a scheduler (or its life before the first start) owns, and its shutdown.
 
-    Every fire ``enter()``s before it acquires and ``leave()``s after its listeners ran. A won lock
-    becomes a body only through ``admit()``, which refuses once ``close()`` was called: the caller then
-    releases the lock without running the body. ``finish()`` waits for the fires in flight with a
-    deadline, then stops the heartbeat thread, closes the store and joins the worker threads, each
-    bounded by :data:`SHUTDOWN_GRACE`. A generation is never reopened; start() after a shutdown makes
-    a new one, so a fire left over from the old one cannot restart its threads.
+    Every fire ``enter()``s before it acquires and ``leave()``s after its listeners ran; ``close()`` stops
+    new fires from entering. A won lock becomes a body only through ``admit()``, which admits while
+    shutdown still waits for the fires in flight (a tick already being acquired is run, not lost) and
+    refuses once it stopped waiting: the caller then releases the lock without running the body.
+    ``finish()`` waits for the fires in flight with a deadline, then stops the heartbeat thread, closes
+    the store and joins the worker threads, each bounded by :data:`SHUTDOWN_GRACE`. A generation is never
+    reopened; start() after a shutdown makes a new one, so a fire left over from the old one cannot restart
+    its threads.
     """
 
     def __init__(self, heartbeats: Heartbeats, close_store: Callable[[], None] | None) -> None:
@@ -108,6 +110,7 @@ class Generation:
         self._in_flight = 0
         self._running: dict[int, JobContext] = {}
         self._detached = False  # shutdown(wait=False) returned first: the last fire to leave finishes up
+        self._admitting = True  # until shutdown stops waiting for the fires in flight
         self._finalized = False
 
     def start_pool(self, max_workers: int) -> WorkerPool:
@@ -141,9 +144,10 @@ class Generation:
             self._finalize(time.monotonic() + SHUTDOWN_GRACE)
 
     def admit(self, ctx: JobContext) -> bool:
-        """Register a body that won its lock; False once shutdown began (release the lock, do not run)."""
+        """Register a body that won its lock; False once shutdown stopped waiting for the fires in flight
+        (or returned at once, without ``wait``): release the lock, do not run."""
         with self._changed:
-            if self.closing.is_set():
+            if not self._admitting:
                 return False
             self._running[id(ctx)] = ctx
             return True
@@ -167,6 +171,7 @@ class Generation:
         with self._changed:
             if wait:
                 self._changed.wait_for(lambda: self._in_flight == 0, timeout)
+            self._admitting = False
             idle = self._in_flight == 0
             self._detached = not wait
             claimed = (wait or idle) and self._claim()

@@ -382,13 +382,14 @@ class Scheduler:
         return self._finish(record)
 
     def _release_unrun(self, life: Generation, job: Job, ctx: JobContext) -> None:
-        """A lock won after shutdown began: give it back at once without running the body. The store
-        already counts this tick as taken, so no instance runs it; it is logged, not recorded as a run."""
+        """A lock won after shutdown stopped waiting for the fires in flight: give it back at once without
+        running the body. The store already counts this tick as taken, so no instance runs it; it is logged,
+        not recorded as a run."""
         if life.finalized:
             logger.warning("job %r: fire %s won its lock after shutdown finished; not run, the lock expires "
                            "with its lease", job.name, ctx.fire_time.isoformat())
             return
-        logger.warning("job %r: fire %s won its lock after shutdown began; released without running it",
+        logger.warning("job %r: fire %s won its lock after shutdown stopped waiting; released without running it",
                        job.name, ctx.fire_time.isoformat())
         self._release(job, ctx.token)
 

@@ -170,16 +170,18 @@ def test_a_heartbeat_added_after_stop_starts_no_thread_and_stop_returns(registry
     wait_until(lambda: not new_threads(before), timeout=2, what="the heartbeat thread to end")
 
 
-def test_a_fire_blocked_in_acquire_during_shutdown_never_runs_and_its_lock_is_released(
+def test_a_fire_blocked_in_acquire_during_shutdown_runs_before_shutdown_returns_and_releases_its_lock(
     real_store: LockStore, registry: Registry
 ) -> None:
+    # The tick is already being acquired: shutdown waits for it (a graceful shutdown, like a worker's warm
+    # shutdown), so the tick is not lost, and its body starts and ends before shutdown() returns.
     store = SlowStore(real_store)
     started: list[float] = []
     acquiring = store.hold("acquire")
     scheduler, before = start_one_job(store, registry, "late", lambda: started.append(time.monotonic()))
     assert acquiring.entered.wait(5)
     returned: list[float] = []
-    stopper = threading.Thread(target=lambda: (scheduler.shutdown(), returned.append(time.monotonic())))
+    stopper = threading.Thread(target=lambda: returned.append((scheduler.shutdown(), time.monotonic())[1]))
     stopper.start()
     wait_until(lambda: not scheduler.running, what="shutdown to begin")
 
@@ -187,9 +189,26 @@ def test_a_fire_blocked_in_acquire_during_shutdown_never_runs_and_its_lock_is_re
     stopper.join(timeout=10)
 
     assert returned, "shutdown() did not return"
-    wait_until(lambda: not new_threads(before), timeout=2, what="every mutexcron thread to end")
-    assert started == []
+    assert len(started) == 1 and started[0] < returned[0]
     assert store.held(["late"]) == []
+    assert store.calls_after(returned[0]) == []
+    wait_until(lambda: not new_threads(before), timeout=2, what="every mutexcron thread to end")
+
+
+def test_a_lock_won_after_shutdown_stopped_waiting_is_never_run(real_store: LockStore, registry: Registry) -> None:
+    store = SlowStore(real_store)
+    started: list[float] = []
+    acquiring = store.hold("acquire")
+    scheduler, before = start_one_job(store, registry, "too-late", lambda: started.append(time.monotonic()),
+                                      lease=timedelta(seconds=1))
+    assert acquiring.entered.wait(5)
+
+    assert not scheduler.shutdown(timeout=timedelta(milliseconds=100))
+    acquiring.go.set()  # the store answers after shutdown returned: the lock it gives is never used
+
+    wait_until(lambda: not new_threads(before), timeout=5, what="the thread that was acquiring to end")
+    assert started == []
+    wait_until(lambda: not store.held(["too-late"]), timeout=3, what="the unused lock's lease to run out")
 
 
 # -- a store call that hangs, and shutdown(wait=False) -------------------------------------------------------
