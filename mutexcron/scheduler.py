@@ -111,7 +111,8 @@ class Scheduler:
         busy_grace: timedelta = timedelta(seconds=1),
     ) -> None:
         bad = SchedulerConfigError  # every option is checked before the store is built
-        self.registry = _options.registry(registry, what="Scheduler registry", error=bad) or default_registry
+        _options.registry(registry, what="Scheduler registry", error=bad)
+        self.registry = default_registry if registry is None else registry  # an empty one is falsy
         self._instance_id = _options.instance_id(instance_id, what="Scheduler instance_id", error=bad)
         self.timezone = _options.zone(timezone, what="Scheduler timezone", error=bad)
         self.misfire_grace_time = _options.duration(misfire_grace_time, what="Scheduler misfire_grace_time",

@@ -15,7 +15,7 @@ def next_tick(name: str, *, registry: Registry | None = None, after: datetime | 
     """The job's next scheduled fire time after ``after`` (default: now), aware UTC."""
     from datetime import UTC
 
-    job = (registry or default_registry).get(name)
+    job = (default_registry if registry is None else registry).get(name)
     after = after or datetime.now(UTC)
     (fire,) = next_fire_times(job.spec, after=after, timezone=job.timezone or "UTC")
     return fire.astimezone(UTC)
@@ -31,7 +31,7 @@ def run_tick(
 ) -> RunRecord:
     """Run job ``name``'s tick at ``fire_time`` (default: its next one) now, as the trigger would, and
     return the RunRecord: ``succeeded``/``failed``, or ``skipped_already_ran`` if that tick already ran."""
-    registry = registry or default_registry
+    registry = default_registry if registry is None else registry
     scheduler = Scheduler(store, registry=registry, instance_id=instance_id)
     try:
         return scheduler.run_tick(name, fire_time or next_tick(name, registry=registry))

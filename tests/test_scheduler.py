@@ -382,3 +382,14 @@ def test_run_now_can_override_the_busy_policy(store: MemoryLockStore, registry: 
     record = instance(store, registry).run_now("digest", on_busy="skip")  # returns at once, no lease-long wait
     assert record.outcome is Outcome.SKIPPED_BUSY
     assert registry.get("digest").on_busy == "wait"
+
+
+def test_a_scheduler_keeps_the_empty_registry_it_was_given_and_runs_jobs_declared_into_it_later(
+    store: MemoryLockStore, registry: Registry
+) -> None:
+    scheduler = Scheduler(store, registry=registry, instance_id="A")
+    mutex_cron("0 6 * * *", name="declared.later", registry=registry)(lambda: None)
+
+    assert scheduler.registry is registry
+    record = scheduler.run_tick("declared.later", datetime(2026, 1, 1, 6, tzinfo=UTC))
+    assert record.outcome is Outcome.SUCCEEDED
