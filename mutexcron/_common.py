@@ -1,0 +1,55 @@
+"""Small helpers every store and backend shares, so that each policy exists once: client errors become
+:class:`StoreUnavailable`, stored tracebacks are clipped one way, and times go to the stores as epoch
+milliseconds one way."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+
+from ._urls import scrub
+from .errors import StoreUnavailable
+
+__all__ = ["MAX_ERROR_CHARS", "clip_error", "duration_ms", "epoch_ms", "store_errors"]
+
+# The longest error text (a handler's traceback) a backend stores with a task: the head and the tail of
+# a longer one are kept, since the head says where it started and the tail what finally went wrong.
+MAX_ERROR_CHARS = 32_000
+
+
+@contextmanager
+def store_errors(
+    errors: type[BaseException] | tuple[type[BaseException], ...], where: str, *, url: str | None = None
+) -> Iterator[None]:
+    """Raise a client error of ``errors`` inside the block as StoreUnavailable naming ``where`` (a store or
+    backend as its repr shows it, password masked), so that callers fail closed; with ``url``, that URL's
+    secrets are scrubbed from the client's message."""
+    try:
+        yield
+    except errors as error:
+        message = scrub(str(error), url) if url else str(error)
+        raise StoreUnavailable(f"{where}: {message}") from error
+
+
+def clip_error(error: str | None) -> str:
+    """``error`` as a backend stores it: at most :data:`MAX_ERROR_CHARS`, cut in the middle; "" for None."""
+    if not error:
+        return ""
+    error = str(error)
+    if len(error) <= MAX_ERROR_CHARS:
+        return error
+    half = MAX_ERROR_CHARS // 2
+    return f"{error[:half]}\n[…]\n{error[-half:]}"
+
+
+def epoch_ms(value: datetime) -> int:
+    """An aware datetime as whole milliseconds since the epoch (how Redis scores and AMQP headers hold it)."""
+    if value.tzinfo is None:
+        raise ValueError(f"naive datetime {value!r}; pass an aware one")
+    return round(value.timestamp() * 1000)
+
+
+def duration_ms(value: timedelta) -> int:
+    """A duration as whole milliseconds, never negative."""
+    return max(0, round(value.total_seconds() * 1000))
