@@ -25,6 +25,7 @@ from django.utils.module_loading import module_has_submodule
 
 from mutexcron.errors import MutexcronError
 from mutexcron.tasks import TaskError
+from mutexcron.tasks.handlers import DuplicateTaskHandler
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,9 @@ handler_errors: list[DeclarationError] = []  # @task_handler: mutexcron.E003 (be
 
 
 def is_handler_error(error: MutexcronError) -> bool:
-    """Whether a declaration error comes from ``@task_handler`` (task type, handler options, duplicate type)."""
-    return isinstance(error, TaskError) or str(error).startswith("task type ")
+    """Whether a declaration error comes from ``@task_handler`` (task type, handler options, duplicate type):
+    those are all TaskErrors (InvalidTaskType, TaskHandlerError, DuplicateTaskHandler)."""
+    return isinstance(error, TaskError)
 
 
 def _keep(problem: DeclarationError) -> None:
@@ -72,7 +74,7 @@ def check_handler_declarations(app_configs: Any = None, **kwargs: Any) -> list[E
     """mutexcron.E003: a task handler module raised while declaring its handlers."""
     messages = []
     for problem in handler_errors:
-        duplicate = "has two handlers" in str(problem.error)
+        duplicate = isinstance(problem.error, DuplicateTaskHandler)
         messages.append(Error(
             f"{problem.module}: {problem.error}",
             hint="Give one of the functions another task type; a type has exactly one handler." if duplicate

@@ -1,18 +1,29 @@
 """Delayed one-off tasks: ``schedule`` now, run once at the due time by one worker; ``cancel`` before then."""
 
 from .backends.base import Delivery, TaskBackend
-from .handlers import Handler, HandlerRegistry, default_handlers, task_handler
+from .handlers import (
+    DuplicateTaskHandler,
+    Handler,
+    HandlerRegistry,
+    InvalidTaskType,
+    TaskHandlerError,
+    default_handlers,
+    task_handler,
+)
 from .model import NewTask, PayloadError, TaskError, TaskInfo, TaskStatus, UnknownTaskType
 from .queue import TaskQueue, backend_from_url
 
 __all__ = [
     "Delivery",
+    "DuplicateTaskHandler",
     "Handler",
     "HandlerRegistry",
+    "InvalidTaskType",
     "NewTask",
     "PayloadError",
     "TaskBackend",
     "TaskError",
+    "TaskHandlerError",
     "TaskInfo",
     "TaskQueue",
     "TaskStatus",

@@ -11,18 +11,40 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from ..errors import JobDefinitionError
-from .model import UnknownTaskType
+from .model import TaskError, UnknownTaskType
 
-__all__ = ["Handler", "HandlerRegistry", "default_handlers", "task_handler", "validate_task_type"]
+__all__ = [
+    "DuplicateTaskHandler",
+    "Handler",
+    "HandlerRegistry",
+    "InvalidTaskType",
+    "TaskHandlerError",
+    "default_handlers",
+    "task_handler",
+    "validate_task_type",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 # A task type is a queue name in RabbitMQ and a key part in Redis: keep it plain.
 _TYPE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")
 
 
+class InvalidTaskType(UnknownTaskType, ValueError):
+    """A task type that is not a valid name (an ``UnknownTaskType`` too, which is what was raised before)."""
+
+
+class TaskHandlerError(JobDefinitionError, TaskError):
+    """A bad ``@task_handler`` declaration: its options, or its function."""
+
+
+class DuplicateTaskHandler(TaskHandlerError):
+    """A second, different function declared for a task type that already has a handler."""
+
+
 def validate_task_type(task_type: object) -> str:
+    """``task_type`` if it is a valid task type name; InvalidTaskType otherwise."""
     if not isinstance(task_type, str) or not _TYPE_RE.fullmatch(task_type):
-        raise UnknownTaskType(
+        raise InvalidTaskType(
             f"task type {task_type!r} is invalid: use 1-100 characters of letters, digits and _ . : - "
             "(starting with a letter or digit)"
         )
@@ -56,7 +78,7 @@ class HandlerRegistry:
         with self._lock:
             existing = self._handlers.get(handler.task_type)
             if existing is not None and _where(existing.func) != _where(handler.func):
-                raise JobDefinitionError(
+                raise DuplicateTaskHandler(
                     f"task type {handler.task_type!r} has two handlers: {_where(existing.func)} and "
                     f"{_where(handler.func)}"
                 )
@@ -101,15 +123,15 @@ def task_handler(
     """Register ``func(payload)`` as the handler of ``task_type``; the function is returned unchanged."""
     validate_task_type(task_type)
     if not isinstance(max_attempts, int) or max_attempts < 1:
-        raise JobDefinitionError(f"task type {task_type!r}: max_attempts must be an integer >= 1, not {max_attempts!r}")
+        raise TaskHandlerError(f"task type {task_type!r}: max_attempts must be an integer >= 1, not {max_attempts!r}")
     durations = {"backoff": backoff, "max_backoff": max_backoff, "visibility_timeout": visibility_timeout}
     for field, value in durations.items():
         if not isinstance(value, timedelta) or value <= timedelta(0):
-            raise JobDefinitionError(f"task type {task_type!r}: {field} must be a positive timedelta, not {value!r}")
+            raise TaskHandlerError(f"task type {task_type!r}: {field} must be a positive timedelta, not {value!r}")
 
     def register(func: F) -> F:
         if not callable(func) or len(inspect.signature(func).parameters) < 1:
-            raise JobDefinitionError(f"task type {task_type!r}: the handler must take the payload argument")
+            raise TaskHandlerError(f"task type {task_type!r}: the handler must take the payload argument")
         handler = Handler(task_type, func, max_attempts, backoff, max_backoff, visibility_timeout)
         (registry if registry is not None else default_handlers).add(handler)
         return func

@@ -97,7 +97,9 @@ class TaskQueue:
         self.backend = backend_from_url(url, cancel_store=cancel_store)
         self.handlers = handlers if handlers is not None else default_handlers
         self._worker_id = worker_id
-        self._stop = threading.Event()
+        self._stop = threading.Event()  # set by stop(); cleared when the last run_worker() it ended returns
+        self._running = 0  # run_worker() calls in progress
+        self._running_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.worker_error: BaseException | None = None  # why a background worker (start()) died, if it did
 
@@ -160,19 +162,29 @@ class TaskQueue:
     # -- consuming -------------------------------------------------------------------------------
 
     def run_worker(self, task_types: Sequence[str] | None = None, *, prefetch: int = 10) -> None:
-        """Run due tasks of ``task_types`` (default: every registered type) until :meth:`stop`. Blocking."""
+        """Run due tasks of ``task_types`` (default: every registered type) until :meth:`stop`. Blocking.
+
+        A stop asked for before this call, or while it runs, ends it; once it returned, a new call runs again.
+        """
         types = list(task_types) if task_types is not None else self.handlers.types()
         for task_type in types:
             self.handlers.get(task_type)  # an unknown type fails here, before anything is consumed
         if not types:
             raise UnknownTaskType("run_worker: no task types to run (register handlers with @task_handler)")
-        self._stop.clear()
-        logger.info("task worker %s consuming %s", self.worker_id, ", ".join(types))
-        self.backend.consume(
-            types, self._handle, self._stop,
-            visibility_timeout=lambda task_type: self.handlers.get(task_type).visibility_timeout,
-            prefetch=prefetch,
-        )
+        with self._running_lock:
+            self._running += 1
+        try:
+            logger.info("task worker %s consuming %s", self.worker_id, ", ".join(types))
+            self.backend.consume(
+                types, self._handle, self._stop,
+                visibility_timeout=lambda task_type: self.handlers.get(task_type).visibility_timeout,
+                prefetch=prefetch,
+            )
+        finally:
+            with self._running_lock:
+                self._running -= 1
+                if self._running == 0:
+                    self._stop.clear()  # that stop is spent: it ended every worker running on this queue
         logger.info("task worker %s stopped", self.worker_id)
 
     def start(self, task_types: Sequence[str] | None = None, *, prefetch: int = 10) -> None:
@@ -198,7 +210,10 @@ class TaskQueue:
         return self._thread is not None and self._thread.is_alive()
 
     def stop(self, timeout: float | None = 30.0) -> None:
-        """Ask the worker to stop after the task it is running, and wait for it (background worker)."""
+        """Ask the worker to stop after the task it is running, and wait for it (background worker).
+
+        The request holds until a worker ends on it: one that :meth:`run_worker` has not reached yet ends at once.
+        """
         self._stop.set()
         self.backend.wake()
         if self._thread is not None:
