@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
-from ._urls import scrub
+from .urls import scrub
 from .errors import StoreUnavailable
 
 __all__ = ["MAX_ERROR_CHARS", "clip_error", "duration_ms", "epoch_ms", "store_errors"]

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import redis
 
-from ._urls import check_host_and_port, mask_url, pop_query_options, scrub
+from .urls import check_host_and_port, mask_url, pop_query_options, scrub
 from .errors import StoreConfigError
 
 

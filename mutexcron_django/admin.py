@@ -30,7 +30,7 @@ from django.utils import timezone as dj_timezone
 from django.utils.html import format_html
 
 from mutexcron import Job, LockBusy, Outcome, RunRecord, default_registry, next_fire_times
-from mutexcron._urls import scrub
+from mutexcron.urls import scrub
 from mutexcron.cron import resolve_timezone
 from mutexcron.errors import JobDefinitionError, MutexcronError, UnknownJobError
 from mutexcron.registry import validate_job_name

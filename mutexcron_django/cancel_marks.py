@@ -27,7 +27,7 @@ from urllib.parse import unquote, urlsplit
 from django.db import Error, connections, router, transaction
 from django.db.models import F, Q
 
-from mutexcron._urls import mask_url, pop_query_options
+from mutexcron.urls import mask_url, pop_query_options
 from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.tasks.cancel_marks import (
     DEFAULT_RETENTION,

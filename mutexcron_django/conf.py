@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from mutexcron._urls import mask_url, shown, url_scheme
+from mutexcron.urls import mask_url, shown, url_scheme
 from mutexcron.cron import resolve_timezone
 from mutexcron.errors import StoreConfigError
 from mutexcron.stores import LockStore, store_from_url

@@ -94,7 +94,7 @@ from django.db import Error, close_old_connections, connections, router, transac
 from django.db.models import Case, CharField, DateTimeField, F, Value, When
 from django.db.models.functions import Cast, Coalesce, Concat
 
-from mutexcron._urls import mask_url, pop_query_options
+from mutexcron.urls import mask_url, pop_query_options
 from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.tasks.backends.base import (
     ClaimHeartbeat,

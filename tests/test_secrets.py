@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from pytest import LogCaptureFixture
 
-from mutexcron._urls import mask_url, scrub
+from mutexcron.urls import mask_url, scrub
 from mutexcron.errors import MutexcronError, StoreConfigError
 from mutexcron.stores import LockStore, store_from_url
 from mutexcron.tasks import TaskQueue

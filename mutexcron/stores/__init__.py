@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .._urls import mask_url, shown, url_scheme
+from ..urls import mask_url, shown, url_scheme
 from ..errors import StoreConfigError
 from .base import AcquireStatus, Acquisition, LockState, LockStore
 from .memory import MemoryLockStore

@@ -18,7 +18,7 @@ from pymongo.collection import Collection
 from pymongo.errors import BulkWriteError, ConfigurationError, InvalidName, OperationFailure, PyMongoError
 from pymongo.write_concern import WriteConcern
 
-from .._urls import check_host_and_port, mask_url, pop_query_options, scrub
+from ..urls import check_host_and_port, mask_url, pop_query_options, scrub
 from ..errors import StoreConfigError, StoreUnavailable
 from .base import UTC, AcquireStatus, Acquisition, LockState, LockStore, datetime_to_ms, duration_ms, ms_to_datetime
 

@@ -13,7 +13,7 @@ from typing import Any, ParamSpec, TypeVar
 import redis
 
 from .._redis import check_key_prefix, client_from_url, eviction_policy
-from .._urls import mask_url
+from ..urls import mask_url
 from ..errors import StoreUnavailable
 from .base import UTC, AcquireStatus, Acquisition, LockState, LockStore, datetime_to_ms, duration_ms, ms_to_datetime
 

@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, ParamSpec, TypeVar
 
-from .._urls import mask_url, shown
+from ..urls import mask_url, shown
 from ..errors import StoreConfigError, StoreUnavailable
 from .model import NewTask, TaskInfo, TaskStatus
 

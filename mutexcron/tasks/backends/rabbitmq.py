@@ -91,7 +91,7 @@ import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
-from ..._urls import check_host_and_port, mask_url, pop_query_options, scrub
+from ...urls import check_host_and_port, mask_url, pop_query_options, scrub
 from ...errors import StoreConfigError, StoreUnavailable
 from ..cancel_marks import CancelMarkStore, Verdict, cancel_marks_from_url
 from ..handlers import validate_task_type

@@ -40,7 +40,7 @@ from typing import Any, ParamSpec, TypeVar
 import redis
 
 from ..._redis import check_key_prefix, client_from_url, eviction_policy
-from ..._urls import mask_url, scrub
+from ...urls import mask_url, scrub
 from ...errors import StoreConfigError, StoreUnavailable
 from ..model import NewTask, TaskInfo, TaskStatus
 from .base import ClaimHeartbeat, ClaimingConsumer, Delivery, TaskBackend, consumed_types, run_batch, warn_stale_settle

@@ -1,7 +1,9 @@
-"""Store URL helpers: hide passwords by text and pull mutexcron's own options out of a URL's query.
+"""URL helpers for store and backend authors: hide passwords by text, and pull mutexcron's own options out of a URL.
 
-Masking never parses: a password may hold ``#``, ``/``, ``?`` or ``@`` unencoded (generated secrets
-often do), and a parser would cut it in two and quote a piece of it in its error message.
+Public and documented (README, "Stores"): a backend masks its URL with :func:`mask_url` in errors and logs,
+removes its secrets from client libraries' messages with :func:`scrub`, and reads its own query options with
+:func:`pop_query_options`. Masking never parses: a password may hold ``#``, ``/``, ``?`` or ``@`` unencoded
+(generated secrets often do), and a parser would cut it in two and quote a piece of it in its error message.
 """
 
 from __future__ import annotations
@@ -10,6 +12,18 @@ import re
 from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
 
 from .errors import StoreConfigError
+
+__all__ = [
+    "MASK",
+    "check_host_and_port",
+    "check_userinfo",
+    "mask_url",
+    "pop_query_options",
+    "scrub",
+    "shown",
+    "url_scheme",
+    "url_secrets",
+]
 
 MASK = "***"
 _SECRET_KEYS = ("password", "pass", "pwd", "secret", "token", "authsource_password")
