@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
-from .urls import scrub
 from .errors import StoreUnavailable
+from .urls import scrub
 
 __all__ = ["MAX_ERROR_CHARS", "clip_error", "duration_ms", "epoch_ms", "store_errors"]
 

@@ -8,8 +8,8 @@ from urllib.parse import urlsplit
 
 import redis
 
-from .urls import check_host_and_port, mask_url, pop_query_options, scrub
 from .errors import StoreConfigError
+from .urls import check_host_and_port, mask_url, pop_query_options, scrub
 
 
 def check_key_prefix(prefix: str) -> str:

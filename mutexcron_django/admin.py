@@ -30,11 +30,11 @@ from django.utils import timezone as dj_timezone
 from django.utils.html import format_html
 
 from mutexcron import Job, LockBusy, Outcome, RunRecord, default_registry, next_fire_times
-from mutexcron.urls import scrub
 from mutexcron.cron import resolve_timezone
 from mutexcron.errors import JobDefinitionError, MutexcronError, UnknownJobError
 from mutexcron.registry import validate_job_name
 from mutexcron.stores import LockState, LockStore
+from mutexcron.urls import scrub
 
 from . import runtime
 from .conf import MutexcronSettings, get_settings

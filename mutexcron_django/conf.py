@@ -9,7 +9,6 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from mutexcron.urls import mask_url, shown, url_scheme
 from mutexcron.cron import resolve_timezone
 from mutexcron.errors import StoreConfigError
 from mutexcron.stores import LockStore, store_from_url
@@ -17,6 +16,7 @@ from mutexcron.tasks import TaskBackend, TaskQueue
 from mutexcron.tasks.cancel_marks import SCHEMES as CANCEL_STORE_SCHEMES
 from mutexcron.tasks.cancel_marks import CancelMarkStore, cancel_marks_from_url
 from mutexcron.tasks.queue import BACKENDS as TASK_BACKEND_SCHEMES
+from mutexcron.urls import mask_url, shown, url_scheme
 
 DEFAULTS: dict[str, Any] = {
     "STORE": "django",  # the project's own database; or "django://<alias>", "redis://…", "mongodb://…"

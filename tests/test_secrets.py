@@ -13,11 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from pytest import LogCaptureFixture
 
-from mutexcron.urls import mask_url, scrub
 from mutexcron.errors import MutexcronError, StoreConfigError
 from mutexcron.stores import LockStore, store_from_url
 from mutexcron.tasks import TaskQueue
 from mutexcron.tasks.cancel_marks import RedisCancelMarks, cancel_marks_from_url
+from mutexcron.urls import mask_url, scrub
 from tests.leaks import SecretURL, assert_hidden, exception_texts, secret_urls, texts_while
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

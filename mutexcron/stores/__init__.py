@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from ..urls import mask_url, shown, url_scheme
 from ..errors import StoreConfigError
+from ..urls import mask_url, shown, url_scheme
 from .base import AcquireStatus, Acquisition, LockState, LockStore
 from .memory import MemoryLockStore
 

@@ -18,8 +18,8 @@ from pymongo.collection import Collection
 from pymongo.errors import BulkWriteError, ConfigurationError, InvalidName, OperationFailure, PyMongoError
 from pymongo.write_concern import WriteConcern
 
-from ..urls import check_host_and_port, mask_url, pop_query_options, scrub
 from ..errors import StoreConfigError, StoreUnavailable
+from ..urls import check_host_and_port, mask_url, pop_query_options, scrub
 from .base import UTC, AcquireStatus, Acquisition, LockState, LockStore, datetime_to_ms, duration_ms, ms_to_datetime
 
 __all__ = ["MongoLockStore"]

@@ -13,8 +13,8 @@ from typing import Any, ParamSpec, TypeVar
 import redis
 
 from .._redis import check_key_prefix, client_from_url, eviction_policy
-from ..urls import mask_url
 from ..errors import StoreUnavailable
+from ..urls import mask_url
 from .base import UTC, AcquireStatus, Acquisition, LockState, LockStore, datetime_to_ms, duration_ms, ms_to_datetime
 
 __all__ = ["RedisLockStore"]

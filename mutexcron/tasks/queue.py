@@ -13,8 +13,8 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..urls import shown
 from ..errors import StoreConfigError
+from ..urls import shown
 from .backends.base import Delivery, TaskBackend
 from .handlers import HandlerRegistry, default_handlers, validate_task_type
 from .model import NewTask, PayloadError, TaskInfo, TaskStatus, UnknownTaskType

@@ -91,8 +91,8 @@ import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
-from ...urls import check_host_and_port, mask_url, pop_query_options, scrub
 from ...errors import StoreConfigError, StoreUnavailable
+from ...urls import check_host_and_port, mask_url, pop_query_options, scrub
 from ..cancel_marks import CancelMarkStore, Verdict, cancel_marks_from_url
 from ..handlers import validate_task_type
 from ..model import NewTask, TaskInfo, TaskStatus, UnknownTaskType

@@ -470,8 +470,8 @@ class Command(BaseCommand):
     def worker(self, *, types: list[str] | None = None, prefetch: int = 10, verbosity: int = 1, **_: Any) -> None:
         from django.core.exceptions import ImproperlyConfigured
 
-        from mutexcron.urls import scrub
         from mutexcron.errors import MutexcronError
+        from mutexcron.urls import scrub
 
         from ...tasks import get_task_queue
 
