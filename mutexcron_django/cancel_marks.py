@@ -27,7 +27,6 @@ from urllib.parse import unquote, urlsplit
 from django.db import Error, connections, router, transaction
 from django.db.models import F, Q
 
-from mutexcron.urls import mask_url, pop_query_options
 from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.tasks.cancel_marks import (
     DEFAULT_RETENTION,
@@ -39,6 +38,7 @@ from mutexcron.tasks.cancel_marks import (
     retention_option,
 )
 from mutexcron.tasks.model import NewTask, TaskStatus
+from mutexcron.urls import mask_url, pop_query_options
 
 from .dbclock import AsUTC, DbNow, aware
 from .models import TaskMark

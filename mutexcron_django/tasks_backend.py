@@ -94,7 +94,6 @@ from django.db import Error, close_old_connections, connections, router, transac
 from django.db.models import Case, CharField, DateTimeField, F, Value, When
 from django.db.models.functions import Cast, Coalesce, Concat
 
-from mutexcron.urls import mask_url, pop_query_options
 from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.tasks.backends.base import (
     ClaimHeartbeat,
@@ -107,6 +106,7 @@ from mutexcron.tasks.backends.base import (
 )
 from mutexcron.tasks.local_wake import LocalWakeChannel, WakeListener
 from mutexcron.tasks.model import NewTask, TaskInfo, TaskStatus
+from mutexcron.urls import mask_url, pop_query_options
 
 from .dbclock import AsUTC, DbNow, aware, now_minus, now_plus, now_sql, utc_sql
 from .models import ScheduledTask

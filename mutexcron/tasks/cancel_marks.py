@@ -28,8 +28,8 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, ParamSpec, TypeVar
 
-from ..urls import mask_url, shown
 from ..errors import StoreConfigError, StoreUnavailable
+from ..urls import mask_url, shown
 from .model import NewTask, TaskInfo, TaskStatus
 
 __all__ = [

@@ -40,8 +40,8 @@ from typing import Any, ParamSpec, TypeVar
 import redis
 
 from ..._redis import check_key_prefix, client_from_url, eviction_policy
-from ...urls import mask_url, scrub
 from ...errors import StoreConfigError, StoreUnavailable
+from ...urls import mask_url, scrub
 from ..model import NewTask, TaskInfo, TaskStatus
 from .base import ClaimHeartbeat, ClaimingConsumer, Delivery, TaskBackend, consumed_types, run_batch, warn_stale_settle
 
