@@ -1,0 +1,30 @@
+"""The admin: every declared job with its LIVE lock state from the configured store, "run now" and
+"force unlock" actions, the run history, and the ``django://`` task backend's scheduled tasks.
+
+Django imports this package (admin autodiscovery), which registers the three pages: ``lock_admin``
+(the Locks page and its views; its rows come from ``lock_rows``), ``history_admin`` and ``task_admin``.
+``display`` holds how they show times, durations, errors and secrets.
+"""
+
+from __future__ import annotations
+
+from .display import format_duration
+from .history_admin import JobRunAdmin
+from .lock_admin import FORCE_UNLOCK_PERMISSION, LockAdmin
+from .lock_rows import STATUS_LABELS, LockRow, StoreSnapshot, build_rows, last_runs, read_store, run_job_now
+from .task_admin import ScheduledTaskAdmin
+
+__all__ = [
+    "FORCE_UNLOCK_PERMISSION",
+    "STATUS_LABELS",
+    "JobRunAdmin",
+    "LockAdmin",
+    "LockRow",
+    "ScheduledTaskAdmin",
+    "StoreSnapshot",
+    "build_rows",
+    "format_duration",
+    "last_runs",
+    "read_store",
+    "run_job_now",
+]

@@ -1,0 +1,236 @@
+"""The Locks page and its two actions: every declared job and every lock in the store, read live at
+each request (rows from :mod:`.lock_rows`); "run now" runs a job under its lock in the request, "force
+unlock" frees a lock after a confirmation page. Both are POSTs, outside the request's transaction."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied
+from django.db import connections, transaction
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseNotAllowed
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone as dj_timezone
+
+from mutexcron import Outcome, RunRecord, default_registry
+from mutexcron.cron import resolve_timezone
+from mutexcron.errors import JobDefinitionError, MutexcronError, UnknownJobError
+from mutexcron.registry import validate_job_name
+from mutexcron.stores import LockState, LockStore
+
+from ..conf import MutexcronSettings, get_settings
+from ..models import Lock
+from .display import current_settings, format_duration, last_line, show_time, without_store_secrets, zone_name
+from .lock_rows import build_rows, open_store, read_store, run_job_now
+
+FORCE_UNLOCK_PERMISSION = "force_unlock_lock"  # declared in Lock.Meta.permissions
+
+NamedView = Callable[["LockAdmin", HttpRequest, str], HttpResponse]
+
+
+def _outside_request_transaction(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Exempt ``view`` from ATOMIC_REQUESTS on every database: a lock taken in the SQL store must be
+    committed at once (not when the request ends) for other instances to see it, and a job body must not
+    run inside the admin's transaction."""
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        return view(request, *args, **kwargs)
+
+    for alias in connections:
+        wrapper = transaction.non_atomic_requests(using=alias)(wrapper)
+    return wrapper
+
+
+def _named_post(what: str, permission: str) -> Callable[[NamedView], Callable[[LockAdmin, HttpRequest], HttpResponse]]:
+    """A view that takes a POST naming a job or lock (``name``), from a user whom the admin's method
+    ``permission`` allows: 405 for another method, 403 without the permission, 400 for a bad name."""
+
+    def decorate(view: NamedView) -> Callable[[LockAdmin, HttpRequest], HttpResponse]:
+        @functools.wraps(view)
+        def checked(self: LockAdmin, request: HttpRequest) -> HttpResponse:
+            if request.method != "POST":
+                return HttpResponseNotAllowed(["POST"])
+            if not getattr(self, permission)(request):
+                raise PermissionDenied
+            try:
+                name = validate_job_name(request.POST.get("name", ""))
+            except JobDefinitionError:
+                return HttpResponseBadRequest(f"bad or missing {what} name")
+            return view(self, request, name)
+
+        return checked
+
+    return decorate
+
+
+@admin.register(Lock)
+class LockAdmin(admin.ModelAdmin):
+    """The Locks page: every declared job and every lock in the store, read live at each request."""
+
+    change_list_template = "admin/mutexcron/lock/change_list.html"
+    force_unlock_template = "admin/mutexcron/lock/force_unlock_confirmation.html"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # lock documents are created by the schedulers
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # rows of the SQL store only; orphans are deleted with ``manage.py mutexcron unlock --delete``
+
+    def has_force_unlock_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(f"{self.opts.app_label}.{FORCE_UNLOCK_PERMISSION}")
+
+    def get_urls(self) -> list[URLPattern]:
+        info = self.opts.app_label, self.opts.model_name
+        site = self.admin_site
+        return [
+            path("run/", site.admin_view(_outside_request_transaction(self.run_now_view)),
+                 name="{}_{}_run".format(*info)),
+            path("force-unlock/", site.admin_view(_outside_request_transaction(self.force_unlock_view)),
+                 name="{}_{}_force_unlock".format(*info)),
+            *super().get_urls(),
+        ]
+
+    def _changelist_url(self) -> str:
+        return reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_changelist",
+                       current_app=self.admin_site.name)
+
+    def _page_context(self, request: HttpRequest, title: str) -> dict[str, Any]:
+        return {**self.admin_site.each_context(request), "opts": self.opts, "app_label": self.opts.app_label,
+                "title": title, "subtitle": None}
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        snapshot = read_store()
+        try:
+            conf = get_settings()
+            scheduler_timezone = resolve_timezone(conf.timezone)
+        except ImproperlyConfigured as error:
+            snapshot.error = snapshot.error or str(error)
+            scheduler_timezone = resolve_timezone("UTC")
+        rows = build_rows(snapshot, scheduler_timezone=scheduler_timezone, now=dj_timezone.now())
+        history_url = ""
+        if request.user.has_perm(f"{self.opts.app_label}.view_jobrun") or request.user.has_perm(
+            f"{self.opts.app_label}.change_jobrun"
+        ):
+            history_url = reverse("admin:mutexcron_jobrun_changelist", current_app=self.admin_site.name)
+        context = {
+            **self._page_context(request, "Job locks"),
+            "rows": rows,
+            "declared_count": sum(1 for row in rows if not row.orphan),
+            "orphan_count": sum(1 for row in rows if row.orphan),
+            "store": snapshot,
+            "scheduler_timezone": zone_name(scheduler_timezone),
+            "store_time": show_time(snapshot.now),
+            "can_run": self.has_change_permission(request),
+            "can_force_unlock": self.has_force_unlock_permission(request),
+            "run_url": reverse("admin:mutexcron_lock_run", current_app=self.admin_site.name),
+            "force_unlock_url": reverse("admin:mutexcron_lock_force_unlock", current_app=self.admin_site.name),
+            "history_url": history_url,
+            **(extra_context or {}),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, self.change_list_template, context)
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
+                    ) -> HttpResponse:
+        # A row of the SQL table is not the truth for Redis or MongoDB stores: the Locks page is.
+        return redirect(self._changelist_url())
+
+    @_named_post("job", permission="has_change_permission")
+    def run_now_view(self, request: HttpRequest, name: str) -> HttpResponse:
+        """POST ``name``: run the job now under its lock and report the outcome as a message."""
+        try:
+            job = default_registry.get(name)
+        except UnknownJobError:
+            self.message_user(request, f"Job “{name}” is not declared in this process; it cannot be run.",
+                              messages.ERROR)
+            return redirect(self._changelist_url())
+        try:
+            record = run_job_now(job)
+        except (ImproperlyConfigured, MutexcronError) as error:
+            reason = without_store_secrets(str(error), current_settings())
+            self.message_user(request, f"Job “{name}” was not run: {reason}", messages.ERROR)
+            return redirect(self._changelist_url())
+        self._report_run(request, record)
+        self.log_change(request, Lock(name=name), f"Ran now: {record.outcome}")
+        return redirect(self._changelist_url())
+
+    def _report_run(self, request: HttpRequest, record: RunRecord) -> None:
+        name, took = record.job_name, ""
+        if record.finished_at is not None:
+            took = format_duration(record.finished_at - record.started_at)
+        outcome = record.outcome
+        if outcome is Outcome.SUCCEEDED:
+            self.message_user(request, f"Job “{name}” ran on {record.instance_id} and succeeded in {took}.",
+                              messages.SUCCESS)
+        elif outcome is Outcome.FAILED:
+            self.message_user(
+                request,
+                f"Job “{name}” ran on {record.instance_id} and failed after {took}: {last_line(record.error)} "
+                "(the traceback is in the run history).",
+                messages.ERROR,
+            )
+        elif outcome is Outcome.SKIPPED_BUSY:
+            self.message_user(request, f"Job “{name}” did not run: {record.error or 'its lock is busy'}.",
+                              messages.WARNING)
+        elif outcome is Outcome.SKIPPED_STORE_ERROR:
+            reason = without_store_secrets(record.error or "", current_settings())
+            self.message_user(request, f"Job “{name}” did not run: the lock store cannot be reached: {reason}",
+                              messages.ERROR)
+        else:
+            self.message_user(request, f"Job “{name}” did not run: {outcome} {record.error or ''}".strip(),
+                              messages.WARNING)
+        if record.lock_lost:
+            self.message_user(request, f"Job “{name}” lost its lock while it ran (its lease ran out or it was "
+                              "force-unlocked).", messages.WARNING)
+
+    @_named_post("lock", permission="has_force_unlock_permission")
+    def force_unlock_view(self, request: HttpRequest, name: str) -> HttpResponse:
+        """POST ``name``: a confirmation page; POST ``name`` and ``confirm=yes``: free the lock."""
+        conf: MutexcronSettings | None = None
+        state: LockState | None = None
+        try:
+            with open_store() as (conf, store):
+                state = store.lock(name)
+                if request.POST.get("confirm") != "yes":
+                    return self._force_unlock_confirmation(request, name, state, store, conf)
+                unlocked = store.force_unlock(name)
+        except (ImproperlyConfigured, MutexcronError) as error:
+            self.message_user(request, f"Could not force-unlock “{name}”: {without_store_secrets(str(error), conf)}",
+                              messages.ERROR)
+            return redirect(self._changelist_url())
+        if unlocked:
+            holder = state.locked_by if state is not None and state.locked_by else "another instance"
+            self.message_user(request, f"Force-unlocked “{name}” (it was held by {holder}).", messages.SUCCESS)
+            self.log_change(request, Lock(name=name), f"Force-unlocked (was held by {holder})")
+        else:
+            self.message_user(request, f"“{name}” was not locked; nothing changed.", messages.WARNING)
+        return redirect(self._changelist_url())
+
+    def _force_unlock_confirmation(self, request: HttpRequest, name: str, state: LockState | None, store: LockStore,
+                                   conf: MutexcronSettings) -> HttpResponse:
+        held = False
+        if state is not None:
+            try:
+                held = state.is_held(store.now())
+            except MutexcronError:
+                held = state.locked
+        context = {
+            **self._page_context(request, "Are you sure?"),
+            "name": name,
+            "state": state,
+            "held": held,
+            "declared": name in default_registry,
+            "lock_until": show_time(state.lock_until) if state else "",
+            "store_description": without_store_secrets(repr(store), conf),
+            "changelist_url": self._changelist_url(),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, self.force_unlock_template, context)

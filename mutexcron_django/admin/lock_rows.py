@@ -1,0 +1,193 @@
+"""What the Locks page shows: the configured store read live (every lock document and the store's
+clock) and one row per declared job or orphan lock, with its last telling run; and running a job from
+the admin.
+
+The page is not a list of ``Lock`` rows: it reads the store named by ``MUTEXCRON['STORE']`` (the SQL
+table, Redis or MongoDB) at each request, so it shows the state the schedulers see.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+from urllib.parse import urlencode
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db.models import OuterRef, Subquery
+from django.urls import reverse
+
+from mutexcron import Job, LockBusy, RunRecord, default_registry, next_fire_times
+from mutexcron.errors import MutexcronError
+from mutexcron.stores import LockState, LockStore
+
+from .. import runtime
+from ..conf import MutexcronSettings, get_settings
+from ..models import JobRun
+from .display import format_duration, show_time, without_store_secrets, zone_name
+
+logger = logging.getLogger("mutexcron.django")
+
+
+@contextmanager
+def open_store() -> Iterator[tuple[MutexcronSettings, LockStore]]:
+    """The configured store, closed afterwards (unless settings hold a shared LockStore object)."""
+    conf = get_settings()
+    store = conf.build_store()
+    try:
+        yield conf, store
+    finally:
+        if isinstance(conf.store, str):  # we built it; a LockStore object in settings is shared
+            with suppress(Exception):
+                store.close()
+
+
+@dataclass
+class StoreSnapshot:
+    """What the Locks page shows about the store: its lock documents and clock, or why it could not be read."""
+
+    description: str = ""
+    states: dict[str, LockState] = dataclasses.field(default_factory=dict)
+    now: datetime | None = None
+    error: str | None = None
+
+
+def read_store() -> StoreSnapshot:
+    """Every lock document and the store's clock; an unreachable or misconfigured store gives ``error``."""
+    snapshot = StoreSnapshot()
+    conf: MutexcronSettings | None = None
+    try:
+        with open_store() as (conf, store):
+            snapshot.description = without_store_secrets(repr(store), conf)
+            snapshot.states = {state.name: state for state in store.locks()}
+            snapshot.now = store.now()
+    except (ImproperlyConfigured, MutexcronError) as error:
+        snapshot.error = without_store_secrets(str(error), conf)
+    except Exception as error:  # a custom store's bug must not take the page down either
+        logger.exception("mutexcron admin: reading the lock store failed")
+        snapshot.error = without_store_secrets(f"{type(error).__name__}: {error}", conf)
+    return snapshot
+
+
+STATUS_LABELS = {
+    "held": "Locked",
+    "expired": "Lease expired",  # locked, but its holder stopped renewing: the next fire takes it
+    "free": "Free",
+    "missing": "No lock yet",  # no lock document: seeded at scheduler start, created by the first run
+    "unknown": "Unknown",  # the store could not be read
+}
+
+
+@dataclass
+class LockRow:
+    name: str
+    job: Job | None  # None: an orphan lock, whose job is not declared (removed or renamed)
+    timezone: str
+    timezone_inherited: bool
+    next_fire: str
+    next_fire_iso: str
+    state: LockState | None
+    status: str
+    lock_until: str
+    lease_left: str
+    last_fire: str
+    last_run: JobRun | None
+    last_run_url: str
+    history_url: str
+
+    @property
+    def orphan(self) -> bool:
+        return self.job is None
+
+    @property
+    def spec(self) -> str:
+        return self.job.spec.expression if self.job else ""
+
+    @property
+    def status_label(self) -> str:
+        return STATUS_LABELS[self.status]
+
+    @property
+    def holder(self) -> str:
+        return (self.state.locked_by or "") if self.state and self.state.locked else ""
+
+    @property
+    def locked(self) -> bool:
+        return bool(self.state and self.state.locked)
+
+
+def last_runs(names: list[str]) -> dict[str, JobRun]:
+    """Each job's latest run record that tells something: ``skipped_already_ran`` records are only the
+    other instances' echo of a tick that ran elsewhere, so they never hide the run itself."""
+    if not names:
+        return {}
+    telling = JobRun.objects.exclude(outcome=JobRun.Outcome.SKIPPED_ALREADY_RAN)
+    latest = telling.filter(job_name=OuterRef("job_name")).order_by("-started_at", "-pk").values("pk")[:1]
+    runs = telling.filter(job_name__in=names, pk=Subquery(latest))
+    return {run.job_name: run for run in runs}
+
+
+def _history_filter_url(job_name: str) -> str:
+    """The run history filtered to one job."""
+    return reverse("admin:mutexcron_jobrun_changelist") + "?" + urlencode({"job_name__exact": job_name})
+
+
+def _status(snapshot: StoreSnapshot, state: LockState | None) -> str:
+    """The row's key in :data:`STATUS_LABELS`."""
+    if snapshot.error is not None:
+        return "unknown"
+    if state is None:
+        return "missing"
+    if snapshot.now is not None and state.is_held(snapshot.now):
+        return "held"
+    return "expired" if state.locked else "free"
+
+
+def build_rows(snapshot: StoreSnapshot, *, scheduler_timezone: tzinfo, now: datetime) -> list[LockRow]:
+    jobs = {job.name: job for job in default_registry}
+    names = sorted(set(jobs) | set(snapshot.states))
+    runs = last_runs(names)
+    rows = []
+    for name in names:
+        job, state = jobs.get(name), snapshot.states.get(name)
+        zone = (job.timezone if job else None) or scheduler_timezone
+        next_fire = next_fire_times(job.spec, after=now, timezone=zone)[0] if job else None
+        status = _status(snapshot, state)
+        lease_left = ""
+        if status == "held" and state is not None and state.lock_until and snapshot.now:
+            lease_left = format_duration(state.lock_until - snapshot.now)
+        run = runs.get(name)
+        rows.append(LockRow(
+            name=name,
+            job=job,
+            timezone=zone_name(zone) if job else "",
+            timezone_inherited=bool(job and job.timezone is None),
+            next_fire=show_time(next_fire, zone),
+            next_fire_iso=next_fire.isoformat() if next_fire else "",
+            state=state,
+            status=status,
+            lock_until=show_time(state.lock_until) if state and state.locked else "",
+            lease_left=lease_left,
+            last_fire=show_time(state.last_fire_time) if state else "",
+            last_run=run,
+            last_run_url=reverse("admin:mutexcron_jobrun_change", args=[run.pk]) if run else "",
+            history_url=_history_filter_url(name),
+        ))
+    return rows
+
+
+def run_job_now(job: Job) -> RunRecord:
+    """Run ``job`` now in this thread, under its lock, with history and signals, as ``manage.py`` would.
+
+    A job whose ``on_busy`` is ``"wait"`` is run as ``"skip"`` here: a request must not wait up to a lease
+    for a busy lock.
+    """
+    try:
+        return runtime.run_now(job.name, on_busy="skip" if job.on_busy == "wait" else None)
+    except LockBusy as busy:
+        if isinstance(busy.record, RunRecord):
+            return busy.record
+        raise
