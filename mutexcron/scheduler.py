@@ -326,9 +326,8 @@ class Scheduler:
         return self._run_body(life, job, ctx, started_at, manual)
 
     def _acquire(self, life: Generation, job: Job, fire_time: datetime | None) -> Acquisition:
-        def acquire() -> Acquisition:
-            return self.store.acquire(job.name, owner=self.instance_id, lease=job.lease, fire_time=fire_time)
-
+        acquire = lambda: self.store.acquire(  # noqa: E731
+            job.name, owner=self.instance_id, lease=job.lease, fire_time=fire_time)
         acquisition = acquire()
         if acquisition.status is not AcquireStatus.BUSY:
             return acquisition

@@ -1,0 +1,227 @@
+"""The subcommands that inspect and operate the declared jobs, their locks and their history: ``list``,
+``trigger``, ``unlock``, ``seed`` and ``prune``. Each is a function of the running command (for its
+output streams); a store it opens is closed before it returns."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, tzinfo
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
+from django.utils import timezone as django_timezone
+
+from mutexcron import Job, Outcome, RunRecord, default_registry, next_fire_times
+from mutexcron.cron import resolve_timezone
+from mutexcron.errors import LockBusy, StoreUnavailable, UnknownJobError
+from mutexcron.stores import LockState, LockStore
+
+from ... import runtime
+from ...conf import get_settings
+from ...models import JobRun
+from .output import iso, lock_state, table, when
+
+JobLine = tuple[Job, tzinfo, datetime | None, LockState | None]  # a job, its zone, next fire and lock
+
+
+def _unreachable(store: LockStore, error: StoreUnavailable) -> CommandError:
+    return CommandError(f"the lock store {store!r} cannot be reached: {error}")
+
+
+# -- list -------------------------------------------------------------------------------------------------
+
+
+def list_jobs(command: BaseCommand, *, as_json: bool) -> None:
+    """Every declared job (schedule, time zone, next fire, lock state) and the orphan locks."""
+    conf = get_settings()
+    default_zone = resolve_timezone(conf.timezone)
+    now = django_timezone.now()
+    store = conf.build_store()
+    store_error: StoreUnavailable | None = None
+    locks: dict[str, LockState] = {}
+    store_now = now
+    try:
+        locks = {state.name: state for state in store.locks()}
+        store_now = store.now()
+    except StoreUnavailable as error:
+        store_error = error
+    finally:
+        store.close()
+
+    jobs: list[JobLine] = []
+    for job in default_registry:
+        zone = job.timezone or default_zone
+        (next_fire,) = next_fire_times(job.spec, after=now, timezone=zone) or (None,)
+        jobs.append((job, zone, next_fire, locks.get(job.name)))
+    orphans = [state for name, state in sorted(locks.items()) if name not in default_registry]
+
+    if as_json:
+        command.stdout.write(json.dumps({
+            "store": repr(store),
+            "store_error": None if store_error is None else str(store_error),
+            "timezone": str(default_zone),
+            "jobs": [{
+                "name": job.name,
+                "spec": str(job.spec),
+                "timezone": str(zone),
+                "next_fire": next_fire.astimezone(zone).isoformat() if next_fire else None,
+                "lock": None if store_error else _lock_json(state, store_now),
+            } for job, zone, next_fire, state in jobs],
+            "orphan_locks": [_lock_json(state, store_now) for state in orphans],
+        }, indent=2))
+    else:
+        _print_list(command, store, jobs, orphans, store_now, failed=store_error is not None)
+    if store_error is not None:
+        raise _unreachable(store, store_error)
+
+
+def _lock_json(state: LockState | None, now: datetime) -> dict[str, Any]:
+    fields: dict[str, Any] = {"state": lock_state(state, now)}
+    if state is not None:
+        fields.update(
+            name=state.name,
+            locked=state.locked,
+            held=state.is_held(now),
+            locked_by=state.locked_by,
+            lock_until=iso(state.lock_until),
+            last_fire_time=iso(state.last_fire_time),
+            last_locked_at=iso(state.last_locked_at),
+            last_released_at=iso(state.last_released_at),
+            token=state.token,
+        )
+    return fields
+
+
+def _print_list(command: BaseCommand, store: LockStore, jobs: list[JobLine], orphans: list[LockState],
+                now: datetime, *, failed: bool) -> None:
+    command.stdout.write(f"Store: {store!r}")
+    if not jobs:
+        modules = ", ".join(get_settings().modules)
+        command.stdout.write(f"No jobs declared (looked for @mutex_cron in the installed apps' modules: {modules}).")
+    else:
+        rows = []
+        for job, zone, next_fire, state in jobs:
+            known = None if failed else state
+            taken = known is not None and known.locked
+            rows.append([
+                job.name, str(job.spec), str(zone), when(next_fire, zone),
+                "unknown" if failed else lock_state(state, now),
+                (known.locked_by or "-") if known is not None and taken else "-",
+                when(known.lock_until) if known is not None and taken else "-",
+                when(known.last_fire_time) if known is not None else "-",
+            ])
+        headers = ["JOB", "SCHEDULE", "TIMEZONE", "NEXT FIRE", "LOCK", "HOLDER", "LEASE UNTIL", "LAST FIRE"]
+        command.stdout.write(table(headers, rows))
+    if orphans:
+        command.stdout.write("")
+        command.stdout.write("Orphan locks (no declared job; remove with: manage.py mutexcron unlock --delete NAME):")
+        rows = [[state.name, lock_state(state, now), (state.locked_by or "-") if state.locked else "-",
+                 when(state.lock_until) if state.locked else "-", when(state.last_fire_time)]
+                for state in orphans]
+        command.stdout.write(table(["LOCK NAME", "LOCK", "HOLDER", "LEASE UNTIL", "LAST FIRE"], rows))
+
+
+# -- trigger ----------------------------------------------------------------------------------------------
+
+
+def trigger(command: BaseCommand, name: str) -> None:
+    """Run job ``name`` now under its lock; CommandError (exit 1) unless it ran and succeeded."""
+    try:
+        default_registry.get(name)
+    except UnknownJobError as error:
+        raise CommandError(str(error)) from None
+    try:
+        record = runtime.run_now(name)
+    except LockBusy as error:
+        holder = error.record.error if isinstance(error.record, RunRecord) and error.record.error else ""
+        raise CommandError(f"job {name!r} did not run: {error}{f' ({holder})' if holder else ''}") from None
+    _report(command, record)
+
+
+def _report(command: BaseCommand, record: RunRecord) -> None:
+    took = (record.finished_at - record.started_at).total_seconds() if record.finished_at else 0.0
+    where = f"on {record.instance_id}"
+    if record.outcome is Outcome.SUCCEEDED:
+        lost = " (its lock was lost while it ran)" if record.lock_lost else ""
+        command.stdout.write(f"job {record.job_name!r} succeeded in {took:.3f}s {where} (token {record.token}){lost}")
+        return
+    if record.outcome is Outcome.FAILED:
+        error = (record.error or "").rstrip()
+        command.stderr.write(error)
+        raise CommandError(f"job {record.job_name!r} failed after {took:.3f}s {where}: "
+                           f"{error.splitlines()[-1] if error else 'unknown error'}")
+    raise CommandError(f"job {record.job_name!r} did not run: {record.outcome}: {record.error}")
+
+
+# -- unlock, seed ---------------------------------------------------------------------------------------
+
+
+def unlock(command: BaseCommand, name: str, *, delete: bool, force: bool) -> None:
+    """Force lock ``name`` open; with ``delete``, remove an orphan lock's document (``force``: even held)."""
+    store = get_settings().build_store()
+    try:
+        state = store.lock(name)
+        declared = name in default_registry
+        if state is None and not declared:
+            orphans = [s.name for s in store.locks() if s.name not in default_registry]
+            raise CommandError(
+                f"no job named {name!r} is declared and no lock has that name "
+                f"(declared jobs: {', '.join(default_registry.names()) or 'none'}; "
+                f"orphan locks: {', '.join(orphans) or 'none'})"
+            )
+        if delete:
+            if declared:
+                raise CommandError(
+                    f"job {name!r} is declared: --delete is for orphan locks (its scheduler would bring the "
+                    f"document back at its next fire); to free it use: mutexcron unlock {name}"
+                )
+            if state is not None and state.is_held(store.now()) and not force:
+                raise CommandError(
+                    f"lock {name!r} is held by {state.locked_by or 'unknown'} until {when(state.lock_until)} "
+                    "(store clock): its job may still run somewhere; wait for the lease to end, or pass --force "
+                    "(the lease stays in force after the delete either way)"
+                )
+            store.delete(name)
+            command.stdout.write(f"deleted the orphan lock {name!r} from {store!r}")
+            return
+        holder = state.locked_by if state is not None and state.locked else None
+        if store.force_unlock(name):
+            command.stdout.write(f"unlocked {name!r} (was held by {holder or 'unknown'})")
+        else:
+            command.stdout.write(f"{name!r} was not locked; nothing to do")
+    except StoreUnavailable as error:
+        raise _unreachable(store, error) from None
+    finally:
+        store.close()
+
+
+def seed(command: BaseCommand) -> None:
+    """Create the missing lock documents of the declared jobs."""
+    store = get_settings().build_store()
+    names = default_registry.names()
+    try:
+        created = store.seed(names)
+    except StoreUnavailable as error:
+        raise _unreachable(store, error) from None
+    finally:
+        store.close()
+    command.stdout.write(f"created {created} lock(s) for {len(names)} declared job(s) in {store!r}")
+
+
+# -- prune ------------------------------------------------------------------------------------------------
+
+
+def prune(command: BaseCommand, *, older_than: float | None) -> None:
+    """Delete the run history older than the retention (or ``older_than`` days)."""
+    retention = get_settings().history_retention if older_than is None else timedelta(days=older_than)
+    if retention is None:
+        command.stdout.write("MUTEXCRON['HISTORY_RETENTION'] is None (history is kept forever): nothing pruned; "
+                             "use --older-than DAYS to prune anyway")
+        return
+    cutoff = django_timezone.now() - retention
+    try:
+        deleted, _ = JobRun.objects.filter(started_at__lt=cutoff).delete()
+    except DatabaseError as error:
+        raise CommandError(f"could not prune the run history: {error}") from None
+    command.stdout.write(f"deleted {deleted} run(s) that started before {when(cutoff)} (older than {retention})")

@@ -1,3 +1,0 @@
-from apscheduler.schedulers.blocking import BlockingScheduler
-
-class BackgroundScheduler(BlockingScheduler): ...

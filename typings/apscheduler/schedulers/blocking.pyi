@@ -1,3 +1,0 @@
-from apscheduler.schedulers.base import BaseScheduler
-
-class BlockingScheduler(BaseScheduler): ...
