@@ -24,14 +24,14 @@ def _shown(value: object) -> str:
 def duration(value: object, *, what: str, error: type[Exception], allow_zero: bool = True,
              allow_negative: bool = False, seconds: bool = True) -> timedelta:
     """``value`` (a timedelta, or a number of seconds if ``seconds``) as a timedelta within ±MAX_DURATION."""
-    kinds = (timedelta, int, float) if seconds else (timedelta,)
-    if isinstance(value, bool) or not isinstance(value, kinds):
+    if isinstance(value, bool) or not isinstance(value, timedelta | int | float) or (
+            not seconds and not isinstance(value, timedelta)):
         raise error(f"{what} must be a timedelta{' or seconds' if seconds else ''}, not {_shown(value)}")
     if isinstance(value, float) and not math.isfinite(value):
         raise error(f"{what} must be a finite duration, not {_shown(value)}")
-    if not isinstance(value, timedelta) and abs(value) > MAX_DURATION.total_seconds():  # type: ignore[arg-type]
+    if not isinstance(value, timedelta) and abs(value) > MAX_DURATION.total_seconds():
         raise error(f"{what} must be at most {MAX_DURATION}, not {_shown(value)} seconds")
-    result = value if isinstance(value, timedelta) else timedelta(seconds=value)  # type: ignore[arg-type]
+    result = value if isinstance(value, timedelta) else timedelta(seconds=value)
     if abs(result) > MAX_DURATION:
         raise error(f"{what} must be at most {MAX_DURATION}, not {_shown(value)}")
     if result < timedelta(0) and not allow_negative:
@@ -51,6 +51,7 @@ def count(value: object, *, what: str, error: type[Exception], maximum: int) -> 
 def zone(value: object, *, what: str, error: type[Exception]) -> tzinfo:
     """``value`` (a zone name or tzinfo) as a tzinfo."""
     try:
+        # resolve_timezone rejects any other value with the message wanted here, so it gets the value as is.
         return resolve_timezone(value, subject=what)  # type: ignore[arg-type]
     except ValueError as problem:
         raise error(str(problem)) from None

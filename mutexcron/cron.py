@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
+from typing import TypedDict
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.triggers.base import BaseTrigger
@@ -136,9 +137,11 @@ def parse_cron(expression: str, *, job_name: str | None = None) -> CronSpec:
             f"{subject}: cron field {problem.field!r} has bad value {problem.value!r} "
             f"in {text!r}: {problem.reason}"
         ) from None
-    weekdays = tuple(sorted({day % 7 for day in values[5]}))
-    days_restricted = _restricts(parts[3], values[3], 31, other=parts[5])
-    spec = CronSpec(text, *values[:5], weekdays, days_restricted, _restricts(parts[5], weekdays, 7, other=parts[3]))
+    seconds, minutes, hours, days, months, cron_weekdays = values
+    weekdays = tuple(sorted({day % 7 for day in cron_weekdays}))
+    days_restricted = _restricts(parts[3], days, 31, other=parts[5])
+    spec = CronSpec(text, seconds, minutes, hours, days, months, weekdays, days_restricted,
+                    _restricts(parts[5], weekdays, 7, other=parts[3]))
     if spec.days_restricted and not spec.weekdays_restricted and not _possible_days(spec):
         raise CronSpecError(
             f"{subject}: cron field {_DAY.name!r} has value {parts[3]!r} that no month in {parts[4]!r} has, "
@@ -240,6 +243,20 @@ def resolve_timezone(value: str | tzinfo | None, *, default: str | tzinfo = "UTC
     raise ValueError(f"{subject}: unknown time zone {shown}")
 
 
+class _TimeFields(TypedDict):
+    """The APScheduler cron fields other than the two day fields, in APScheduler's syntax."""
+
+    second: str
+    minute: str
+    hour: str
+    month: str
+
+
+def _utcoffset(moment: datetime) -> timedelta:
+    """The UTC offset of an aware datetime (zero for a zone that gives none, as :meth:`CronTrigger._offsets`)."""
+    return moment.utcoffset() or _ZERO
+
+
 class CronTrigger(BaseTrigger):
     """An APScheduler trigger for a :class:`CronSpec` in a time zone, correct across DST changes.
 
@@ -253,7 +270,7 @@ class CronTrigger(BaseTrigger):
     def __init__(self, spec: CronSpec, timezone: tzinfo = UTC) -> None:
         self.spec = spec
         self.timezone = timezone
-        fields = {
+        fields: _TimeFields = {
             "second": _compact(spec.seconds, 0, 59),
             "minute": _compact(spec.minutes, 0, 59),
             "hour": _compact(spec.hours, 0, 23),
@@ -293,11 +310,11 @@ class CronTrigger(BaseTrigger):
         """
         instant_utc = instant.astimezone(UTC)
         naive_utc = instant_utc.replace(tzinfo=None)
-        fire = self._first_fire_after_wall(naive_utc + instant_utc.astimezone(self.timezone).utcoffset(), instant_utc)
+        fire = self._first_fire_after_wall(naive_utc + _utcoffset(instant_utc.astimezone(self.timezone)), instant_utc)
         # Shortly after a spring-forward gap, wall times skipped by it (before `instant`'s own wall time)
         # may still fire after `instant`: search them from where `instant` falls in the gap.
         earlier = instant_utc - _LONGEST_GAP if instant_utc.year > 1 else instant_utc
-        in_gap = naive_utc + earlier.astimezone(self.timezone).utcoffset()
+        in_gap = naive_utc + _utcoffset(earlier.astimezone(self.timezone))
         if self._is_skipped(in_gap):
             candidate = self._next_wall_match(in_gap)
             if candidate is not None and self._is_skipped(candidate):
@@ -371,9 +388,10 @@ class CronTrigger(BaseTrigger):
 
 def iter_fire_times(trigger: CronTrigger, after: datetime) -> Iterator[datetime]:
     """Yield the trigger's fire times strictly after ``after``, in order."""
-    current: datetime | None = after
-    while (current := trigger.next_after(current)) is not None:
+    current = trigger.next_after(after)
+    while current is not None:
         yield current
+        current = trigger.next_after(current)
 
 
 def next_fire_times(

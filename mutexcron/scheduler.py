@@ -326,8 +326,9 @@ class Scheduler:
         return self._run_body(life, job, ctx, started_at, manual)
 
     def _acquire(self, life: Generation, job: Job, fire_time: datetime | None) -> Acquisition:
-        acquire = lambda: self.store.acquire(  # noqa: E731
-            job.name, owner=self.instance_id, lease=job.lease, fire_time=fire_time)
+        def acquire() -> Acquisition:
+            return self.store.acquire(job.name, owner=self.instance_id, lease=job.lease, fire_time=fire_time)
+
         acquisition = acquire()
         if acquisition.status is not AcquireStatus.BUSY:
             return acquisition

@@ -8,7 +8,23 @@ from typing import Any
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
+from mutexcron.plugins import Kind, register
+
 logger = logging.getLogger("mutexcron.django")
+
+# What this app adds to the core's registry of backends: the same table as the "mutexcron.backends" entry
+# points in pyproject.toml, registered again at start-up for a checkout that runs without being installed.
+BACKENDS: dict[Kind, str] = {
+    "lock_store": "mutexcron_django.store:DjangoLockStore",
+    "task_backend": "mutexcron_django.tasks_backend:DjangoTaskBackend",
+    "record_store": "mutexcron_django.cancel_marks:DjangoCancelMarks",
+}
+
+
+def register_backends() -> None:
+    """Serve ``django://`` URLs (lock store, task backend, task records) with this app's classes."""
+    for kind, path in BACKENDS.items():
+        register(kind, "django", path)
 
 
 class MutexcronConfig(AppConfig):
@@ -20,6 +36,7 @@ class MutexcronConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
 
+        register_backends()  # before the settings are read: they may name django:// URLs
         # checks: registers the system checks; tasks: the handler of django.tasks tasks (Django 6)
         from . import checks, tasks  # noqa: F401
         from .autostart import install

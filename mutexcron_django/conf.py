@@ -167,6 +167,7 @@ def _tasks_settings(tasks: object) -> TasksSettings:
     values = _with_defaults("MUTEXCRON['TASKS']", tasks, TASKS_DEFAULTS)
 
     backend = values["BACKEND"]
+    spec: str | TaskBackend
     if isinstance(backend, str):
         spec = "django://" if backend.strip() == "django" else backend.strip()
         if _scheme(spec) not in TASK_BACKEND_SCHEMES:
@@ -180,7 +181,7 @@ def _tasks_settings(tasks: object) -> TasksSettings:
     cancel_store = values["CANCEL_STORE"]
     needs_marks = isinstance(spec, str) and _scheme(spec) in NEEDS_CANCEL_STORE
     if cancel_store is None:
-        if needs_marks:
+        if needs_marks and isinstance(spec, str):
             raise _task_fail("CANCEL_STORE", f'is required with the RabbitMQ backend {mask_url(spec)!r}: "django" '
                                              "(the project's database) or a redis://… URL")
     elif not needs_marks:

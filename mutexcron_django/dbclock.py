@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db import connections
 from django.db.models import DateTimeField, DurationField, Expression, ExpressionWrapper, F, Func, Value
+from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Now
 
 __all__ = ["AsUTC", "DbNow", "Interval", "aware", "db_now", "now_minus", "now_plus", "now_sql", "plus", "utc_sql"]
@@ -53,17 +54,17 @@ class AsUTC(Func):
         return self.as_sql(compiler, connection, template="(%(expressions)s AT TIME ZONE 'UTC')", **extra_context)
 
 
-def plus(column: str, duration: timedelta) -> ExpressionWrapper:
+def plus(column: str, duration: timedelta) -> ExpressionWrapper[CombinedExpression]:
     """The datetime ``column`` plus ``duration``, in the database."""
     return ExpressionWrapper(F(column) + Interval(duration), output_field=DateTimeField())
 
 
-def now_plus(duration: timedelta) -> ExpressionWrapper:
+def now_plus(duration: timedelta) -> ExpressionWrapper[CombinedExpression]:
     """The database's now plus ``duration``."""
     return ExpressionWrapper(DbNow() + Interval(duration), output_field=DateTimeField())
 
 
-def now_minus(duration: timedelta) -> ExpressionWrapper:
+def now_minus(duration: timedelta) -> ExpressionWrapper[CombinedExpression]:
     """The database's now minus ``duration``."""
     return ExpressionWrapper(DbNow() - Interval(duration), output_field=DateTimeField())
 

@@ -1,22 +1,55 @@
-"""The core package stays framework-free: importing it (and its stores and tasks) never imports Django."""
+"""The core package stays framework-free: importing it (and its stores and tasks) never imports Django,
+and it names no class of the Django app, which plugs its ``django://`` scheme in through the registry."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
+
+CORE = Path(__file__).resolve().parent.parent / "mutexcron"
+
+
+def python_prints(code: str) -> str:
+    """What ``code`` prints in a fresh interpreter (nothing imported yet, nothing registered by hand)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 
 def test_the_core_does_not_import_django() -> None:
     code = (
         "import sys, mutexcron, mutexcron.stores, mutexcron.stores.redis, mutexcron.stores.mongo, "
         "mutexcron.tasks, mutexcron.tasks.backends.redis, mutexcron.testing; "
-        "print(sorted(m for m in sys.modules if m == 'django' or m.startswith('django.')))"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'mutexcron_django')))"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "[]"
+    assert python_prints(code) == "[]"
 
 
 def test_the_package_ships_its_type_marker() -> None:
     import importlib.resources
 
     assert importlib.resources.files("mutexcron").joinpath("py.typed").is_file()
+
+
+def test_the_core_names_no_django_class_and_imports_no_django_module() -> None:
+    offending = [
+        f"{path.relative_to(CORE.parent)}:{number}: {line.strip()}"
+        for path in sorted(CORE.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\bDjango[A-Z]\w*|^\s*(from|import)\s+(mutexcron_)?django\b|[\"']mutexcron_django\.", line)
+    ]
+    assert offending == []
+
+
+def test_the_django_app_plugs_in_django_urls_through_entry_points() -> None:
+    """In a process where the app is installed but never imported, ``django://`` resolves to its classes."""
+    code = (
+        "import sys; from mutexcron.stores import SCHEMES; from mutexcron.tasks.queue import BACKENDS; "
+        "from mutexcron.tasks.cancel_marks import SCHEMES as RECORDS; "
+        "print(SCHEMES['django'], BACKENDS['django'], RECORDS['django'], 'mutexcron_django' in sys.modules)"
+    )
+    printed = python_prints(code)
+    from mutexcron_django.apps import BACKENDS
+
+    expected = [BACKENDS["lock_store"], BACKENDS["task_backend"], BACKENDS["record_store"], "False"]
+    assert printed.split() == expected

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 import pytest
 
-from mutexcron import StoreConfigError
-from mutexcron.stores import LockStore, MemoryLockStore, RedisLockStore, store_from_url
+from mutexcron import StoreConfigError, plugins
+from mutexcron.plugins import Kind
+from mutexcron.stores import SCHEMES, LockStore, MemoryLockStore, RedisLockStore, store_from_url
+from mutexcron.tasks import TaskQueue
+from mutexcron.tasks.cancel_marks import SCHEMES as RECORD_SCHEMES
+from mutexcron.tasks.cancel_marks import cancel_marks_from_url
+from mutexcron.tasks.queue import BACKENDS
 
 
 def test_memory_url_gives_a_memory_store() -> None:
@@ -63,3 +70,63 @@ def test_malformed_store_settings_get_a_clear_error(url: str, message: str) -> N
 
 def test_every_store_is_a_lock_store() -> None:
     assert issubclass(RedisLockStore, LockStore)
+
+
+# -- the registry of backends (mutexcron.plugins) --------------------------------------------------------
+
+
+@pytest.fixture
+def registered() -> Iterator[list[tuple[Kind, str]]]:
+    """Schemes a test registers, removed afterwards."""
+    added: list[tuple[Kind, str]] = []
+    yield added
+    for kind, scheme in added:
+        del plugins.schemes(kind)[scheme]
+
+
+def test_a_registered_scheme_builds_that_class(registered: list[tuple[Kind, str]]) -> None:
+    plugins.register("lock_store", "scratch", "mutexcron.stores.memory.MemoryLockStore")
+    registered.append(("lock_store", "scratch"))
+    assert isinstance(store_from_url("scratch://"), MemoryLockStore)
+    assert "scratch" in SCHEMES and SCHEMES["scratch"] == "mutexcron.stores.memory.MemoryLockStore"
+
+
+def test_a_registered_scheme_is_only_for_its_kind(registered: list[tuple[Kind, str]]) -> None:
+    plugins.register("lock_store", "scratch", "mutexcron.stores.memory.MemoryLockStore")
+    registered.append(("lock_store", "scratch"))
+    with pytest.raises(StoreConfigError, match="unknown task backend scheme 'scratch'"):
+        TaskQueue("scratch://")
+
+
+def test_an_entry_point_style_path_is_accepted(registered: list[tuple[Kind, str]]) -> None:
+    plugins.register("lock_store", "scratch", "mutexcron.stores.memory:MemoryLockStore")
+    registered.append(("lock_store", "scratch"))
+    assert isinstance(store_from_url("scratch://"), MemoryLockStore)
+
+
+@pytest.mark.parametrize(
+    ("kind", "scheme", "path"),
+    [("locks", "x", "a.B"), ("lock_store", "Bad Scheme", "a.B"), ("lock_store", "x", "nodots")],
+)
+def test_register_rejects_what_it_cannot_serve(kind: str, scheme: str, path: str) -> None:
+    with pytest.raises(ValueError):
+        plugins.register(kind, scheme, path)  # type: ignore[arg-type]  # a wrong kind on purpose
+
+
+@pytest.mark.parametrize(
+    ("build", "what"),
+    [(store_from_url, "store"), (TaskQueue, "task backend"), (cancel_marks_from_url, "cancel store")],
+)
+def test_an_unknown_scheme_names_it_and_the_known_ones_with_the_url_masked(build: Callable[[str], object],
+                                                                           what: str) -> None:
+    with pytest.raises(StoreConfigError) as error:
+        build("ftp://user:hunter2@host/x")
+    message = str(error.value)
+    assert f"unknown {what} scheme 'ftp'" in message and "use one of" in message and "redis" in message
+    assert "hunter2" not in message and "***" in message
+
+
+def test_the_known_schemes_include_what_installed_packages_declare() -> None:
+    assert {"memory", "redis", "rediss", "unix", "mongodb", "mongodb+srv", "django"} <= set(SCHEMES)
+    assert {"redis", "rediss", "unix", "amqp", "amqps", "django"} <= set(BACKENDS)
+    assert {"redis", "rediss", "unix", "django"} <= set(RECORD_SCHEMES)

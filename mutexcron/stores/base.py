@@ -115,7 +115,7 @@ class LockStore(ABC):
         self.close()
 
 
-def ms_to_datetime(value: int | str | None) -> datetime | None:
+def ms_to_datetime(value: int | str | bytes | None) -> datetime | None:
     """Milliseconds since the epoch (as stored in Redis) to aware UTC; empty values become ``None``."""
     if value is None or value == "" or value == b"":
         return None

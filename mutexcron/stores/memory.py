@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
-from .base import UTC, AcquireStatus, Acquisition, LockState, LockStore
+from .base import AcquireStatus, Acquisition, LockState, LockStore
 
 __all__ = ["MemoryLockStore"]
 

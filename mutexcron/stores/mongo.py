@@ -7,7 +7,7 @@ last fire time and lease survive; seeding or acquiring revives it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -20,7 +20,7 @@ from pymongo.write_concern import WriteConcern
 
 from ..errors import StoreConfigError, StoreUnavailable
 from ..urls import check_host_and_port, mask_url, pop_query_options, scrub
-from .base import UTC, AcquireStatus, Acquisition, LockState, LockStore, datetime_to_ms, duration_ms, ms_to_datetime
+from .base import AcquireStatus, Acquisition, LockState, LockStore, datetime_to_ms, duration_ms, ms_to_datetime
 
 __all__ = ["MongoLockStore"]
 

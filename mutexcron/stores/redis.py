@@ -7,7 +7,7 @@ last fire time and lease survive; seeding or acquiring revives it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 import redis
@@ -15,7 +15,7 @@ import redis
 from .._redis import check_key_prefix, client_from_url, eviction_policy
 from ..errors import StoreUnavailable
 from ..urls import mask_url
-from .base import UTC, AcquireStatus, Acquisition, LockState, LockStore, datetime_to_ms, duration_ms, ms_to_datetime
+from .base import AcquireStatus, Acquisition, LockState, LockStore, datetime_to_ms, duration_ms, ms_to_datetime
 
 __all__ = ["RedisLockStore"]
 
@@ -140,7 +140,7 @@ class RedisLockStore(LockStore):
 
     def acquire(self, name: str, *, owner: str, lease: timedelta, fire_time: datetime | None) -> Acquisition:
         fire_ms = "" if fire_time is None else str(datetime_to_ms(fire_time))
-        args = [name, owner, duration_ms(lease), fire_ms]
+        args: list[str | int] = [name, owner, duration_ms(lease), fire_ms]
         status, detail = self._call(self._acquire, keys=[self.key(name)], args=args)
         status, detail = _text(status), _text(detail)
         if status == "acquired":

@@ -29,6 +29,7 @@ from enum import StrEnum
 from typing import Any, ParamSpec, TypeVar
 
 from ..errors import StoreConfigError, StoreUnavailable
+from ..plugins import class_for_scheme, schemes
 from ..urls import mask_url, shown
 from .model import NewTask, TaskInfo, TaskStatus
 
@@ -354,18 +355,12 @@ class RedisCancelMarks(CancelMarkStore):
 
 # -- choosing a store by URL ---------------------------------------------------------------------------
 
-SCHEMES: dict[str, str] = {
-    "redis": "mutexcron.tasks.cancel_marks.RedisCancelMarks",
-    "rediss": "mutexcron.tasks.cancel_marks.RedisCancelMarks",
-    "unix": "mutexcron.tasks.cancel_marks.RedisCancelMarks",
-    "django": "mutexcron_django.cancel_marks.DjangoCancelMarks",  # the SQL database (needs mutexcron_django)
-}
+# scheme -> dotted path of the store class (imported on first use); other packages add theirs (mutexcron.plugins)
+SCHEMES = schemes("record_store")
 
 
 def cancel_marks_from_url(url: str | CancelMarkStore | None, *, backend: str = "this task backend") -> CancelMarkStore:
     """A record store from a URL (``redis://…``) or a :class:`CancelMarkStore` object."""
-    from ..stores import class_for_scheme
-
     if isinstance(url, CancelMarkStore):
         return url
     if url is None or url == "":

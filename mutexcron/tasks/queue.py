@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..errors import StoreConfigError
+from ..plugins import class_for_scheme, schemes
 from ..urls import shown
 from .backends.base import Delivery, TaskBackend
 from .handlers import HandlerRegistry, default_handlers, validate_task_type
@@ -26,20 +27,12 @@ logger = logging.getLogger("mutexcron.tasks")
 UNKNOWN_TYPE_RETRY = timedelta(minutes=1)
 UNKNOWN_TYPE_ATTEMPTS = 5
 
-BACKENDS: dict[str, str] = {
-    "redis": "mutexcron.tasks.backends.redis.RedisTaskBackend",
-    "unix": "mutexcron.tasks.backends.redis.RedisTaskBackend",
-    "rediss": "mutexcron.tasks.backends.redis.RedisTaskBackend",
-    "amqp": "mutexcron.tasks.backends.rabbitmq.RabbitMQTaskBackend",
-    "amqps": "mutexcron.tasks.backends.rabbitmq.RabbitMQTaskBackend",
-    "django": "mutexcron_django.tasks_backend.DjangoTaskBackend",
-}
+# scheme -> dotted path of the backend class (imported on first use); other packages add theirs (mutexcron.plugins)
+BACKENDS = schemes("task_backend")
 
 
 def backend_from_url(url: str | TaskBackend, *, cancel_store: str | None = None) -> TaskBackend:
     """A task backend from a URL (``redis://``, ``amqp://``, ``django://``) or a backend object."""
-    from ..stores import class_for_scheme  # the same lazy, helpful import as lock stores
-
     if isinstance(url, TaskBackend):
         return url
     if not isinstance(url, str) or "://" not in url:

@@ -1,0 +1,10 @@
+from collections.abc import Callable
+from typing import Any
+
+from apscheduler.triggers.base import BaseTrigger
+
+class Job:
+    id: str
+    name: str
+    func: Callable[..., Any]
+    trigger: BaseTrigger
