@@ -163,6 +163,14 @@ class TaskQueueContract:
         queue.start(list(types) or None, prefetch=prefetch)
         return queue
 
+    @staticmethod
+    def wait_idle(worker: TaskQueue, task_type: str) -> None:
+        """Return once ``worker`` is consuming and has gone back to waiting: it ran a probe task due now and
+        settled it, so the next task reaches it through its wait (a wake-up or a due time), not its start-up,
+        and a task scheduled before this call is the one it waits for."""
+        probe = worker.schedule(task_type, f"idle probe {time.monotonic_ns()}")
+        wait_until(lambda: worker.status(probe) == TaskStatus.SUCCEEDED, what="the worker to run a probe and wait")
+
     # -- scheduling ----------------------------------------------------------------------------------
 
     def test_schedule_returns_an_id_and_the_task_is_scheduled(self, make_queue: Callable[..., TaskQueue]) -> None:
@@ -263,7 +271,7 @@ class TaskQueueContract:
         """The worker sleeps until the next due time and is woken for sooner ones: no polling interval."""
         task_type = self.define()
         queue = self.worker(make_queue)
-        time.sleep(0.2)  # the worker is idle, waiting
+        self.wait_idle(queue, task_type)
         now = time.time()
         delays = [0.15 + 0.1 * n for n in range(8)]
         queue.schedule_many([(task_type, n, {"delay": timedelta(seconds=d)}) for n, d in enumerate(delays)])
@@ -278,7 +286,7 @@ class TaskQueueContract:
         task_type = self.define()
         queue = self.worker(make_queue)
         queue.schedule(task_type, "in a minute", delay=timedelta(minutes=1))
-        time.sleep(0.3)  # the worker now sleeps until that task is due
+        self.wait_idle(queue, task_type)  # the worker now sleeps until that task is due
         due = time.time() + 0.3
         queue.schedule(task_type, "sooner", delay=timedelta(seconds=0.3))
         (run,) = self.runs.wait_for("sooner")
@@ -288,9 +296,9 @@ class TaskQueueContract:
         self, make_queue: Callable[..., TaskQueue]
     ) -> None:
         task_type = self.define()
-        self.worker(make_queue)
+        worker = self.worker(make_queue)
         producer = make_queue()
-        time.sleep(0.2)
+        self.wait_idle(worker, task_type)
         due = time.time() + 0.2
         producer.schedule(task_type, "from elsewhere", delay=timedelta(seconds=0.2))
         (run,) = self.runs.wait_for("from elsewhere")
@@ -351,7 +359,7 @@ class TaskQueueContract:
         task_type = self.define()
         queue = self.worker(make_queue)
         queue.schedule(task_type, "in an hour", delay=timedelta(hours=1))
-        time.sleep(0.3)
+        self.wait_idle(queue, task_type)
         started = time.monotonic()
         queue.stop()
         assert time.monotonic() - started < 1.0
