@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.db.models import F
@@ -11,9 +11,14 @@ from django.http import HttpRequest
 from ..models import JobRun
 from .display import error_block, format_duration, seconds_column
 
+if TYPE_CHECKING:
+    ModelAdmin = admin.ModelAdmin[JobRun]
+else:  # generic only in django-stubs
+    ModelAdmin = admin.ModelAdmin
+
 
 @admin.register(JobRun)
-class JobRunAdmin(admin.ModelAdmin):
+class JobRunAdmin(ModelAdmin):
     """The run history: every fire on every instance, read-only."""
 
     list_display = ("job_name", "fire_time_display", "instance_id", "outcome", "started_at_display",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
@@ -68,9 +68,14 @@ def _named_post(what: str, permission: str) -> Callable[[NamedView], Callable[[L
 
     return decorate
 
+if TYPE_CHECKING:
+    ModelAdmin = admin.ModelAdmin[Lock]
+else:  # generic only in django-stubs
+    ModelAdmin = admin.ModelAdmin
+
 
 @admin.register(Lock)
-class LockAdmin(admin.ModelAdmin):
+class LockAdmin(ModelAdmin):
     """The Locks page: every declared job and every lock in the store, read live at each request."""
 
     change_list_template = "admin/mutexcron/lock/change_list.html"

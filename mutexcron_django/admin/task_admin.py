@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import ImproperlyConfigured
@@ -39,9 +39,14 @@ def _task_backend_alias() -> str | None:
         return getattr(backend, "using", None) or router.db_for_read(ScheduledTask)
     return None
 
+if TYPE_CHECKING:
+    ModelAdmin = admin.ModelAdmin[ScheduledTask]
+else:  # generic only in django-stubs
+    ModelAdmin = admin.ModelAdmin
+
 
 @admin.register(ScheduledTask)
-class ScheduledTaskAdmin(admin.ModelAdmin):
+class ScheduledTaskAdmin(ModelAdmin):
     """Scheduled, running, failed and finished tasks of the ``django://`` backend, with cancel and retry."""
 
     list_display = ("id", "task_type", "status", "due_display", "attempts", "claimed_by", "updated_at_display",

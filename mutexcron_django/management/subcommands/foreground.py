@@ -89,7 +89,7 @@ def run_scheduler(command: BaseCommand, *, verbosity: int) -> None:
     if still_running:
         message = (f"job(s) {', '.join(still_running)} still running after {timeout:g}s; exiting anyway, "
                    "their locks expire with their lease")
-        if command._called_from_command_line:
+        if getattr(command, "_called_from_command_line", False):  # set by run_from_argv (not in the stubs)
             # Python would otherwise wait at exit for the job threads, past the bound.
             command.stderr.write(f"mutexcron: {message}")
             sys.stdout.flush()
@@ -157,10 +157,10 @@ def worker(command: BaseCommand, *, types: list[str] | None, prefetch: int, verb
         queue.stop(timeout=0)  # holds even if run_worker has not begun consuming yet
         thread.join()
     if failure:
-        error = failure[0]
-        if isinstance(error, MutexcronError | ImproperlyConfigured):
-            raise CommandError(f"the task worker stopped: {masked(str(error))}") from None
-        raise error
+        failed = failure[0]
+        if isinstance(failed, MutexcronError | ImproperlyConfigured):
+            raise CommandError(f"the task worker stopped: {masked(str(failed))}") from None
+        raise failed
     command.stdout.write(f"mutexcron: task worker {queue.worker_id} stopped")
 
 
