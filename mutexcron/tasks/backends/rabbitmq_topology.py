@@ -27,7 +27,7 @@ from ...errors import StoreConfigError
 
 HEADER_GEN = "x-mutexcron-gen"
 HEADER_ATTEMPT = "x-mutexcron-attempt"
-HEADER_RUN_AT = "x-mutexcron-run-at"  # the task's due time (ms since the epoch), for records rebuilt from a message
+HEADER_RUN_AT = "x-mutexcron-run-at"  # the task's due time (ms since the epoch): what a long delay is re-sent for
 HEADER_UNTIL = "x-mutexcron-until"  # only on a delay longer than the levels hold: re-publish until this time (ms)
 HEADER_DEAD_REASON = "x-mutexcron-dead-reason"  # on a dead-lettered message: why no consumer could use it
 HEADER_DEAD_QUEUE = "x-mutexcron-dead-queue"  # on a dead-lettered message: the queue it was taken from
@@ -37,7 +37,7 @@ _MAX_TTL_MS = 2**32 - 1  # x-message-ttl is an unsigned 32-bit integer
 
 
 class Topology:
-    """Names, arguments and routes of the queues and exchanges (see the backend's module docstring)."""
+    """Names, arguments and routes of the queues and exchanges (see ``docs/rabbitmq.md``)."""
 
     def __init__(
         self, prefix: str = "", *, queue_prefix: str | None = None, levels: int = 28, unit_ms: int = 10,
@@ -75,7 +75,7 @@ class Topology:
     @property
     def max_delay_ms(self) -> int:
         """The longest delay one pass through the levels holds."""
-        return (2**self.levels - 1) * self.unit_ms
+        return ((1 << self.levels) - 1) * self.unit_ms
 
     def task_queue(self, task_type: str) -> str:
         """The workers' queue of ``task_type``: one ``@`` between prefix and type, so no two pairs share it."""
