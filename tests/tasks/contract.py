@@ -34,7 +34,7 @@ import pytest
 
 from mutexcron.errors import StoreUnavailable
 from mutexcron.tasks import HandlerRegistry, NewTask, PayloadError, TaskQueue, TaskStatus, UnknownTaskType, task_handler
-from mutexcron.tasks.cancel_marks import CancelMarkStore, Verdict
+from mutexcron.tasks.cancel_marks import TaskRecordStore, Verdict
 from tests.support import wait_until
 
 T = TypeVar("T")
@@ -623,17 +623,17 @@ class TaskQueueContract:
             queue.close()
 
 
-class CancelMarksContract:
-    """What every cancel mark store (the RabbitMQ backend's task records: Redis, SQL) decides when a message
-    arrives; a subclass provides the ``marks`` fixture."""
+class TaskRecordStoreContract:
+    """What every task record store (the RabbitMQ backend's records: Redis, SQL, memory) decides when a message
+    arrives, and how it keeps a task's result; a subclass provides the ``marks`` fixture."""
 
-    def test_a_record_gives_back_its_run_at_in_utc(self, marks: CancelMarkStore) -> None:
+    def test_a_record_gives_back_its_run_at_in_utc(self, marks: TaskRecordStore) -> None:
         run_at = datetime(2026, 3, 29, 1, 30, tzinfo=UTC)
         marks.create([NewTask("a", "t", '"p"', run_at)])
         record = marks.get("a")
         assert record is not None and record.run_at == run_at and record.run_at.utcoffset() == timedelta(0)
 
-    def test_claim_verdicts(self, marks: CancelMarkStore) -> None:
+    def test_claim_verdicts(self, marks: TaskRecordStore) -> None:
         def task(task_id: str) -> NewTask:
             marks.create([NewTask(task_id, "t", '"p"', datetime.now(UTC))])
             return NewTask(task_id, "t", '"p"', datetime.now(UTC))
@@ -678,7 +678,7 @@ class CancelMarksContract:
         assert (info.payload, info.status) == ("p", TaskStatus.RUNNING)
 
     @staticmethod
-    def wait_out_the_retention(marks: CancelMarkStore) -> None:
+    def wait_out_the_retention(marks: TaskRecordStore) -> None:
         """Return once a record that finishes now has expired: the retention has passed for every record whose
         expiry was set before this call (polls the store; no fixed sleep)."""
         witness = NewTask(f"witness-{time.monotonic_ns()}", "t", '"w"', datetime.now(UTC))
@@ -688,7 +688,7 @@ class CancelMarksContract:
         wait_until(lambda: marks.get(witness.id) is None, 10 + marks.retention.total_seconds(),
                    "a record finished now to expire")
 
-    def test_a_cancel_mark_outlives_the_retention_until_its_message_arrives(self, marks: CancelMarkStore) -> None:
+    def test_a_cancel_mark_outlives_the_retention_until_its_message_arrives(self, marks: TaskRecordStore) -> None:
         """Workers may start however late: the message of a cancelled task must still find its mark, and the
         message of a task that was not cancelled its record."""
         marks.retention = timedelta(seconds=1)
@@ -699,10 +699,42 @@ class CancelMarksContract:
         assert marks.claim("cancelled", gen=1, attempt=1, redelivered=False).verdict == Verdict.CANCELLED
         assert marks.claim("waiting", gen=1, attempt=1, redelivered=False).verdict == Verdict.RUN
 
-    def test_a_cancel_mark_expires_a_retention_after_its_message_arrived(self, marks: CancelMarkStore) -> None:
+    def test_a_cancel_mark_expires_a_retention_after_its_message_arrived(self, marks: TaskRecordStore) -> None:
         marks.retention = timedelta(seconds=1)
         marks.create([NewTask("cancelled", "t", '"p"', datetime.now(UTC) + timedelta(days=1))])
         assert marks.cancel("cancelled")
         assert marks.claim("cancelled", gen=1, attempt=1, redelivered=False).verdict == Verdict.CANCELLED
         self.wait_out_the_retention(marks)
         assert marks.get("cancelled") is None
+
+    def test_a_result_is_kept_with_its_record(self, marks: TaskRecordStore) -> None:
+        assert marks.store_result("unknown", "{}") is False
+        assert marks.load_result("unknown") is None
+        assert marks.get("unknown") is None  # a result does not make a record
+        marks.create([NewTask("a", "t", '"p"', datetime.now(UTC))])
+        assert marks.load_result("a") is None
+        assert marks.store_result("a", '{"started": 1}') is True
+        assert marks.claim("a", gen=1, attempt=1, redelivered=False).verdict == Verdict.RUN
+        assert marks.load_result("a") == '{"started": 1}'
+        assert marks.store_result("a", '{"done": "é"}') is True  # replaces the one before
+        assert marks.finish("a", gen=1, status=TaskStatus.FAILED, error="boom")
+        assert marks.reopen("a", gen=1, new_gen=2, run_at=datetime.now(UTC))
+        assert marks.load_result("a") == '{"done": "é"}'  # kept across the record's changes
+        record = marks.get("a")
+        assert record is not None and (record.status, record.gen, record.payload) == (TaskStatus.SCHEDULED, 2, '"p"')
+        marks.discard(["a"])
+        assert marks.load_result("a") is None and marks.store_result("a", "{}") is False
+
+    def test_a_result_expires_with_its_record(self, marks: TaskRecordStore) -> None:
+        marks.retention = timedelta(seconds=1)
+        marks.create([NewTask("a", "t", '"p"', datetime.now(UTC))])
+        assert marks.claim("a", gen=1, attempt=1, redelivered=False).verdict == Verdict.RUN
+        assert marks.store_result("a", "kept")
+        assert marks.finish("a", gen=1, status=TaskStatus.SUCCEEDED)
+        self.wait_out_the_retention(marks)
+        assert marks.load_result("a") is None
+        assert marks.store_result("a", "late") is False  # the record is not brought back
+        assert marks.get("a") is None and marks.load_result("a") is None
+
+
+CancelMarksContract = TaskRecordStoreContract  # its name before the record stores kept results

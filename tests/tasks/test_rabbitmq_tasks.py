@@ -32,6 +32,7 @@ import pytest
 import redis
 from pika.adapters.blocking_connection import BlockingChannel
 
+from mutexcron._common import MAX_ERROR_CHARS
 from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.tasks import NewTask, TaskQueue, TaskStatus, UnknownTaskType
 from mutexcron.tasks.backends import rabbitmq as rabbitmq_module
@@ -584,11 +585,11 @@ def test_finished_records_expire_after_the_retention_scheduled_and_failed_ones_a
         assert client.pttl(store.key("later")) == -1  # until its message arrives, however late
         for task_id, status in (("ok", TaskStatus.SUCCEEDED), ("bad", TaskStatus.FAILED)):
             assert store.claim(task_id, gen=1, attempt=1, redelivered=False).verdict == Verdict.RUN
-            assert store.finish(task_id, gen=1, status=status, error="E" * 30_000)
+            assert store.finish(task_id, gen=1, status=status, error="E" * 40_000)
         assert 3_590_000 < client.pttl(store.key("ok")) <= 3_600_000
         assert client.pttl(store.key("bad")) == -1
         record = store.get("bad")
-        assert record is not None and record.error is not None and len(record.error) <= 20_001  # clipped
+        assert record is not None and record.error is not None and len(record.error) <= MAX_ERROR_CHARS + 5  # clipped
         assert store.key("x") == f"{redis_prefix}{{x}}"
     finally:
         store.close()

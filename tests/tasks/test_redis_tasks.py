@@ -75,7 +75,7 @@ def new_task(task_id: str, task_type: str = "redis.task", payload: str = "null",
 def claim(backend: RedisTaskBackend, types: list[str], *, limit: int = 10, visibility: float = 30.0,
           owner: str = "test-worker") -> list[Any]:
     """One claim, as a worker makes it (without a worker): the deliveries."""
-    _, _, deliveries = backend._claim_batch(types, limit, owner, [round(visibility * 1000)] * len(types))
+    _, _, deliveries = backend.claim_batch(types, limit, owner, [round(visibility * 1000)] * len(types))
     return deliveries
 
 
@@ -340,13 +340,13 @@ def test_an_idle_worker_does_not_poll(
 ) -> None:
     backend = backends()
     claims = Counter[str]()
-    original = backend._claim_batch
+    original = backend.claim_batch
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         claims["claims"] += 1
         return original(*args, **kwargs)
 
-    backend._claim_batch = counting  # type: ignore[method-assign]
+    backend.claim_batch = counting  # type: ignore[method-assign]
     task_type = recorder.define()
     queue = TaskQueue(backend, handlers=recorder.handlers)
     try:

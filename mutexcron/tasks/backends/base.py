@@ -17,20 +17,20 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
 from datetime import timedelta
-from typing import Any, Generic, TypeVar
+from typing import Generic, Self, TypeVar
 
 from ...errors import StoreUnavailable
 from ..handlers import validate_task_type
 from ..model import NewTask, TaskInfo, TaskStatus, UnknownTaskType
 
-__all__ = ["ClaimHeartbeat", "ClaimingConsumer", "Delivery", "TaskBackend", "consumed_types", "run_batch",
-           "warn_stale_settle"]
+__all__ = ["ClaimHeartbeat", "ClaimedDelivery", "ClaimingConsumer", "Delivery", "RunningConsumers", "TaskBackend",
+           "consumed_types", "run_batch", "warn_stale_settle"]
 
 logger = logging.getLogger("mutexcron.tasks")
 
 
 class Delivery(ABC):
-    """One due task handed to a worker; exactly one of ack / retry_later / fail must be called."""
+    """One due task handed to a worker; exactly one of ack / retry_later / fail / release must be called."""
 
     id: str
     task_type: str
@@ -48,6 +48,10 @@ class Delivery(ABC):
     @abstractmethod
     def fail(self, error: str) -> None:
         """The handler failed for the last time: keep the task as failed (retryable by hand)."""
+
+    @abstractmethod
+    def release(self) -> None:
+        """The handler was not run (the worker is stopping): give the task back, to run again."""
 
 
 class TaskBackend(ABC):
@@ -72,6 +76,15 @@ class TaskBackend(ABC):
     @abstractmethod
     def retry(self, task_id: str) -> bool:
         """Schedule a failed task to run again now (attempts start over). False if it is not failed."""
+
+    @abstractmethod
+    def store_result(self, task_id: str, text: str) -> bool:
+        """Keep ``text`` (an outcome, e.g. a ``django.tasks`` result as JSON) with the task's record, replacing
+        the one kept before; it lives and expires with the record. False (nothing kept) if the record is gone."""
+
+    @abstractmethod
+    def load_result(self, task_id: str) -> str | None:
+        """The text :meth:`store_result` kept for the task, or None (none kept, or the record is gone)."""
 
     @abstractmethod
     def consume(
@@ -113,7 +126,7 @@ class ClaimingConsumer:
     def __init__(
         self,
         types: list[str],
-        handle: Callable[[Any], None],
+        handle: Callable[[Delivery], None],
         stop: threading.Event,
         visibility_timeout: Callable[[str], timedelta],
         limit: int,
@@ -143,15 +156,42 @@ class ClaimingConsumer:
         self.claimed_once = True
         self._failures = 0
 
+    def run(self) -> None:
+        """Claim, run and sleep until ``stop`` is set: the consume() call itself."""
+        raise NotImplementedError
 
-def warn_stale_settle(delivery: Any, what: str) -> None:
+    def wake(self) -> None:
+        """Make this consumer look again now if it is waiting (called from another thread)."""
+
+
+def warn_stale_settle(delivery: Delivery, what: str) -> None:
     """Ack, retry_later, fail or release changed nothing: the claim expired and the task moved on."""
     logger.warning("task %s (%s): could not %s attempt %d: the claim expired and the task was re-queued or taken "
                    "by another worker (raise the handler's visibility_timeout?)",
                    delivery.id, delivery.task_type, what, delivery.attempt)
 
-D = TypeVar("D", bound=Any)  # a backend's delivery: ``visibility_seconds`` and a ``heartbeat`` slot
 
+class ClaimedDelivery(Delivery):
+    """A delivery of a backend that claims tasks with a visibility deadline (Redis, SQL): a
+    :class:`ClaimHeartbeat` extends the claim while the handler runs; settling stops that first."""
+
+    heartbeat: ClaimHeartbeat[Self] | None = None  # set by ClaimHeartbeat.track
+
+    @property
+    @abstractmethod
+    def visibility_seconds(self) -> float:
+        """How long the claim lasts unless extended."""
+
+    def settle(self, what: str, change: Callable[[], bool]) -> None:
+        """Stop extending the claim, then run ``change`` (one conditional update in the store: False if the
+        claim is no longer this delivery's, which is logged)."""
+        if self.heartbeat is not None:
+            self.heartbeat.untrack(self)
+        if not change():
+            warn_stale_settle(self, what)
+
+
+D = TypeVar("D", bound=ClaimedDelivery)
 
 class ClaimHeartbeat(ABC, Generic[D]):
     """A thread that extends the claims of a worker's deliveries until they are settled.
@@ -251,3 +291,28 @@ def run_batch(deliveries: Sequence[D], handle: Callable[[D], None], stop: thread
                              "visibility timeout", owner, delivery.id, delivery.task_type)
         finally:
             heartbeat.untrack(delivery)
+
+
+class RunningConsumers:
+    """The consume() calls of one backend running in this process, so that its wake() reaches them all."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[ClaimingConsumer] = set()
+
+    def run(self, consumer: ClaimingConsumer) -> None:
+        """Run ``consumer`` (in this thread, until its ``stop`` is set), reachable by :meth:`wake` meanwhile."""
+        with self._lock:
+            self._running.add(consumer)
+        try:
+            consumer.run()
+        finally:
+            with self._lock:
+                self._running.discard(consumer)
+
+    def wake(self) -> None:
+        """Make every running consumer look again now (see :meth:`TaskBackend.wake`)."""
+        with self._lock:
+            running = list(self._running)
+        for consumer in running:
+            consumer.wake()

@@ -140,6 +140,12 @@ class RabbitMQTaskBackend(BrokerConnection, TaskBackend):
         self._publish_with_retry([message], lambda _m: 0)  # published first: a crash between leaves no lost task
         return self.marks.reopen(task_id, gen=record.gen, new_gen=record.gen + 1, run_at=datetime.now(UTC))
 
+    def store_result(self, task_id: str, text: str) -> bool:
+        return self.marks.store_result(task_id, text)
+
+    def load_result(self, task_id: str) -> str | None:
+        return self.marks.load_result(task_id)
+
     def consume(
         self,
         task_types: Sequence[str],

@@ -1,0 +1,121 @@
+"""This process's :class:`~mutexcron.tasks.TaskQueue`, built from ``MUTEXCRON["TASKS"]`` on first use.
+
+Built again after a fork or when the setting changes, with the handlers that ``@task_handler`` declared in
+the apps' ``tasks`` modules; its workers run every handler between ``close_old_connections()`` calls, as
+Django does around a request, so a long-lived worker survives database connections that died or aged.
+Import it from :mod:`mutexcron_django.tasks`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+from django.core.signals import setting_changed
+
+from mutexcron.tasks import Handler, HandlerRegistry, TaskBackend, TaskQueue, default_handlers
+
+from .conf import get_settings
+
+__all__ = ["DjangoHandlers", "get_task_queue", "reset_task_queue"]
+
+logger = logging.getLogger("mutexcron.django.tasks")
+
+
+@contextmanager
+def _fresh_connections() -> Iterator[None]:
+    from django.db import close_old_connections
+
+    close_old_connections()
+    try:
+        yield
+    finally:
+        close_old_connections()
+
+
+def _with_fresh_connections(func: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def run(payload: Any) -> Any:
+        with _fresh_connections():
+            return func(payload)
+
+    run.__wrapped__ = func  # type: ignore[attr-defined]
+    return run
+
+
+class DjangoHandlers(HandlerRegistry):
+    """A view of a registry (default: the one ``@task_handler`` fills) whose handlers run between
+    ``close_old_connections()`` calls (unless ``fresh_connections`` is off: the ``django://`` backend's
+    workers do that themselves around each claim). Handlers declared later are seen too."""
+
+    def __init__(self, registry: HandlerRegistry | None = None, *, fresh_connections: bool = True) -> None:
+        super().__init__()
+        self.registry = registry if registry is not None else default_handlers
+        self.fresh_connections = fresh_connections
+
+    def add(self, handler: Handler) -> None:
+        self.registry.add(handler)
+
+    def get(self, task_type: str) -> Handler:
+        handler = self.registry.get(task_type)
+        if not self.fresh_connections:
+            return handler
+        return replace(handler, func=_with_fresh_connections(handler.func))
+
+    def remove(self, task_type: str) -> None:
+        self.registry.remove(task_type)
+
+    def types(self) -> list[str]:
+        return self.registry.types()
+
+    def __contains__(self, task_type: object) -> bool:
+        return task_type in self.registry
+
+
+def _manages_connections(backend: TaskBackend) -> bool:
+    """Whether the backend's workers close stale Django connections themselves (the ``django://`` one)."""
+    return type(backend).__module__ == "mutexcron_django.tasks_backend"
+
+
+_lock = threading.Lock()
+_queue: TaskQueue | None = None
+_queue_pid: int | None = None
+
+
+def get_task_queue() -> TaskQueue:
+    """This process's TaskQueue, from ``MUTEXCRON["TASKS"]`` (a forked child builds its own).
+
+    Raises ImproperlyConfigured for a bad setting; building connects to nothing."""
+    global _queue, _queue_pid
+    with _lock:
+        if _queue is None or _queue_pid != os.getpid():
+            handlers = DjangoHandlers()
+            _queue = get_settings().tasks.build_queue(handlers=handlers)
+            handlers.fresh_connections = not _manages_connections(_queue.backend)
+            _queue_pid = os.getpid()
+        return _queue
+
+
+def reset_task_queue() -> None:
+    """Close this process's queue (stopping its background worker, if any); the next use builds a new one."""
+    global _queue
+    with _lock:
+        queue = _queue if _queue_pid == os.getpid() else None
+        _queue = None
+    if queue is not None:
+        try:
+            queue.close()
+        except Exception:  # closing must not fail a settings change or a test's teardown
+            logger.exception("closing the task queue failed")
+
+
+def _on_setting_changed(*, setting: str, **_: Any) -> None:
+    if setting == "MUTEXCRON":
+        reset_task_queue()
+
+
+setting_changed.connect(_on_setting_changed, dispatch_uid="mutexcron-task-queue")
