@@ -173,7 +173,7 @@ class RedisCancelMarks(TaskRecordStore):
         with self._errors():
             pipe = self.client.pipeline(transaction=False)
             for task in tasks:
-                args = [task.task_type, task.payload, epoch_ms(task.run_at)]
+                args: list[str | int] = [task.task_type, task.payload, epoch_ms(task.run_at)]
                 self._create(keys=[self.key(task.id)], args=args, client=pipe)
             pipe.execute()
 
@@ -212,12 +212,12 @@ class RedisCancelMarks(TaskRecordStore):
     def finish(self, task_id: str, *, gen: int, status: TaskStatus, error: str | None = None) -> bool:
         if status not in (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED):
             raise ValueError(f"finish() takes succeeded, failed or cancelled, not {status!r}")
-        args = [gen, status.value, clip_error(error), self._ttl_ms(datetime.now(UTC))]
+        args: list[str | int] = [gen, status.value, clip_error(error), self._ttl_ms(datetime.now(UTC))]
         with self._errors():
             return bool(self._finish(keys=[self.key(task_id)], args=args))
 
     def reschedule(self, task_id: str, *, gen: int, new_gen: int, run_at: datetime, error: str) -> bool:
-        args = [gen, new_gen, epoch_ms(run_at), clip_error(error)]
+        args: list[str | int] = [gen, new_gen, epoch_ms(run_at), clip_error(error)]
         with self._errors():
             return bool(self._reschedule(keys=[self.key(task_id)], args=args))
 

@@ -17,7 +17,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
 from datetime import timedelta
-from typing import Generic, Self, TypeVar
+from typing import Generic, Self, TypeVar, cast
 
 from ...errors import StoreUnavailable
 from ..handlers import validate_task_type
@@ -186,7 +186,7 @@ class ClaimedDelivery(Delivery):
         """Stop extending the claim, then run ``change`` (one conditional update in the store: False if the
         claim is no longer this delivery's, which is logged)."""
         if self.heartbeat is not None:
-            self.heartbeat.untrack(self)
+            self.heartbeat.untrack(cast(Self, self))  # mypy types ``self`` as the class here, not Self
         if not change():
             warn_stale_settle(self, what)
 

@@ -202,7 +202,8 @@ class RedisTaskBackend(TaskBackend):
     def failed(self, limit: int = 100) -> list[str]:
         """Ids of failed tasks, most recent first."""
         with self.errors():
-            return [_text(i) for i in self.client.zrevrange(self.failed_key, 0, max(0, limit - 1))]
+            ids: list[bytes | str] = self.client.zrevrange(self.failed_key, 0, max(0, limit - 1))  # type: ignore[assignment]
+        return [_text(i) for i in ids]
 
     # -- consuming --------------------------------------------------------------------------------
 
@@ -267,7 +268,7 @@ class RedisTaskBackend(TaskBackend):
 
     def retry_claim_later(self, task_id: str, task_type: str, token: str, delay: timedelta, error: str) -> bool:
         keys = [self.task_key(task_id), self.processing_key, self.due_key(task_type)]
-        args = [task_id, token, duration_ms(delay), clip_error(error), self.channel, task_type]
+        args: list[str | int] = [task_id, token, duration_ms(delay), clip_error(error), self.channel, task_type]
         with self.errors():
             return bool(self._retry_later(keys=keys, args=args))
 
@@ -285,6 +286,6 @@ class RedisTaskBackend(TaskBackend):
 
 def _status(value: str | None) -> TaskStatus:
     try:
-        return TaskStatus(value)
+        return TaskStatus(value or "")
     except ValueError:
         return TaskStatus.UNKNOWN

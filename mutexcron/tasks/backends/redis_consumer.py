@@ -93,7 +93,7 @@ class RedisConsumer(ClaimingConsumer):
         self.private_channel = f"{backend.channel}:{self.token}"
 
     def run(self) -> None:
-        pubsub = self.backend.client.pubsub()
+        pubsub = self.backend.client.pubsub()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
         heartbeat = RedisHeartbeat(self.backend)
         try:
             # Subscribed (confirmed) before the first claim: no wake-up published after it can be missed.
