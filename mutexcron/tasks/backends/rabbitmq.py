@@ -21,7 +21,7 @@ import pika
 from ..._common import epoch_ms
 from ...errors import StoreConfigError, StoreUnavailable
 from ...urls import check_host_and_port, mask_url, pop_query_options, scrub
-from ..cancel_marks import CancelMarkStore, cancel_marks_from_url
+from ..cancel_marks import TaskRecordStore, cancel_marks_from_url
 from ..handlers import validate_task_type
 from ..model import NewTask, TaskInfo, TaskStatus, UnknownTaskType
 from .base import Delivery, TaskBackend, consumed_types
@@ -36,7 +36,7 @@ __all__ = ["HEADER_ATTEMPT", "HEADER_GEN", "HEADER_RUN_AT", "HEADER_UNTIL", "QUE
 
 
 class RabbitMQTaskBackend(BrokerConnection, TaskBackend):
-    """Delayed tasks on RabbitMQ, their records in a :class:`CancelMarkStore` (``marks``).
+    """Delayed tasks on RabbitMQ, their records in a :class:`TaskRecordStore` (``marks``).
 
     The record store holds the one record of each task: ``info``, ``cancel`` and ``retry`` read and
     change only it, and a consumer claims it before a handler runs. A message carries what routing,
@@ -49,7 +49,7 @@ class RabbitMQTaskBackend(BrokerConnection, TaskBackend):
     def __init__(
         self,
         parameters: pika.ConnectionParameters | pika.URLParameters,
-        marks: CancelMarkStore,
+        marks: TaskRecordStore,
         *,
         topology: Topology | None = None,
         url: str | None = None,
@@ -64,7 +64,7 @@ class RabbitMQTaskBackend(BrokerConnection, TaskBackend):
         self._links_lock = threading.Lock()
 
     @classmethod
-    def from_url(cls, url: str, *, cancel_store: str | CancelMarkStore | None = None) -> RabbitMQTaskBackend:
+    def from_url(cls, url: str, *, cancel_store: str | TaskRecordStore | None = None) -> RabbitMQTaskBackend:
         """``amqp[s]://user:pass@host:port/vhost?prefix=…&levels=28&unit_ms=10&queue_type=quorum``.
 
         Also ``queue_prefix=…`` (the task queues' own prefix), ``delay_queue_type=quorum|classic``, and

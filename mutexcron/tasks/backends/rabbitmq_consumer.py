@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from ..._common import epoch_ms
 from ...errors import StoreUnavailable
-from ..cancel_marks import CancelMarkStore, Verdict
+from ..cancel_marks import TaskRecordStore, Verdict
 from ..model import TaskStatus
 from .base import Delivery
 from .rabbitmq_connection import BrokerConnection
@@ -38,7 +38,7 @@ class TaskConsumer:
     """
 
     def __init__(
-        self, broker: BrokerConnection, records: CancelMarkStore, types: list[str], *, prefetch: int,
+        self, broker: BrokerConnection, records: TaskRecordStore, types: list[str], *, prefetch: int,
         heartbeat: int, links: set[ConsumerLink], links_lock: threading.Lock,
     ) -> None:
         self.broker = broker
@@ -132,7 +132,7 @@ class TaskConsumer:
 class RabbitDelivery(Delivery):
     """A claimed task message: settling it moves its record in the record store, then acks the message."""
 
-    def __init__(self, records: CancelMarkStore, link: ConsumerLink, tag: int, message: TaskMessage,
+    def __init__(self, records: TaskRecordStore, link: ConsumerLink, tag: int, message: TaskMessage,
                  attempt: int) -> None:
         self.id = message.task_id
         self.task_type = message.task_type
