@@ -29,7 +29,7 @@ _REDIS_STORE = "mutexcron.stores.redis.RedisLockStore"
 _MONGO_STORE = "mutexcron.stores.mongo.MongoLockStore"
 _REDIS_BACKEND = "mutexcron.tasks.backends.redis.RedisTaskBackend"
 _RABBITMQ_BACKEND = "mutexcron.tasks.backends.rabbitmq.RabbitMQTaskBackend"
-_REDIS_RECORDS = "mutexcron.tasks.cancel_marks.RedisCancelMarks"
+_REDIS_RECORDS = "mutexcron.tasks.redis_records.RedisCancelMarks"
 
 _BUILT_IN: dict[Kind, dict[str, str]] = {
     "lock_store": {"memory": "mutexcron.stores.memory.MemoryLockStore", "redis": _REDIS_STORE,

@@ -17,9 +17,10 @@ def python_prints(code: str) -> str:
 
 
 def test_the_core_does_not_import_django() -> None:
-    code = (
+    code = (  # listing the store schemes reads the entry points (mutexcron_django's too) and imports none
         "import sys, mutexcron, mutexcron.stores, mutexcron.stores.redis, mutexcron.stores.mongo, "
-        "mutexcron.tasks, mutexcron.tasks.backends.redis, mutexcron.testing; "
+        "mutexcron.tasks, mutexcron.tasks.backends.redis, mutexcron.tasks.backends.rabbitmq, mutexcron.testing; "
+        "list(mutexcron.stores.SCHEMES); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'mutexcron_django')))"
     )
     assert python_prints(code) == "[]"
@@ -53,3 +54,32 @@ def test_the_django_app_plugs_in_django_urls_through_entry_points() -> None:
 
     expected = [BACKENDS["lock_store"], BACKENDS["task_backend"], BACKENDS["record_store"], "False"]
     assert printed.split() == expected
+
+
+def test_the_public_names_stay_where_they_are() -> None:
+    """Users' names in mutexcron.tasks, backend authors' in mutexcron.tasks.backends, the URL helpers and the
+    registry in their modules: a change to these lists is a change to the public API."""
+    import mutexcron.tasks
+    import mutexcron.tasks.backends
+    from mutexcron import plugins, urls
+    from mutexcron.tasks import cancel_marks
+
+    assert sorted(mutexcron.tasks.__all__) == [
+        "Delivery", "DuplicateTaskHandler", "Handler", "HandlerRegistry", "InvalidTaskType", "NewTask", "PayloadError",
+        "TaskBackend", "TaskError", "TaskHandlerError", "TaskInfo", "TaskQueue", "TaskStatus", "UnknownTaskType",
+        "backend_from_url", "default_handlers", "task_handler",
+    ]
+    assert sorted(mutexcron.tasks.backends.__all__) == [
+        "Claim", "ClaimHeartbeat", "ClaimedDelivery", "ClaimingConsumer", "Delivery", "NewTask", "RunningConsumers",
+        "TaskBackend", "TaskInfo", "TaskRecord", "TaskRecordStore", "TaskStatus", "Verdict", "cancel_marks_from_url",
+        "consumed_types", "run_batch", "warn_stale_settle",
+    ]
+    assert sorted(urls.__all__) == [
+        "MASK", "check_host_and_port", "check_userinfo", "mask_url", "pop_query_options", "scrub", "shown",
+        "url_scheme", "url_secrets",
+    ]
+    assert {"ENTRY_POINT_GROUP", "KINDS", "register", "schemes"} <= set(plugins.__all__)
+    for module in (mutexcron.tasks, mutexcron.tasks.backends, urls, plugins):
+        assert [name for name in module.__all__ if not hasattr(module, name)] == []
+    assert mutexcron.tasks.backends.TaskRecordStore is cancel_marks.TaskRecordStore is cancel_marks.CancelMarkStore
+    assert mutexcron.tasks.Delivery is mutexcron.tasks.backends.Delivery

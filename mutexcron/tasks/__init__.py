@@ -1,4 +1,8 @@
-"""Delayed one-off tasks: ``schedule`` now, run once at the due time by one worker; ``cancel`` before then."""
+"""Delayed one-off tasks: ``schedule`` now, run once at the due time by one worker; ``cancel`` before then.
+
+What users call lives here: :class:`TaskQueue`, :func:`task_handler`, :class:`TaskStatus`, :class:`TaskInfo` and
+the task errors. What backend authors need (the contracts and shared helpers) is in :mod:`mutexcron.tasks.backends`.
+"""
 
 from .backends.base import Delivery, TaskBackend
 from .handlers import (
