@@ -20,15 +20,19 @@ MAX_ERROR_CHARS = 32_000
 
 @contextmanager
 def store_errors(
-    errors: type[BaseException] | tuple[type[BaseException], ...], where: str, *, url: str | None = None
+    errors: type[BaseException] | tuple[type[BaseException], ...], where: str, *, url: str | None = None,
+    name_error: bool = False,
 ) -> Iterator[None]:
     """Raise a client error of ``errors`` inside the block as StoreUnavailable naming ``where`` (a store or
     backend as its repr shows it, password masked), so that callers fail closed; with ``url``, that URL's
-    secrets are scrubbed from the client's message."""
+    secrets are scrubbed from the client's message; with ``name_error``, the message starts with the error's
+    class (a database's message alone often does not say what kind of error it is)."""
     try:
         yield
     except errors as error:
         message = scrub(str(error), url) if url else str(error)
+        if name_error:
+            message = f"{type(error).__name__}: {message}"
         raise StoreUnavailable(f"{where}: {message}") from error
 
 

@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import ParamSpec, TypeVar
 from urllib.parse import unquote, urlsplit
 
-from django.db import Error, connections, router, transaction
+from django.db import connections, router, transaction
 from django.db.models import F, Q
 
 from mutexcron.errors import StoreConfigError, StoreUnavailable
@@ -42,7 +42,7 @@ from mutexcron.urls import mask_url, pop_query_options
 
 from .dbclock import AsUTC, DbNow, aware
 from .models import TaskMark
-from .tasks_backend import _drop_if_broken
+from .task_claims import sql_errors
 
 __all__ = ["DjangoCancelMarks"]
 
@@ -59,6 +59,7 @@ def _live() -> Q:
 
 
 def _clip(error: str | None) -> str | None:
+    """The tail of ``error``, at most MAX_ERROR_CHARS (the RabbitMQ records' own limit, not clip_error's)."""
     if not error:
         return None
     return error if len(error) <= MAX_ERROR_CHARS else "…" + error[-MAX_ERROR_CHARS:]
@@ -92,12 +93,8 @@ class DjangoCancelMarks(CancelMarkStore):
         return TaskMark.objects.using(self.using)
 
     def _call(self, operation: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        try:
+        with sql_errors(self.using, f"task cancel store django://{self.using}"):
             return operation(*args, **kwargs)
-        except Error as error:
-            _drop_if_broken(self.using)
-            raise StoreUnavailable(f"task cancel store django://{self.using}: {type(error).__name__}: {error}") \
-                from error
 
     def _expiry(self, run_at: datetime) -> datetime:
         return max(run_at, datetime.now(UTC)) + self.retention

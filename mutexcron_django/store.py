@@ -7,12 +7,14 @@ no read-modify-write, so concurrent instances cannot both win. A deleted lock ke
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
+from typing import ParamSpec, TypeVar
 
 from django.db import DatabaseError, IntegrityError, connections, router, transaction
 from django.db.models import F, Q, QuerySet
 
+from mutexcron._common import store_errors
 from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.stores.base import AcquireStatus, Acquisition, LockState, LockStore
 
@@ -20,6 +22,8 @@ from .dbclock import AsUTC, DbNow, aware, db_now, now_minus, now_plus, plus
 from .models import Lock
 
 UTC = UTC
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class DjangoLockStore(LockStore):
@@ -38,14 +42,12 @@ class DjangoLockStore(LockStore):
         return cls(alias or None)
 
     @property
-    def _locks(self):  # type: ignore[no-untyped-def]
+    def _locks(self) -> QuerySet[Lock]:
         return Lock.objects.using(self.using)
 
-    def _call(self, operation, *args, **kwargs):  # type: ignore[no-untyped-def]
-        try:
+    def _call(self, operation: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        with store_errors(DatabaseError, f"database {self.using!r}"):
             return operation(*args, **kwargs)
-        except DatabaseError as error:
-            raise StoreUnavailable(f"database {self.using!r}: {error}") from error
 
     def seed(self, names: Iterable[str]) -> int:
         def run() -> int:

@@ -1,32 +1,10 @@
-"""Wake-ups between the processes of one machine, for task stores with no notification channel of their own.
+"""Wake-ups between the processes of one machine, for databases with no notification channel of their own.
 
-SQLite and MySQL/MariaDB cannot tell a sleeping worker in another process that a task was scheduled
-(PostgreSQL has ``LISTEN``/``NOTIFY``). Instead, each listening process binds a Unix datagram socket in a
-directory shared by everyone using the same database, and a producer sends one small datagram to every
-socket in it after its transaction commits. A wake-up is only a hint to look now: a lost one (another
-machine, a full socket buffer) costs lateness up to the worker's bounded sleep, never a task.
-
-Datagrams, not a stream or a FIFO: one ``sendto`` per listener, which never blocks (a full buffer means
-that listener has wake-ups waiting already) and needs no connection. A socket file whose process died
-refuses datagrams (``ECONNREFUSED``) and is removed by the next sender.
-
-**Whose directory.** A directory is used only if nobody but the expected users can write it, so nobody
-else can plant sockets or links in it; otherwise :meth:`LocalWakeChannel.listen` raises
-:class:`UnsafeWakeDirectory` (the caller falls back to polling) and :meth:`~LocalWakeChannel.broadcast` sends
-nothing. Without ``follows`` (MySQL/MariaDB: a directory in the shared temp directory) it is private: made
-with mode 0700, and refused unless owned by this user with no group or other permission. With ``follows``
-(SQLite: the directory beside the database file) it is shared like that file, whose writers may all wake
-each other: made with group/other write permission only where the file has it, and refused if it is not
-owned by this user or the file's owner, or if group or others may write it while they may not write the file.
-Either way it is refused if it is a symlink or not a directory.
-
-**No links followed.** The directory is opened once (``O_NOFOLLOW``), checked through that descriptor, and
-sockets are bound, listed and removed relative to it (``/proc/self/fd/<fd>/`` on Linux, which also lifts the
-108-byte limit of a socket address). Before each send the entry is opened without following links
-(``O_PATH | O_NOFOLLOW``) and sent to only if it is a socket owned by this user or the directory's owner (in
-a directory group or others may write: by anyone), through that same descriptor, so a link planted in the
-directory never receives a wake-up. Without ``/proc`` and ``O_PATH`` (not Linux) the entry is checked with
-``lstat`` and sent to by path, which a writer of the directory could swap in between.
+SQLite and MySQL/MariaDB cannot tell a sleeping worker in another process that a task was scheduled, so
+each listening process binds a Unix datagram socket in a directory shared by everyone using the same
+database, and a producer sends a small datagram to every socket there after its transaction commits. A
+wake-up is only a hint: a lost one costs lateness, never a task. Which directories and sockets are
+trusted, and why no link is followed, is in ``docs/sql-tasks.md``.
 """
 
 from __future__ import annotations
