@@ -4,6 +4,10 @@ VENV ?= .venv
 # mongoeco (the MongoDB wire server the tests use in place of mongod) needs Python 3.13.
 PY313 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13) $(shell command -v python3.13))
 PYTEST_ARGS ?=
+# mypy --strict on mutexcron/ and mutexcron_django/ ([tool.mypy] in pyproject.toml), in every environment
+# make test runs in (.ci/run: Django 6 on Python 3.13 and Django 5.2 on 3.11, each with its own django-stubs).
+# Each venv keeps its own cache, so the two runs of .ci/run do not share one.
+MYPY = $(VENV)/bin/mypy --cache-dir $(VENV)/.mypy_cache
 DEMO_ARGS ?=
 
 .PHONY: demo test lint bench services system-deps clean
@@ -32,10 +36,12 @@ demo: $(VENV)/.installed
 
 test: system-deps $(VENV)/.installed .venv-mongo/.installed services
 	$(VENV)/bin/ruff check .
+	$(MYPY)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
+	$(MYPY)
 
 # arq pins redis-py < 6; it runs fine on ours for the benchmark, so it is installed without its deps.
 bench: $(VENV)/.installed .venv-mongo/.installed services

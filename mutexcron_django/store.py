@@ -131,13 +131,14 @@ class DjangoLockStore(LockStore):
         return f"<DjangoLockStore database={self.using!r}>"
 
 
-_TIMES = ("last_locked_at", "last_released_at", "lock_until", "last_fire_time")
-
-
 def _states(rows: QuerySet[Lock]) -> list[LockState]:
     """The rows as lock states, their times read as UTC whatever the session's time zone."""
-    values = rows.values("name", "locked", "locked_by", "token", **{f"utc_{t}": AsUTC(t) for t in _TIMES})
+    values = rows.values("name", "locked", "locked_by", "token", utc_last_locked_at=AsUTC("last_locked_at"),
+                         utc_last_released_at=AsUTC("last_released_at"), utc_lock_until=AsUTC("lock_until"),
+                         utc_last_fire_time=AsUTC("last_fire_time"))
     return [LockState(name=row["name"], locked=row["locked"], locked_by=row["locked_by"], token=row["token"],
-                      **{t: aware(row[f"utc_{t}"]) for t in _TIMES})
+                      last_locked_at=aware(row["utc_last_locked_at"]),
+                      last_released_at=aware(row["utc_last_released_at"]),
+                      lock_until=aware(row["utc_lock_until"]), last_fire_time=aware(row["utc_last_fire_time"]))
             for row in values]
 
