@@ -18,8 +18,8 @@ from typing import Any, Literal, get_args
 from .errors import StoreConfigError
 from .urls import mask_url, shown, url_scheme
 
-__all__ = ["ENTRY_POINT_GROUP", "KINDS", "Kind", "SchemeTable", "class_for_scheme", "import_class", "register",
-           "schemes"]
+__all__ = ["ENTRY_POINT_GROUP", "KINDS", "Kind", "SchemeTable", "build_from_url", "class_for_scheme", "import_class",
+           "register", "schemes"]
 
 Kind = Literal["lock_store", "task_backend", "record_store"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
@@ -160,3 +160,14 @@ def class_for_scheme(url: str, table: Mapping[str, str], what: str, *, loading: 
             f"unknown {what} {named} in {shown(url)}; use one of {', '.join(sorted(table))}{alternative}"
         )
     return import_class(table[scheme], what=loading or what)
+
+
+def build_from_url(url: str, table: Mapping[str, str], what: str, base: type, *, loading: str | None = None,
+                   alternative: str = "", **options: Any) -> Any:
+    """``class_for_scheme(url, …).from_url(url, **options)``, checked to be a ``base``: a registered class that
+    builds something else fails here, with the URL masked, not later in a worker."""
+    built = class_for_scheme(url, table, what, loading=loading, alternative=alternative).from_url(url, **options)
+    if not isinstance(built, base):
+        raise StoreConfigError(f"the {what} class for {shown(url)} built a {type(built).__name__}, "
+                               f"not a {base.__module__}.{base.__qualname__}")
+    return built

@@ -21,11 +21,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypedDict, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from django.db import connections, router, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 
 from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.tasks.cancel_marks import (
@@ -89,7 +89,7 @@ class DjangoCancelMarks(CancelMarkStore):
         return cls(unquote(parts.netloc) or None, retention=retention_option(url, options))
 
     @property
-    def _marks(self):  # type: ignore[no-untyped-def]
+    def _marks(self) -> QuerySet[TaskMark]:
         return TaskMark.objects.using(self.using)
 
     def _call(self, operation: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
@@ -225,7 +225,14 @@ class DjangoCancelMarks(CancelMarkStore):
         return f"<DjangoCancelMarks database={self.using!r}>"
 
 
-def _record(row: TaskMark) -> TaskRecord:
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
+    class _RunAtUTC(TypedDict):
+        utc_run_at: datetime
+
+
+def _record(row: WithAnnotations[TaskMark, _RunAtUTC]) -> TaskRecord:
     """The row (read with its ``run_at`` as ``utc_run_at``, see :class:`AsUTC`) as a record."""
     run_at = aware(row.utc_run_at)
     assert run_at is not None

@@ -135,7 +135,7 @@ if HAS_DJANGO_TASKS:
             value = value.replace(tzinfo=UTC)
         return value if settings.USE_TZ else timezone.make_naive(value, timezone.get_default_timezone())
 
-    def _load_task(payload: dict[str, Any]) -> DjangoTask:
+    def _load_task(payload: dict[str, Any]) -> DjangoTask[..., Any]:
         """The Task a payload names, with the options it was enqueued with."""
         from django.utils.module_loading import import_string
 
@@ -185,7 +185,7 @@ if HAS_DJANGO_TASKS:
         def queue(self) -> TaskQueue:
             return get_task_queue()
 
-        def enqueue(self, task: DjangoTask, args: Any, kwargs: Any) -> TaskResult:
+        def enqueue(self, task: DjangoTask[..., Any], args: Any, kwargs: Any) -> TaskResult[Any, Any]:
             self.validate_task(task)
             args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
             task_id = uuid.uuid4().hex
@@ -208,7 +208,7 @@ if HAS_DJANGO_TASKS:
             except ValueError as error:
                 raise PayloadError(f"task {task.module_path}: arguments are not JSON: {error}") from None
             self.queue.backend.enqueue([NewTask(id=task_id, task_type=TASK_TYPE, payload=text, run_at=run_at)])
-            result = TaskResult(
+            result: TaskResult[Any, Any] = TaskResult(
                 task=task, id=task_id, status=TaskResultStatus.READY, enqueued_at=_shown(payload["enqueued_at"]),
                 started_at=None, finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs,
                 backend=self.alias, errors=[], worker_ids=[],
@@ -216,7 +216,7 @@ if HAS_DJANGO_TASKS:
             task_enqueued.send(type(self), task_result=result)
             return result
 
-        def get_result(self, result_id: str) -> TaskResult:
+        def get_result(self, result_id: str) -> TaskResult[Any, Any]:
             queue = self.queue
             info = queue.info(result_id) if isinstance(result_id, str) and result_id else None
             payload = info.payload if info is not None else None
@@ -242,7 +242,7 @@ if HAS_DJANGO_TASKS:
                     exception_class_path=_path_of(TaskAbandoned()),
                     traceback=info.error or "the task failed without an error of its own\n",
                 ))
-            result = TaskResult(
+            result: TaskResult[Any, Any] = TaskResult(
                 task=_load_task(payload), id=result_id, status=status,
                 enqueued_at=_shown(payload.get("enqueued_at")), started_at=_shown(outcome.get("started_at")),
                 finished_at=_shown(outcome.get("finished_at")) if status in (
@@ -259,7 +259,8 @@ if HAS_DJANGO_TASKS:
             """True if the task will now never run; False if it started, finished, or is unknown."""
             return self.queue.cancel(result_id)
 
-    def _running_result(task: DjangoTask, payload: dict[str, Any], outcome: dict[str, Any]) -> TaskResult:
+    def _running_result(task: DjangoTask[..., Any], payload: dict[str, Any],
+                        outcome: dict[str, Any]) -> TaskResult[Any, Any]:
         return TaskResult(
             task=task, id=payload["id"], status=TaskResultStatus.RUNNING,
             enqueued_at=_shown(payload.get("enqueued_at")), started_at=_shown(outcome.get("started_at")),
@@ -268,7 +269,7 @@ if HAS_DJANGO_TASKS:
             errors=_errors(outcome), worker_ids=[str(worker) for worker in outcome.get("worker_ids", [])],
         )
 
-    def _finish(result: TaskResult | None, sender: type | None, status: TaskResultStatus,
+    def _finish(result: TaskResult[Any, Any] | None, sender: type | None, status: TaskResultStatus,
                 outcome: dict[str, Any], error: DjangoTaskError | None = None) -> None:
         if result is None or sender is None:
             return
@@ -296,7 +297,7 @@ if HAS_DJANGO_TASKS:
         outcome.pop("finished_at", None)
         _store_outcome(queue, task_id, outcome)
 
-        result: TaskResult | None = None
+        result: TaskResult[Any, Any] | None = None
         sender: type | None = None
         try:
             task = _load_task(payload)

@@ -104,6 +104,27 @@ def test_an_entry_point_style_path_is_accepted(registered: list[tuple[Kind, str]
     assert isinstance(store_from_url("scratch://"), MemoryLockStore)
 
 
+class NotABackend:
+    """What a mistaken registration points at: it builds from a URL, but it is no backend."""
+
+    @classmethod
+    def from_url(cls, url: str) -> NotABackend:
+        return cls()
+
+
+@pytest.mark.parametrize(
+    ("kind", "build", "what"),
+    [("lock_store", store_from_url, "store"), ("task_backend", TaskQueue, "task backend"),
+     ("record_store", cancel_marks_from_url, "cancel store")],
+)
+def test_a_registered_class_that_builds_the_wrong_kind_is_refused(registered: list[tuple[Kind, str]], kind: Kind,
+                                                                  build: Callable[[str], object], what: str) -> None:
+    plugins.register(kind, "scratch", f"{__name__}.NotABackend")
+    registered.append((kind, "scratch"))
+    with pytest.raises(StoreConfigError, match=f"the {what} class for 'scratch://\\*\\*\\*@h' built a NotABackend"):
+        build("scratch://:hunter2@h")
+
+
 @pytest.mark.parametrize(
     ("kind", "scheme", "path"),
     [("locks", "x", "a.B"), ("lock_store", "Bad Scheme", "a.B"), ("lock_store", "x", "nodots")],

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreConfigError
-from ..plugins import class_for_scheme, import_class, schemes
+from ..plugins import build_from_url, import_class, schemes
 from ..urls import shown
 from .base import AcquireStatus, Acquisition, LockState, LockStore
 from .memory import MemoryLockStore
@@ -43,9 +43,9 @@ def store_from_url(url: str | LockStore) -> LockStore:
     if not isinstance(url, str) or not url.strip():
         raise StoreConfigError(f"store must be a URL, a dotted path or a LockStore, not {shown(url)}")
     if "://" in url:
-        cls = class_for_scheme(url, SCHEMES, "store", loading="store backend",
-                               alternative=" or a dotted path to a LockStore class")
-        return cls.from_url(url)
+        store: LockStore = build_from_url(url, SCHEMES, "store", LockStore, loading="store backend",
+                                          alternative=" or a dotted path to a LockStore class")
+        return store
     if "." not in url or any(mark in url for mark in " :/@"):  # a mistyped URL is no dotted path
         raise StoreConfigError(
             f"store {shown(url)} is neither a URL (redis://…, mongodb://…, memory://) nor a dotted path to a LockStore"

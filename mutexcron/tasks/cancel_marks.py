@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreConfigError
-from ..plugins import class_for_scheme, schemes
+from ..plugins import build_from_url, schemes
 from ..urls import mask_url, shown
 from .model import NewTask, TaskInfo, TaskStatus
 
@@ -197,4 +197,5 @@ def cancel_marks_from_url(url: str | CancelMarkStore | None, *, backend: str = "
         )
     if not isinstance(url, str) or "://" not in url:
         raise StoreConfigError(f"cancel store must be a URL (redis://…), not {shown(url)}")
-    return class_for_scheme(url, SCHEMES, "cancel store").from_url(url)
+    store: TaskRecordStore = build_from_url(url, SCHEMES, "cancel store", TaskRecordStore)
+    return store

@@ -64,7 +64,7 @@ class Handler:
 
     def delay_before(self, attempt: int) -> timedelta:
         """The backoff before attempt number ``attempt`` (2, 3, ...): backoff * 2**(attempt - 2), capped."""
-        return min(self.backoff * (2 ** max(0, attempt - 2)), self.max_backoff)
+        return min(self.backoff * (1 << max(0, attempt - 2)), self.max_backoff)
 
 
 class HandlerRegistry:

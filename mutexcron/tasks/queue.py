@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..errors import StoreConfigError
-from ..plugins import class_for_scheme, schemes
+from ..plugins import build_from_url, schemes
 from ..urls import shown
 from .backends.base import Delivery, TaskBackend
 from .handlers import HandlerRegistry, default_handlers, validate_task_type
@@ -37,10 +37,9 @@ def backend_from_url(url: str | TaskBackend, *, cancel_store: str | None = None)
         return url
     if not isinstance(url, str) or "://" not in url:
         raise StoreConfigError(f"task backend must be a URL (redis://, amqp://, django://), not {shown(url)}")
-    cls = class_for_scheme(url, BACKENDS, "task backend")
-    if cancel_store is not None:
-        return cls.from_url(url, cancel_store=cancel_store)
-    return cls.from_url(url)
+    options = {} if cancel_store is None else {"cancel_store": cancel_store}
+    backend: TaskBackend = build_from_url(url, BACKENDS, "task backend", TaskBackend, **options)
+    return backend
 
 
 def _encode(task_type: str, payload: Any) -> str:
@@ -244,15 +243,15 @@ class TaskQueue:
         try:
             handler.func(json.loads(delivery.payload))
         except Exception:
-            error = traceback.format_exc()
+            failure = traceback.format_exc()
             if delivery.attempt >= handler.max_attempts:
                 logger.error("task %s (%s) failed for good after %d attempt(s)", delivery.id, delivery.task_type,
                              delivery.attempt, exc_info=True)
-                delivery.fail(error)
+                delivery.fail(failure)
             else:
                 delay = handler.delay_before(delivery.attempt + 1)
                 logger.warning("task %s (%s) attempt %d failed; retrying in %s", delivery.id, delivery.task_type,
                                delivery.attempt, delay, exc_info=True)
-                delivery.retry_later(delay, error)
+                delivery.retry_later(delay, failure)
             return
         delivery.ack()
