@@ -2,7 +2,8 @@
 
 One lock document per job. Acquiring is a single atomic compare-and-set decided on the *store's*
 clock, so instances with skewed clocks agree on lease expiry. The document also remembers the last
-nominal fire time it was acquired for, which makes each tick run at most once across the fleet.
+nominal fire time it was acquired for, which makes each tick run at most once across the fleet, and
+what operators set at run time: a pause and a schedule override with its version (docs/fleet-control.md).
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 __all__ = ["AcquireStatus", "Acquisition", "LockState", "LockStore"]
-
-UTC = UTC
 
 
 @dataclass(frozen=True)
@@ -30,16 +29,40 @@ class LockState:
     lock_until: datetime | None
     last_fire_time: datetime | None
     token: int
+    paused: bool = False  # set by pause(), cleared by resume(); see is_paused() for ``until``
+    paused_at: datetime | None = None  # when pause() was last called (store clock)
+    paused_until: datetime | None = None  # the pause ends by itself then (None: until resume())
+    paused_by: str | None = None
+    resumed_at: datetime | None = None  # when resume() lifted the last pause: no catch-up of ticks before it
+    schedule: str | None = None  # the operator's cron spec overriding the code's (None: the code's)
+    schedule_timezone: str | None = None  # the override's IANA zone (None: the job's or the scheduler's)
+    schedule_version: int = 0  # bumped by every set_schedule(); acquires fired for another one are refused
+    schedule_by: str | None = None
+    schedule_changed_at: datetime | None = None
 
     def is_held(self, now: datetime) -> bool:
         """True if the lock is taken and its lease (or hold_at_least) has not run out at ``now``."""
         return self.locked and self.lock_until is not None and self.lock_until > now
+
+    def is_paused(self, now: datetime) -> bool:
+        """True if acquires are refused at ``now``: paused, and its ``until`` (if any) not reached."""
+        return self.paused and (self.paused_until is None or self.paused_until > now)
+
+    def pause_ended_at(self, now: datetime) -> datetime | None:
+        """The latest moment a pause ended (by resume() or by its ``until``) before ``now``; ticks up to it
+        were skipped by the pause, never to be caught up."""
+        ends = [self.resumed_at] if self.resumed_at is not None else []
+        if self.paused and self.paused_until is not None and self.paused_until <= now:
+            ends.append(self.paused_until)
+        return max(ends, default=None)
 
 
 class AcquireStatus(StrEnum):
     ACQUIRED = "acquired"
     BUSY = "busy"  # held by a live lease
     ALREADY_RAN = "already_ran"  # this fire time (or a later one) was already taken
+    PAUSED = "paused"  # an operator paused the job (refused for scheduled and manual runs alike)
+    STALE_SCHEDULE = "stale_schedule"  # fired for a schedule version the store no longer has
 
 
 @dataclass(frozen=True)
@@ -49,6 +72,7 @@ class Acquisition:
     status: AcquireStatus
     token: int | None = None
     holder: str | None = None  # who holds the lock when BUSY, if the store says
+    schedule_version: int | None = None  # the store's version when STALE_SCHEDULE
 
     @property
     def acquired(self) -> bool:
@@ -65,10 +89,15 @@ class LockStore(ABC):
         fire time); never reset one. Returns how many were created or revived."""
 
     @abstractmethod
-    def acquire(self, name: str, *, owner: str, lease: timedelta, fire_time: datetime | None) -> Acquisition:
+    def acquire(self, name: str, *, owner: str, lease: timedelta, fire_time: datetime | None,
+                schedule_version: int | None = None) -> Acquisition:
         """Take the lock if it is free (or its lease ran out) and, when ``fire_time`` is given, only if no
         fire at or after ``fire_time`` took it before. ``fire_time=None`` is a manual run: it neither
-        checks nor moves the last fire time. A missing document is created, a deleted one revived."""
+        checks nor moves the last fire time. A missing document is created, a deleted one revived.
+
+        Refused, in this order: PAUSED while :meth:`LockState.is_paused` on the store's clock (any run);
+        STALE_SCHEDULE when ``schedule_version`` is given with a ``fire_time`` and differs from the
+        document's; then ALREADY_RAN and BUSY as above. A refusal changes nothing."""
 
     @abstractmethod
     def renew(self, name: str, *, token: int, lease: timedelta) -> bool:
@@ -96,6 +125,26 @@ class LockStore(ABC):
         """Hide a job's lock document (for orphans whose job no longer exists): a soft delete that keeps its
         token, last fire time and any live lease, so tokens never repeat and a tick never runs twice.
         Returns True if a visible document was there."""
+
+    # -- run-time control by operators (docs/fleet-control.md) ---------------------------------------
+
+    @abstractmethod
+    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None) -> LockState | None:
+        """Refuse every acquire of ``name`` from now (store clock) until :meth:`resume` or ``until`` (aware);
+        sets ``paused_at`` to now. A running body is not touched. Returns the new state, or ``None`` (and
+        changes nothing) if the store has no visible document for ``name``."""
+
+    @abstractmethod
+    def resume(self, name: str) -> LockState | None:
+        """Lift a pause: clear the pause fields and, if it was paused, set ``resumed_at`` to now (store clock).
+        Returns the new state, or ``None`` if the store has no visible document for ``name``."""
+
+    @abstractmethod
+    def set_schedule(self, name: str, spec: str | None, *, timezone: str | None = None,
+                     by: str | None = None) -> LockState | None:
+        """Override the job's schedule with ``spec`` (``None`` with ``timezone=None``: back to the code's) and
+        bump ``schedule_version``, so acquires fired for the old schedule are refused. The caller validates
+        the spec. Returns the new state, or ``None`` if the store has no visible document for ``name``."""
 
     @abstractmethod
     def now(self) -> datetime:

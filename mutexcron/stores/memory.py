@@ -44,11 +44,16 @@ class MemoryLockStore(LockStore):
                 self._deleted.discard(name)
             return len(missing)
 
-    def acquire(self, name: str, *, owner: str, lease: timedelta, fire_time: datetime | None) -> Acquisition:
+    def acquire(self, name: str, *, owner: str, lease: timedelta, fire_time: datetime | None,
+                schedule_version: int | None = None) -> Acquisition:
         with self._mutex:
             now = self._clock()
             self._deleted.discard(name)  # acquiring revives a tombstone, with its token and last fire time
             state = self._locks.setdefault(name, self._fresh(name))
+            if state.is_paused(now):
+                return Acquisition(AcquireStatus.PAUSED, holder=state.locked_by)
+            if fire_time is not None and schedule_version is not None and schedule_version != state.schedule_version:
+                return Acquisition(AcquireStatus.STALE_SCHEDULE, schedule_version=state.schedule_version)
             if fire_time is not None and state.last_fire_time is not None and state.last_fire_time >= fire_time:
                 return Acquisition(AcquireStatus.ALREADY_RAN, holder=state.locked_by)
             if state.is_held(now):
@@ -114,6 +119,33 @@ class MemoryLockStore(LockStore):
                 return False
             self._deleted.add(name)
             return True
+
+    def _change(self, name: str, change: Callable[[LockState, datetime], LockState]) -> LockState | None:
+        """Apply ``change`` to a visible document atomically; None if there is none."""
+        with self._mutex:
+            state = self._locks.get(name)
+            if state is None or name in self._deleted:
+                return None
+            self._locks[name] = change(state, self._clock())
+            return self._locks[name]
+
+    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None) -> LockState | None:
+        return self._change(name, lambda state, now: replace(
+            state, paused=True, paused_at=now, paused_until=until.astimezone(UTC) if until else None, paused_by=by))
+
+    def resume(self, name: str) -> LockState | None:
+        def resume(state: LockState, now: datetime) -> LockState:
+            if not state.paused:
+                return state
+            return replace(state, paused=False, paused_at=None, paused_until=None, paused_by=None, resumed_at=now)
+
+        return self._change(name, resume)
+
+    def set_schedule(self, name: str, spec: str | None, *, timezone: str | None = None,
+                     by: str | None = None) -> LockState | None:
+        return self._change(name, lambda state, now: replace(
+            state, schedule=spec, schedule_timezone=timezone, schedule_version=state.schedule_version + 1,
+            schedule_by=by, schedule_changed_at=now))
 
     def now(self) -> datetime:
         return self._clock()

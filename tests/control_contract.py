@@ -1,0 +1,201 @@
+"""The run-time control part of the lock store contract: pause, resume, schedule overrides and their version.
+
+Mixed into :class:`tests.contract.LockStoreContract`, so every store runs it against its real server.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from mutexcron.stores import AcquireStatus, LockState, LockStore
+from tests.support import wait_until
+
+LONG = timedelta(seconds=30)
+TICK = datetime(2026, 3, 1, 6, 0, 0, tzinfo=UTC)
+
+
+class FleetControlContract:
+    """Pause, resume and schedule overrides, decided by the store's atomic acquire."""
+
+    store: LockStore
+
+    def state(self, name: str = "job") -> LockState:
+        state = self.store.lock(name)
+        assert state is not None
+        return state
+
+    def acquire(self, fire_time: datetime | None = TICK, *, version: int | None = None, name: str = "job",
+                owner: str = "A") -> AcquireStatus:
+        return self.store.acquire(name, owner=owner, lease=LONG, fire_time=fire_time,
+                                  schedule_version=version).status
+
+    # -- pausing --------------------------------------------------------------------------------
+
+    def test_a_seeded_document_is_not_paused_and_has_no_override(self) -> None:
+        self.store.seed(["job"])
+        state = self.state()
+        assert not state.paused and state.paused_at is None and state.paused_until is None
+        assert state.paused_by is None and state.resumed_at is None
+        assert state.schedule is None and state.schedule_timezone is None and state.schedule_version == 0
+        assert not state.is_paused(self.store.now())
+
+    def test_pause_records_who_since_when_and_until_when(self) -> None:
+        self.store.seed(["job"])
+        until = (self.store.now() + timedelta(hours=2)).replace(microsecond=0)
+        before = self.store.now()
+        paused = self.store.pause("job", until=until, by="alice")
+        assert paused is not None and paused == self.state()
+        assert paused.paused and paused.paused_by == "alice" and paused.paused_until == until
+        assert paused.paused_at is not None and paused.paused_at.tzinfo is not None
+        assert before - timedelta(seconds=1) <= paused.paused_at <= self.store.now() + timedelta(seconds=1)
+        assert paused.is_paused(self.store.now())
+
+    def test_a_paused_job_refuses_a_scheduled_acquire_and_changes_nothing(self) -> None:
+        self.store.seed(["job"])
+        self.store.pause("job")
+        before = self.state()
+        assert self.acquire(TICK) is AcquireStatus.PAUSED
+        after = self.state()
+        assert not after.locked and after.token == before.token and after.last_fire_time is None
+
+    def test_a_paused_job_refuses_a_manual_acquire(self) -> None:
+        self.store.seed(["job"])
+        self.store.pause("job")
+        assert self.acquire(None) is AcquireStatus.PAUSED
+        assert not self.state().locked
+
+    def test_pause_does_not_interrupt_a_running_holder(self) -> None:
+        acquired = self.store.acquire("job", owner="A", lease=LONG, fire_time=TICK)
+        assert acquired.token is not None
+        self.store.pause("job", by="ops")
+        assert self.store.renew("job", token=acquired.token, lease=LONG)
+        assert self.store.release("job", token=acquired.token)
+        assert not self.state().locked and self.state().paused
+
+    def test_pause_wins_over_already_ran_and_stale_schedule(self) -> None:
+        self.store.acquire("job", owner="A", lease=timedelta(milliseconds=1), fire_time=TICK)
+        self.store.set_schedule("job", "*/5 * * * *")
+        self.store.pause("job")
+        assert self.acquire(TICK, version=0) is AcquireStatus.PAUSED
+
+    def test_resume_lets_the_next_tick_run_and_records_when(self) -> None:
+        self.store.seed(["job"])
+        self.store.pause("job", by="alice")
+        resumed = self.store.resume("job")
+        assert resumed is not None and resumed == self.state()
+        assert not resumed.paused and resumed.paused_by is None and resumed.paused_at is None
+        assert resumed.resumed_at is not None and resumed.resumed_at.tzinfo is not None
+        assert resumed.pause_ended_at(self.store.now()) == resumed.resumed_at
+        assert self.acquire(TICK) is AcquireStatus.ACQUIRED
+
+    def test_resume_of_a_job_that_is_not_paused_changes_nothing(self) -> None:
+        self.store.seed(["job"])
+        assert self.store.resume("job") == self.state()
+        assert self.state().resumed_at is None
+
+    def test_a_pause_with_until_ends_by_itself_on_the_store_clock(self) -> None:
+        self.store.seed(["job"])
+        until = self.store.now() + timedelta(milliseconds=600)
+        self.store.pause("job", until=until)
+        assert self.acquire(TICK) is AcquireStatus.PAUSED
+        wait_until(lambda: self.store.now() > until + timedelta(milliseconds=5), timeout=5)
+        assert self.acquire(TICK) is AcquireStatus.ACQUIRED
+        state = self.state()
+        assert not state.is_paused(self.store.now())
+        ended = state.pause_ended_at(self.store.now())
+        assert ended is not None and abs(ended - until) < timedelta(milliseconds=2)
+
+    def test_pausing_again_replaces_until_and_by(self) -> None:
+        self.store.seed(["job"])
+        self.store.pause("job", until=self.store.now() + timedelta(hours=1), by="alice")
+        again = self.store.pause("job", by="bob")
+        assert again is not None and again.paused_by == "bob" and again.paused_until is None
+
+    def test_seeding_keeps_a_pause_and_an_override(self) -> None:
+        self.store.seed(["job"])
+        self.store.pause("job", by="alice")
+        self.store.set_schedule("job", "0 * * * *", timezone="Europe/Paris", by="bob")
+        self.store.seed(["job"])
+        state = self.state()
+        assert state.paused and state.paused_by == "alice"
+        assert state.schedule == "0 * * * *" and state.schedule_timezone == "Europe/Paris"
+
+    def test_a_deleted_document_keeps_its_pause_when_revived(self) -> None:
+        self.store.seed(["job"])
+        self.store.pause("job")
+        self.store.delete("job")
+        assert self.acquire(TICK) is AcquireStatus.PAUSED
+        assert self.state().paused
+
+    def test_control_of_a_name_the_store_does_not_know_returns_none_and_creates_nothing(self) -> None:
+        assert self.store.pause("nobody") is None
+        assert self.store.resume("nobody") is None
+        assert self.store.set_schedule("nobody", "* * * * *") is None
+        assert self.store.lock("nobody") is None and self.store.locks() == []
+
+    def test_control_of_a_deleted_document_returns_none(self) -> None:
+        self.store.seed(["job"])
+        self.store.delete("job")
+        assert self.store.pause("job") is None
+        assert self.store.set_schedule("job", "* * * * *") is None
+        assert self.store.lock("job") is None
+
+    # -- schedule overrides and their version -----------------------------------------------------------
+
+    def test_set_schedule_stores_the_override_and_bumps_the_version(self) -> None:
+        self.store.seed(["job"])
+        before = self.store.now()
+        changed = self.store.set_schedule("job", "*/3 * * * * *", timezone="America/New_York", by="carol")
+        assert changed is not None and changed == self.state()
+        assert changed.schedule == "*/3 * * * * *" and changed.schedule_timezone == "America/New_York"
+        assert changed.schedule_version == 1 and changed.schedule_by == "carol"
+        assert changed.schedule_changed_at is not None
+        assert changed.schedule_changed_at >= before - timedelta(seconds=1)
+
+    def test_every_change_bumps_the_version_and_a_reset_clears_the_override(self) -> None:
+        self.store.seed(["job"])
+        self.store.set_schedule("job", "0 6 * * *")
+        self.store.set_schedule("job", "0 7 * * *", timezone="UTC")
+        reset = self.store.set_schedule("job", None)
+        assert reset is not None and reset.schedule is None and reset.schedule_timezone is None
+        assert reset.schedule_version == 3
+
+    def test_an_acquire_fired_for_an_old_schedule_is_refused_and_changes_nothing(self) -> None:
+        self.store.seed(["job"])
+        self.store.set_schedule("job", "*/3 * * * * *")
+        result = self.store.acquire("job", owner="A", lease=LONG, fire_time=TICK, schedule_version=0)
+        assert result.status is AcquireStatus.STALE_SCHEDULE and result.schedule_version == 1
+        state = self.state()
+        assert not state.locked and state.last_fire_time is None and state.token == 0
+
+    def test_an_acquire_fired_for_the_current_schedule_runs(self) -> None:
+        self.store.seed(["job"])
+        self.store.set_schedule("job", "*/3 * * * * *")
+        assert self.acquire(TICK, version=1) is AcquireStatus.ACQUIRED
+        assert self.state().last_fire_time == TICK
+
+    def test_a_manual_acquire_and_one_without_a_version_are_not_checked(self) -> None:
+        self.store.seed(["job"])
+        self.store.set_schedule("job", "*/3 * * * * *")
+        assert self.acquire(None, version=0) is AcquireStatus.ACQUIRED
+        self.store.force_unlock("job")
+        assert self.acquire(TICK, version=None) is AcquireStatus.ACQUIRED
+
+    def test_once_per_fire_holds_across_a_schedule_change(self) -> None:
+        assert self.acquire(TICK, version=0) is AcquireStatus.ACQUIRED
+        self.store.force_unlock("job")
+        self.store.set_schedule("job", "*/3 * * * * *")
+        assert self.acquire(TICK, version=1) is AcquireStatus.ALREADY_RAN
+        assert self.acquire(TICK + timedelta(seconds=3), version=1) is AcquireStatus.ACQUIRED
+
+    def test_after_set_schedule_returns_no_concurrent_acquire_of_the_old_version_wins(self) -> None:
+        self.store.seed(["job"])
+        self.store.set_schedule("job", "* * * * * *")
+        statuses: list[AcquireStatus] = []
+
+        def take(owner: str) -> None:
+            statuses.append(self.acquire(TICK, version=0, owner=owner))
+
+        self.run_together(take, [(f"owner-{i}",) for i in range(6)])  # type: ignore[attr-defined]
+        assert statuses == [AcquireStatus.STALE_SCHEDULE] * 6
+        assert not self.state().locked
