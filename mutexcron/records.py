@@ -17,6 +17,8 @@ class Outcome(StrEnum):
     SKIPPED_BUSY = "skipped_busy"
     SKIPPED_ALREADY_RAN = "skipped_already_ran"
     SKIPPED_STORE_ERROR = "skipped_store_error"
+    SKIPPED_PAUSED = "skipped_paused"  # an operator paused the job (not written to the Django history)
+    SKIPPED_STALE_SCHEDULE = "skipped_stale_schedule"  # a tick of a schedule an operator just replaced
 
     @property
     def ran(self) -> bool:
@@ -32,6 +34,7 @@ class JobContext:
     fire_time: datetime  # aware UTC; the nominal scheduled time (the request time for run_now)
     instance_id: str
     token: int  # fencing token: grows with every acquisition of this job's lock
+    catch_up: bool = False  # True for a missed tick run late (the job's catch_up option)
     _lost: list[bool] = field(default_factory=list, repr=False, compare=False)  # set by the heartbeat thread
 
     @property
@@ -60,3 +63,4 @@ class RunRecord:
     token: int | None = None
     lock_lost: bool = False
     manual: bool = False  # True for run_now()
+    catch_up: bool = False  # True for a missed tick run late (the job's catch_up option)
