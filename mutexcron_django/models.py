@@ -17,11 +17,26 @@ class Lock(models.Model):
     last_fire_time = models.DateTimeField(null=True, blank=True)
     token = models.BigIntegerField(default=0)
     deleted = models.BooleanField(default=False, help_text="a tombstone: hidden, keeps its token and last fire")
+    # Run-time control by operators (see mutexcron.stores.base.LockState): a pause, a schedule override.
+    paused = models.BooleanField(default=False)
+    paused_at = models.DateTimeField(null=True, blank=True)
+    paused_until = models.DateTimeField(null=True, blank=True, help_text="the pause ends by itself then")
+    paused_by = models.CharField(max_length=255, null=True, blank=True)
+    resumed_at = models.DateTimeField(null=True, blank=True)
+    schedule = models.CharField(max_length=255, null=True, blank=True, help_text="cron spec overriding the code's")
+    schedule_timezone = models.CharField(max_length=64, null=True, blank=True)
+    schedule_version = models.BigIntegerField(default=0, help_text="bumped by every schedule change")
+    schedule_by = models.CharField(max_length=255, null=True, blank=True)
+    schedule_changed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name = "lock"
         ordering = ["name"]
-        permissions = [("force_unlock_lock", "Can force-unlock a job's lock")]
+        permissions = [
+            ("force_unlock_lock", "Can force-unlock a job's lock"),
+            ("pause_lock", "Can pause and resume a job"),
+            ("change_schedule", "Can change a job's schedule"),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -36,6 +51,8 @@ class JobRun(models.Model):
         SKIPPED_BUSY = "skipped_busy"
         SKIPPED_ALREADY_RAN = "skipped_already_ran"
         SKIPPED_STORE_ERROR = "skipped_store_error"
+        SKIPPED_PAUSED = "skipped_paused"
+        SKIPPED_STALE_SCHEDULE = "skipped_stale_schedule"
 
     job_name = models.CharField(max_length=200, db_index=True)
     fire_time = models.DateTimeField()
@@ -47,6 +64,7 @@ class JobRun(models.Model):
     token = models.BigIntegerField(null=True, blank=True)
     lock_lost = models.BooleanField(default=False)
     manual = models.BooleanField(default=False)
+    catch_up = models.BooleanField(default=False)
 
     class Meta:
         verbose_name = "job run"

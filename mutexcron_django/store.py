@@ -7,12 +7,12 @@ no read-modify-write, so concurrent instances cannot both win. A deleted lock ke
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from django.db import DatabaseError, IntegrityError, connections, router, transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import BooleanField, ExpressionWrapper, F, Q, QuerySet
 
 from mutexcron._common import store_errors
 from mutexcron.errors import StoreConfigError, StoreUnavailable
@@ -67,12 +67,17 @@ class DjangoLockStore(LockStore):
 
         return self._call(run)
 
-    def acquire(self, name: str, *, owner: str, lease: timedelta, fire_time: datetime | None) -> Acquisition:
+    def acquire(self, name: str, *, owner: str, lease: timedelta, fire_time: datetime | None,
+                schedule_version: int | None = None) -> Acquisition:
         def run() -> Acquisition:
             for _ in range(2):
-                free = self._locks.filter(Q(name=name) & (Q(locked=False) | Q(lock_until__lte=DbNow())))
+                # One conditional UPDATE decides it all on the database's clock: not paused (or the pause's
+                # until passed), fired for the current schedule, a new fire, and free.
+                free = self._locks.filter(Q(name=name) & _NOT_PAUSED & (Q(locked=False) | Q(lock_until__lte=DbNow())))
                 if fire_time is not None:
                     free = free.filter(Q(last_fire_time__isnull=True) | Q(last_fire_time__lt=fire_time))
+                    if schedule_version is not None:
+                        free = free.filter(schedule_version=schedule_version)
                 changes = {"locked": True, "locked_by": owner, "last_locked_at": DbNow(), "lock_until": now_plus(lease),
                            "token": F("token") + 1, "deleted": False}
                 if fire_time is not None:
@@ -81,14 +86,13 @@ class DjangoLockStore(LockStore):
                     if free.update(**changes) == 1:
                         return Acquisition(AcquireStatus.ACQUIRED, token=self._locks.get(name=name).token)
                 state = (self._locks.filter(name=name)
-                         .values("locked_by", "deleted", last_fire=AsUTC("last_fire_time")).first())
+                         .values("locked_by", "deleted", "schedule_version", last_fire=AsUTC("last_fire_time"),
+                                 paused_now=ExpressionWrapper(_PAUSED, output_field=BooleanField()))
+                         .first())
                 if state is None or state["deleted"]:  # create or revive it, then try once more
                     self.seed([name])
                     continue
-                last_fire = aware(state["last_fire"])
-                if fire_time is not None and last_fire is not None and last_fire >= fire_time:
-                    return Acquisition(AcquireStatus.ALREADY_RAN, holder=state["locked_by"])
-                return Acquisition(AcquireStatus.BUSY, holder=state["locked_by"])
+                return _refusal(state, fire_time, schedule_version)
             raise StoreUnavailable(f"database {self.using!r}: lock row for {name!r} vanished while acquiring")
 
         return self._call(run)
@@ -124,6 +128,31 @@ class DjangoLockStore(LockStore):
     def locks(self) -> list[LockState]:
         return self._call(lambda: _states(self._locks.filter(deleted=False).order_by("name")))
 
+    # -- run-time control by operators: one UPDATE on the database's clock each, then the row read back ----
+
+    def _control(self, name: str, rows: Callable[[QuerySet[Lock]], QuerySet[Lock]], **changes: Any) -> LockState | None:
+        def run() -> LockState | None:
+            rows(self._locks.filter(name=name, deleted=False)).update(**changes)
+            states = _states(self._locks.filter(name=name, deleted=False))
+            return states[0] if states else None
+
+        return self._call(run)
+
+    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None) -> LockState | None:
+        if until is not None and until.tzinfo is None:
+            raise ValueError(f"naive datetime {until!r}; pass an aware one")
+        return self._control(name, lambda rows: rows, paused=True, paused_at=DbNow(),
+                             paused_until=until.astimezone(UTC) if until is not None else None, paused_by=by)
+
+    def resume(self, name: str) -> LockState | None:
+        return self._control(name, lambda rows: rows.filter(paused=True), paused=False, paused_at=None,
+                             paused_until=None, paused_by=None, resumed_at=DbNow())
+
+    def set_schedule(self, name: str, spec: str | None, *, timezone: str | None = None,
+                     by: str | None = None) -> LockState | None:
+        return self._control(name, lambda rows: rows, schedule=spec, schedule_timezone=timezone, schedule_by=by,
+                             schedule_changed_at=DbNow(), schedule_version=F("schedule_version") + 1)
+
     def now(self) -> datetime:
         return self._call(db_now, self.using)
 
@@ -131,14 +160,39 @@ class DjangoLockStore(LockStore):
         return f"<DjangoLockStore database={self.using!r}>"
 
 
+# Acquires are refused while this is false: paused, and its until (if any) not reached on the database's clock.
+_NOT_PAUSED = Q(paused=False) | Q(paused_until__lte=DbNow())
+_PAUSED = Q(paused=True) & (Q(paused_until__isnull=True) | Q(paused_until__gt=DbNow()))  # its negation, NULL-safe
+
+
+def _refusal(state: Mapping[str, Any], fire_time: datetime | None, schedule_version: int | None) -> Acquisition:
+    """Why the conditional UPDATE took nothing, from the row read after it: in the contract's order."""
+    holder = state["locked_by"]
+    if state["paused_now"]:
+        return Acquisition(AcquireStatus.PAUSED, holder=holder)
+    if fire_time is not None and schedule_version is not None and schedule_version != state["schedule_version"]:
+        return Acquisition(AcquireStatus.STALE_SCHEDULE, schedule_version=state["schedule_version"])
+    last_fire = aware(state["last_fire"])
+    if fire_time is not None and last_fire is not None and last_fire >= fire_time:
+        return Acquisition(AcquireStatus.ALREADY_RAN, holder=holder)
+    return Acquisition(AcquireStatus.BUSY, holder=holder)
+
+
 def _states(rows: QuerySet[Lock]) -> list[LockState]:
     """The rows as lock states, their times read as UTC whatever the session's time zone."""
-    values = rows.values("name", "locked", "locked_by", "token", utc_last_locked_at=AsUTC("last_locked_at"),
-                         utc_last_released_at=AsUTC("last_released_at"), utc_lock_until=AsUTC("lock_until"),
-                         utc_last_fire_time=AsUTC("last_fire_time"))
+    values = rows.values("name", "locked", "locked_by", "token", "paused", "paused_by", "schedule",
+                         "schedule_timezone", "schedule_version", "schedule_by",
+                         utc_last_locked_at=AsUTC("last_locked_at"), utc_last_released_at=AsUTC("last_released_at"),
+                         utc_lock_until=AsUTC("lock_until"), utc_last_fire_time=AsUTC("last_fire_time"),
+                         utc_paused_at=AsUTC("paused_at"), utc_paused_until=AsUTC("paused_until"),
+                         utc_resumed_at=AsUTC("resumed_at"), utc_schedule_changed_at=AsUTC("schedule_changed_at"))
     return [LockState(name=row["name"], locked=row["locked"], locked_by=row["locked_by"], token=row["token"],
                       last_locked_at=aware(row["utc_last_locked_at"]),
                       last_released_at=aware(row["utc_last_released_at"]),
-                      lock_until=aware(row["utc_lock_until"]), last_fire_time=aware(row["utc_last_fire_time"]))
+                      lock_until=aware(row["utc_lock_until"]), last_fire_time=aware(row["utc_last_fire_time"]),
+                      paused=row["paused"], paused_at=aware(row["utc_paused_at"]),
+                      paused_until=aware(row["utc_paused_until"]), paused_by=row["paused_by"],
+                      resumed_at=aware(row["utc_resumed_at"]), schedule=row["schedule"],
+                      schedule_timezone=row["schedule_timezone"], schedule_version=row["schedule_version"],
+                      schedule_by=row["schedule_by"], schedule_changed_at=aware(row["utc_schedule_changed_at"]))
             for row in values]
-
