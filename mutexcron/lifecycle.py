@@ -8,9 +8,13 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .heartbeats import Heartbeats
 from .records import JobContext
+
+if TYPE_CHECKING:
+    from .schedules import ScheduleSync
 
 __all__ = ["SHUTDOWN_GRACE", "Generation", "WorkerPool"]
 
@@ -104,6 +108,7 @@ class Generation:
     def __init__(self, heartbeats: Heartbeats, close_store: Callable[[], None] | None) -> None:
         self.heartbeats = heartbeats
         self.pool: WorkerPool | None = None
+        self.sync: ScheduleSync | None = None  # reads the store's schedules; stopped with the heartbeats
         self.closing = threading.Event()  # set once shutdown began; also wakes fires waiting for a busy lock
         self._close_store = close_store
         self._changed = threading.Condition()
@@ -160,6 +165,8 @@ class Generation:
         """From now on no fire enters and no body is admitted; fires not started yet are dropped."""
         with self._changed:
             self.closing.set()
+        if self.sync is not None:
+            self.sync.wake()  # it sees closing and ends
         if self.pool is not None:
             self.pool.close()
 
@@ -193,6 +200,8 @@ class Generation:
     def _finalize(self, deadline: float, join: bool = False, busy_too: bool = True) -> None:
         if not self.heartbeats.stop(max(0.0, deadline - time.monotonic())):
             logger.warning("shutdown: the heartbeat thread is stuck in a store call; left behind")
+        if self.sync is not None and not self.sync.stop(max(0.0, deadline - time.monotonic())):
+            logger.warning("shutdown: the schedule sync thread is stuck in a store call; left behind")
         if self.pool is not None:
             self.pool.close()
         if self._close_store is not None:

@@ -18,10 +18,13 @@ from .cron import CronSpec, CronTrigger, parse_cron
 from .errors import DuplicateJobError, JobDefinitionError, UnknownJobError
 from .records import JobContext
 
-__all__ = ["BUSY_POLICIES", "BusyPolicy", "Job", "Registry", "default_registry", "mutex_cron", "validate_job_name"]
+__all__ = ["BUSY_POLICIES", "CATCH_UP_POLICIES", "BusyPolicy", "CatchUp", "Job", "Registry", "default_registry",
+           "mutex_cron", "validate_job_name"]
 
 BusyPolicy = Literal["skip", "wait", "raise"]
 BUSY_POLICIES: tuple[str, ...] = ("skip", "wait", "raise")
+CatchUp = Literal["skip", "latest", "all"]
+CATCH_UP_POLICIES: tuple[str, ...] = ("skip", "latest", "all")
 MAX_NAME_LENGTH = 200
 # Letters (any script), digits and a few separators. No spaces, quotes, "$" or braces: the name is a
 # Redis key part (braces would change its Cluster hash tag), a Mongo _id and a SQL primary key.
@@ -60,6 +63,9 @@ class Job:
     timezone: tzinfo | None  # None: the scheduler's time zone
     on_busy: BusyPolicy
     takes_context: bool
+    catch_up: CatchUp = "skip"  # what to run of the ticks missed while no instance ran (see docs/fleet-control.md)
+    catch_up_window: timedelta = timedelta(hours=1)  # only ticks this recent are caught up
+    jitter: timedelta = timedelta(0)  # each tick runs up to this much late, the same on every instance
 
     def trigger(self, default_timezone: tzinfo) -> CronTrigger:
         return CronTrigger(self.spec, self.timezone or default_timezone)
@@ -160,11 +166,17 @@ def mutex_cron(
     timezone: str | tzinfo | None = None,
     on_busy: BusyPolicy = "skip",
     registry: Registry | None = None,
+    catch_up: CatchUp = "skip",
+    catch_up_window: timedelta | float = timedelta(hours=1),
+    jitter: timedelta | float = timedelta(0),
 ) -> Callable[[F], F]:
     """Declare ``func`` as a job that fires on every instance at ``spec`` and runs on one.
 
     The function is returned unchanged: calling it directly runs it without any lock.
     Every problem (bad spec, name, lease, zone, policy) raises here, at declaration time.
+    ``catch_up`` (``"skip"``, ``"latest"``, ``"all"``) says what runs of the ticks missed within
+    ``catch_up_window`` when an instance starts or its store comes back; ``jitter`` delays each tick's run
+    by a fixed amount in ``[0, jitter)`` derived from the job name and fire time.
     """
 
     def decorate(func: F) -> F:
@@ -182,7 +194,14 @@ def mutex_cron(
             raise JobDefinitionError(f"job {job_name!r}: on_busy must be one of {BUSY_POLICIES}, not {on_busy!r}")
         zone = None if timezone is None else as_zone(timezone, what=f"job {job_name!r}", error=JobDefinitionError)
         check_registry(registry, what=f"job {job_name!r}: registry", error=JobDefinitionError)
-        job = Job(job_name, func, parsed, lease_duration, hold, zone, on_busy, _takes_context(func, job_name))
+        if catch_up not in CATCH_UP_POLICIES:
+            raise JobDefinitionError(
+                f"job {job_name!r}: catch_up must be one of {CATCH_UP_POLICIES}, not {catch_up!r}")
+        window = duration(catch_up_window, what=f"job {job_name!r}: catch_up_window", error=JobDefinitionError,
+                          allow_zero=False)
+        spread = duration(jitter, what=f"job {job_name!r}: jitter", error=JobDefinitionError)
+        job = Job(job_name, func, parsed, lease_duration, hold, zone, on_busy, _takes_context(func, job_name),
+                  catch_up, window, spread)
         (registry if registry is not None else default_registry).add(job)
         return func
 

@@ -7,82 +7,35 @@ import functools
 import logging
 import os
 import socket
-import threading
-import time
-import traceback
 from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
-from apscheduler.executors.base import BaseExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
-from apscheduler.triggers.base import BaseTrigger
 
-from . import _options
+from . import _options, control
+from .catchup import CatchUps
 from .errors import LockBusy, SchedulerConfigError, StoreUnavailable
+from .health import StoreHealth
 from .heartbeats import Heartbeats
-from .lifecycle import Generation, WorkerPool
-from .records import JobContext, Outcome, RunRecord
+from .lifecycle import Generation
+from .listeners import Listener, Listeners
+from .records import Outcome, RunRecord
 from .registry import BUSY_POLICIES, BusyPolicy, Job, Registry, default_registry
-from .stores import AcquireStatus, Acquisition, LockStore, store_from_url
+from .runs import Runs
+from .schedules import Schedules, ScheduleSync
+from .stores import LockState, LockStore, store_from_url
+from .triggers import LockingExecutor, run_by_locking_executor
 
 __all__ = ["Listener", "Scheduler"]
 
 logger = logging.getLogger("mutexcron.scheduler")
-UTC = UTC
-Listener = Callable[[RunRecord], Any]
-LISTENER_EVENTS = ("started", "finished")
+_ONE_MICROSECOND = timedelta(microseconds=1)
 
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-class _ShiftedTrigger(BaseTrigger):
-    """Fires as an instance whose clock is off by ``skew`` would: nominal time t fires at real t - skew."""
-
-    def __init__(self, trigger: BaseTrigger, skew: timedelta) -> None:
-        self.trigger, self.skew = trigger, skew
-
-    def get_next_fire_time(self, previous_fire_time: datetime | None, now: datetime) -> datetime | None:
-        previous = previous_fire_time + self.skew if previous_fire_time is not None else None
-        fire = self.trigger.get_next_fire_time(previous, now + self.skew)
-        return fire - self.skew if fire is not None else None
-
-    def __str__(self) -> str:
-        return f"{self.trigger} skewed by {self.skew}"
-
-
-def _run_by_locking_executor() -> None:
-    """The function APScheduler holds for each job; _LockingExecutor runs the job itself instead."""
-    raise RuntimeError("mutexcron jobs run through the scheduler's own executor")
-
-
-class _LockingExecutor(BaseExecutor):
-    """An APScheduler executor that hands each fire, with its scheduled time, to the scheduler.
-
-    APScheduler's own executors call the job function without the scheduled time; we need that time
-    because (job name, scheduled time) is the identity of a run across the fleet. The fires run in the
-    generation's daemon worker pool, which the scheduler's shutdown closes and joins with a deadline.
-    """
-
-    def __init__(self, fire: Callable[[str, datetime], None], pool: WorkerPool) -> None:
-        super().__init__()
-        self._fire = fire
-        self._pool = pool
-
-    def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
-        def run() -> None:
-            try:
-                self._fire(job.id, run_times[-1])
-            finally:
-                self._run_job_success(job.id, [])
-
-        self._pool.submit(run)
-
-    def shutdown(self, wait: bool = True) -> None:
-        """Nothing to do: the scheduler's Generation closes the pool and joins it within its deadline."""
 
 
 class Scheduler:
@@ -93,7 +46,8 @@ class Scheduler:
     (``timedelta(seconds=-2)``: two seconds late). ``fire_context`` makes a context manager entered
     around each fire in its worker thread (Django uses it to close stale database connections).
     ``busy_grace``: how long a scheduled fire that finds the lock held by an earlier run keeps trying
-    before it records ``skipped_busy`` (with ``on_busy="skip"`` or ``"raise"``).
+    before it records ``skipped_busy`` (with ``on_busy="skip"`` or ``"raise"``). ``sync_interval``: how
+    often a running scheduler reads the store's schedule overrides (and notices that the store came back).
     """
 
     def __init__(
@@ -109,6 +63,7 @@ class Scheduler:
         clock_skew: timedelta = timedelta(0),
         fire_context: Callable[[], AbstractContextManager[Any]] | None = None,
         busy_grace: timedelta = timedelta(seconds=1),
+        sync_interval: timedelta = timedelta(seconds=5),
     ) -> None:
         bad = SchedulerConfigError  # every option is checked before the store is built
         _options.registry(registry, what="Scheduler registry", error=bad)
@@ -126,14 +81,20 @@ class Scheduler:
             raise bad(f"Scheduler fire_context must be a context manager factory or None, not {fire_context!r}")
         self.fire_context = fire_context or nullcontext
         self.busy_grace = _options.duration(busy_grace, what="Scheduler busy_grace", error=bad, seconds=False)
+        self.sync_interval = _options.duration(sync_interval, what="Scheduler sync_interval", error=bad,
+                                               seconds=False, allow_zero=False)
         self._owns_store = not isinstance(store, LockStore)
         self.store = store_from_url(store)
-        self._listeners: list[tuple[Listener, frozenset[str]]] = []
+        self._listeners = Listeners()
         self._life = self._new_generation()
         self._aps: BackgroundScheduler | None = None
-        self._state_lock = threading.Lock()
-        self._store_down_since: datetime | None = None
-        self._skipped_while_down = 0
+        self._schedules = Schedules(self.timezone, self.clock_skew)
+        self._catch_ups = CatchUps()
+        # Ticks are missed while the store is away: catch them up once it is back.
+        self._health = StoreHealth(on_down=lambda: self._catch_ups.mark(self._catching_up_jobs()),
+                                   on_back=lambda: self._start_catch_up(self._life) if self._aps else None)
+        self._runs = Runs(self.store, instance_id=lambda: self.instance_id, busy_grace=self.busy_grace,
+                          listeners=self._listeners, health=self._health, schedules=self._schedules)
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -149,14 +110,10 @@ class Scheduler:
 
     def add_listener(self, callback: Listener, *, events: Collection[str] = ("finished",)) -> Listener:
         """Call ``callback(record)`` on every ``"finished"`` run or skip (and, if asked, ``"started"``)."""
-        unknown = set(events) - set(LISTENER_EVENTS)
-        if unknown:
-            raise ValueError(f"unknown listener events {sorted(unknown)}; use {LISTENER_EVENTS}")
-        self._listeners.append((callback, frozenset(events)))
-        return callback
+        return self._listeners.add(callback, events)
 
     def remove_listener(self, callback: Listener) -> None:
-        self._listeners = [(cb, ev) for cb, ev in self._listeners if cb is not callback]
+        self._listeners.remove(callback)
 
     def start(self) -> None:
         """Seed a lock document for every declared job, then start firing their triggers."""
@@ -167,20 +124,25 @@ class Scheduler:
             self._life = self._new_generation()  # a fire left over from the last run keeps the old one
         life = self._life
         self.seed()
+        states = self._read_states()
         aps = BackgroundScheduler(
             timezone=UTC,
-            executors={"default": _LockingExecutor(functools.partial(self._fire, life),
-                                                   life.start_pool(self.max_workers))},
+            executors={"default": LockingExecutor(functools.partial(self._fire, life),
+                                                  life.start_pool(self.max_workers), self._jitter_of)},
             # The store decides who runs; locally every fire is handed over, and coalesced if late.
             job_defaults={"coalesce": True, "max_instances": 10_000, "misfire_grace_time": None},
         )
         for job in jobs:
-            trigger: BaseTrigger = job.trigger(self.timezone)
-            if self.clock_skew:
-                trigger = _ShiftedTrigger(trigger, self.clock_skew)
-            aps.add_job(_run_by_locking_executor, trigger=trigger, id=job.name, name=job.name)
+            trigger = self._schedules.build(job, states.get(job.name))
+            aps.add_job(run_by_locking_executor, trigger=trigger, id=job.name, name=job.name)
+        self._schedules.attach(aps)
+        self._catch_ups.mark(self._catching_up_jobs())
         aps.start()
         self._aps = aps
+        life.sync = ScheduleSync(self.sync_interval.total_seconds(), functools.partial(self._sync, life),
+                                 life.closing)
+        life.sync.start()
+        self._start_catch_up(life)
         logger.info(
             "mutexcron scheduler %s started with %d job(s) on %r", self.instance_id, len(jobs), self.store
         )
@@ -192,9 +154,9 @@ class Scheduler:
             created = self.store.seed(names)
         except StoreUnavailable as error:
             # Not fatal: acquire creates a missing document too, and the store may come back.
-            self._store_failed(error)
+            self._health.failed(error)
             return 0
-        self._store_ok()
+        self._health.ok()
         if created:
             logger.info("seeded %d new lock(s) of %d job(s)", created, len(names))
         return created
@@ -216,6 +178,7 @@ class Scheduler:
         """
         life = self._life
         aps, self._aps = self._aps, None
+        self._schedules.attach(None)
         life.close()
         if aps is not None:
             aps.shutdown(wait=False)
@@ -243,7 +206,35 @@ class Scheduler:
         the trigger would: it runs only if no instance ran that tick. For tests and tooling."""
         if fire_time.tzinfo is None:
             raise ValueError(f"fire_time={fire_time!r} is naive; pass an aware datetime")
-        return self._execute_now(self.registry.get(name), fire_time.astimezone(UTC), manual=False)
+        return self._execute_now(self.registry.get(name), fire_time.astimezone(UTC), manual=False,
+                                 version=self._schedules.version(name))
+
+    # -- run-time control, fleet-wide (docs/fleet-control.md) --------------------------------------
+
+    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None) -> LockState:
+        """Pause job ``name`` on every instance: once this returns, no run of it starts (the store's acquire
+        refuses it) until :meth:`resume` or the aware ``until``. A running body goes on. Works on a scheduler
+        that was never started; :class:`UnknownJobError` for a job the store does not know."""
+        return control.pause(self.store, self.registry, name, until=until, by=by)
+
+    def resume(self, name: str) -> LockState:
+        """Lift job ``name``'s pause; the ticks it skipped are never caught up."""
+        return control.resume(self.store, self.registry, name)
+
+    def set_schedule(self, name: str, spec: str, *, timezone: str | tzinfo | None = None,
+                     by: str | None = None) -> LockState:
+        """Replace job ``name``'s schedule on every instance with ``spec`` (in ``timezone``, default the job's):
+        once this returns, no tick of the old schedule starts, and every instance fires the new one within
+        ``sync_interval``. :class:`CronSpecError` for a bad spec or zone, before anything is written."""
+        state = control.set_schedule(self.store, self.registry, name, spec, timezone=timezone, by=by)
+        self._follow(state)
+        return state
+
+    def reset_schedule(self, name: str, *, by: str | None = None) -> LockState:
+        """Go back to the schedule in the code for job ``name``, on every instance."""
+        state = control.set_schedule(self.store, self.registry, name, None, by=by)
+        self._follow(state)
+        return state
 
     def __enter__(self) -> Scheduler:
         self.start()
@@ -261,23 +252,24 @@ class Scheduler:
     def _new_generation(self) -> Generation:
         return Generation(Heartbeats(self.store), self.store.close if self._owns_store else None)
 
-    def _execute_now(self, job: Job, fire_time: datetime, *, manual: bool) -> RunRecord:
+    def _execute_now(self, job: Job, fire_time: datetime, *, manual: bool, version: int | None = None) -> RunRecord:
         """A run in the caller's thread (run_now, run_tick): one more fire in flight for shutdown."""
         life = self._life
         if not life.enter():
             raise RuntimeError(f"scheduler {self.instance_id} is shut down; start() it to run jobs again")
         try:
-            record = self._execute(life, job, fire_time, manual=manual)
+            record = self._runs.execute(life, job, fire_time, manual=manual, version=version)
         finally:
             life.leave()
         if record is None:
             raise RuntimeError(f"job {job.name!r}: the scheduler shut down while it took its lock; released unrun")
         return record
 
-    def _fire(self, life: Generation, name: str, run_time: datetime) -> None:
-        """Called by APScheduler's executor thread when a job's trigger fires on this instance."""
+    def _fire(self, life: Generation, name: str, run_time: datetime, version: int | None, due: datetime) -> None:
+        """Called in a worker thread when a job's trigger fires on this instance (``due`` is ``run_time``
+        plus the tick's jitter)."""
         fire_time = (run_time + self.clock_skew).astimezone(UTC)
-        late = _utc_now() - run_time
+        late = _utc_now() - due
         if late > self.misfire_grace_time:
             logger.warning("job %r: fire %s missed by %s (misfire_grace_time %s); not run", name,
                            fire_time.isoformat(), late, self.misfire_grace_time)
@@ -292,155 +284,80 @@ class Scheduler:
             return
         try:
             with self.fire_context():
-                self._execute(life, job, fire_time, manual=False)
+                if job.catch_up != "skip":
+                    self._catch_up(life, job, before=fire_time)  # the missed ticks first, in order
+                self._runs.execute(life, job, fire_time, manual=False, version=version)
         finally:
             life.leave()
 
-    def _execute(self, life: Generation, job: Job, fire_time: datetime, *, manual: bool) -> RunRecord | None:
-        """Acquire, run, release, notify; None for a lock won after shutdown began (released unrun)."""
-        started_at = _utc_now()
+    # -- the store's schedules, and catching up missed ticks -------------------------------------------
 
-        def skipped(outcome: Outcome, why: str) -> RunRecord:
-            return self._finish(RunRecord(job.name, fire_time, self.instance_id, outcome, started_at, _utc_now(),
-                                          error=why, manual=manual))
-
+    def _read_states(self) -> dict[str, LockState]:
+        """Every lock document, by name; empty (and the outage noted) if the store cannot be read."""
         try:
-            acquisition = self._acquire(life, job, None if manual else fire_time)
+            states = {state.name: state for state in self.store.locks()}
         except StoreUnavailable as error:
-            self._store_failed(error)
-            return skipped(Outcome.SKIPPED_STORE_ERROR, str(error))
-        self._store_ok()
-        if acquisition.status is AcquireStatus.ALREADY_RAN:
-            logger.debug("job %r fire %s already ran elsewhere", job.name, fire_time.isoformat())
-            return skipped(Outcome.SKIPPED_ALREADY_RAN, "this fire already ran")
-        if acquisition.status is AcquireStatus.BUSY:
-            why = f"lock held by {acquisition.holder or 'another instance'}"
-            log = logger.error if job.on_busy == "raise" else logger.info
-            log("job %r fire %s skipped: %s", job.name, fire_time.isoformat(), why)
-            return skipped(Outcome.SKIPPED_BUSY, why)
-        assert acquisition.token is not None
-        ctx = JobContext(job.name, fire_time, self.instance_id, acquisition.token)
-        if not life.admit(ctx):
-            self._release_unrun(life, job, ctx)
-            return None
-        return self._run_body(life, job, ctx, started_at, manual)
+            self._health.failed(error)
+            return {}
+        self._health.ok()
+        return states
 
-    def _acquire(self, life: Generation, job: Job, fire_time: datetime | None) -> Acquisition:
-        def acquire() -> Acquisition:
-            return self.store.acquire(job.name, owner=self.instance_id, lease=job.lease, fire_time=fire_time)
+    def _sync(self, life: Generation) -> None:
+        """Every sync_interval: follow schedule overrides; notice that the store came back."""
+        states = self._read_states()
+        for job in self.registry:
+            state = states.get(job.name)
+            if state is not None:
+                self._schedules.apply(job, state)
 
-        acquisition = acquire()
-        if acquisition.status is not AcquireStatus.BUSY:
-            return acquisition
-        if job.on_busy == "wait":
-            patience = job.lease  # by then a live holder has released it or died
-        elif fire_time is not None:
-            # BUSY means an earlier run holds the lock (a later one would be ALREADY_RAN). It may be just
-            # finishing, e.g. an old tick run late by an instance whose clock is slow: give it busy_grace
-            # rather than lose this tick to it.
-            patience = self.busy_grace
-        else:
-            return acquisition
-        deadline = time.monotonic() + patience.total_seconds()
-        pause = 0.02
-        while acquisition.status is AcquireStatus.BUSY and time.monotonic() < deadline:
-            if life.closing.wait(min(pause, max(0.0, deadline - time.monotonic()))):
-                break
-            pause = min(pause * 2, 1.0)
-            acquisition = acquire()
-        return acquisition
+    def _follow(self, state: LockState) -> None:
+        """After this instance changed a schedule: fire on it now rather than at the next sync."""
+        if self._aps is not None and state.name in self.registry:
+            self._schedules.apply(self.registry.get(state.name), state)
 
-    def _run_body(self, life: Generation, job: Job, ctx: JobContext, started_at: datetime,
-                  manual: bool) -> RunRecord | None:
-        fire_time, token = ctx.fire_time, ctx.token
-        beat = life.heartbeats.add(job, ctx)
-        if beat is None:  # shutdown gave up waiting (its timeout passed) just after admit(): not started
-            life.done(ctx)
-            logger.warning("job %r (fire %s): shutdown finished before its body started; not run, its lock "
-                           "expires with its lease", job.name, fire_time.isoformat())
-            return None
-        if self._wants("started"):
-            self._notify(RunRecord(job.name, fire_time, self.instance_id, None, started_at, None, token=token,
-                                   manual=manual), "started")
-        outcome, error = Outcome.SUCCEEDED, None
+    def _jitter_of(self, name: str, run_time: datetime) -> timedelta:
+        job = self.registry.get(name) if name in self.registry else None
+        if job is None or not job.jitter:
+            return timedelta(0)
+        return control.jitter_delay(name, (run_time + self.clock_skew).astimezone(UTC), job.jitter)
+
+    def _catching_up_jobs(self) -> list[str]:
+        return [job.name for job in self.registry if job.catch_up != "skip"]
+
+    def _start_catch_up(self, life: Generation) -> None:
+        """Catch up, in the worker pool, every job still to be caught up (after start, when the store is back)."""
+        for name in self._catch_ups.pending():
+            if name in self.registry and life.pool is not None:
+                life.pool.submit(functools.partial(self._catch_up_in_pool, life, self.registry.get(name)))
+
+    def _catch_up_in_pool(self, life: Generation, job: Job) -> None:
+        if not life.enter():
+            return
         try:
-            job.call(ctx)
-        except Exception:
-            outcome, error = Outcome.FAILED, traceback.format_exc()
-            logger.exception("job %r (fire %s) failed", job.name, fire_time.isoformat())
+            with self.fire_context():
+                self._catch_up(life, job, before=None)
         finally:
-            life.heartbeats.remove(beat)
-            if life.finalized:
-                logger.warning("job %r (fire %s) ended after shutdown gave up waiting for it; its lock expires "
-                               "with its lease", job.name, fire_time.isoformat())
-            else:
-                self._release(job, token)
-            life.done(ctx)
-        record = RunRecord(job.name, fire_time, self.instance_id, outcome, started_at, _utc_now(), error=error,
-                           token=token, lock_lost=ctx.lock_lost, manual=manual)
-        if outcome is Outcome.SUCCEEDED and logger.isEnabledFor(logging.INFO):
-            logger.info("job %r (fire %s) succeeded in %.3fs", job.name, fire_time.isoformat(),
-                        (record.finished_at - started_at).total_seconds())  # type: ignore[operator]
-        return self._finish(record)
+            life.leave()
 
-    def _release_unrun(self, life: Generation, job: Job, ctx: JobContext) -> None:
-        """A lock won after shutdown stopped waiting for the fires in flight: give it back at once without
-        running the body. The store already counts this tick as taken, so no instance runs it; it is logged,
-        not recorded as a run."""
-        if life.finalized:
-            logger.warning("job %r: fire %s won its lock after shutdown finished; not run, the lock expires "
-                           "with its lease", job.name, ctx.fire_time.isoformat())
-            return
-        logger.warning("job %r: fire %s won its lock after shutdown stopped waiting; released without running it",
-                       job.name, ctx.fire_time.isoformat())
-        self._release(job, ctx.token)
+    def _catch_up(self, life: Generation, job: Job, *, before: datetime | None) -> None:
+        """If ``job`` is due a catch-up, run its missed ticks (control.missed_ticks) before ``before``, oldest
+        first, each through the once-per-fire acquire."""
+        def catch_up() -> None:
+            try:
+                state = self.store.lock(job.name)
+            except StoreUnavailable as error:
+                self._health.failed(error)  # due again once the store is back
+                return
+            self._health.ok()
+            now = _utc_now() + self.clock_skew
+            ticks = control.missed_ticks(job, state, self._schedules.trigger(job), now=now, before=before)
+            if ticks:
+                logger.info("job %r: catching up %d missed tick(s) (catch_up=%r) from %s", job.name, len(ticks),
+                            job.catch_up, ticks[0].isoformat())
+            for tick in ticks:
+                if life.closing.is_set():
+                    return
+                self._runs.execute(life, job, tick, manual=False, version=self._schedules.version(job.name),
+                              catch_up=True)
 
-    def _release(self, job: Job, token: int) -> None:
-        try:
-            released = self.store.release(job.name, token=token, hold_at_least=job.hold_at_least)
-        except StoreUnavailable as error:
-            self._store_failed(error)
-            logger.error("job %r: could not release its lock (it expires with its lease): %s", job.name, error)
-            return
-        if not released:
-            logger.warning("job %r: lock (token %d) was no longer ours at release; left untouched", job.name, token)
-
-    def _finish(self, record: RunRecord) -> RunRecord:
-        if record.outcome is Outcome.SKIPPED_STORE_ERROR:
-            with self._state_lock:
-                self._skipped_while_down += 1
-        self._notify(record, "finished")
-        return record
-
-    def _wants(self, event: str) -> bool:
-        return any(event in events for _, events in self._listeners)
-
-    def _notify(self, record: RunRecord, event: str) -> None:
-        for callback, events in list(self._listeners):
-            if event in events:
-                try:
-                    callback(record)
-                except Exception:
-                    logger.exception("mutexcron listener %r failed on %s record of job %r", callback, event,
-                                     record.job_name)
-
-    # -- store health: one error per outage, not one per tick ---------------------------------------
-
-    def _store_failed(self, error: StoreUnavailable) -> None:
-        with self._state_lock:
-            first = self._store_down_since is None
-            if first:
-                self._store_down_since = _utc_now()
-                self._skipped_while_down = 0
-        if first:
-            logger.error("lock store unreachable; jobs are skipped until it returns: %s", error)
-        else:
-            logger.debug("lock store still unreachable: %s", error)
-
-    def _store_ok(self) -> None:
-        with self._state_lock:
-            since, self._store_down_since = self._store_down_since, None
-            skipped = self._skipped_while_down
-        if since is not None:
-            logger.warning("lock store reachable again after %s; %d fire(s) were skipped meanwhile",
-                           _utc_now() - since, skipped)
+        self._catch_ups.run(job.name, life.closing, catch_up)

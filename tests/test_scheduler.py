@@ -330,8 +330,9 @@ class BusyWatchingStore(MemoryLockStore):
         super().__init__()
         self.busy_seen = threading.Event()
 
-    def acquire(self, name, *, owner, lease, fire_time):  # type: ignore[no-untyped-def]
-        acquisition = super().acquire(name, owner=owner, lease=lease, fire_time=fire_time)
+    def acquire(self, name, *, owner, lease, fire_time, schedule_version=None):  # type: ignore[no-untyped-def]
+        acquisition = super().acquire(name, owner=owner, lease=lease, fire_time=fire_time,
+                                      schedule_version=schedule_version)
         if acquisition.status == "busy":
             self.busy_seen.set()
         return acquisition

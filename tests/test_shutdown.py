@@ -60,14 +60,16 @@ class SlowStore(LockStore):
             hold.entered.set()
             hold.go.wait(HELD_FOR)
 
-    def acquire(self, name: str, *, owner: str, lease: timedelta, fire_time: datetime | None) -> Acquisition:
+    def acquire(self, name: str, *, owner: str, lease: timedelta, fire_time: datetime | None,
+                schedule_version: int | None = None) -> Acquisition:
         self._enter("acquire", name)
         with self._lock:
             self.acquiring += 1
             latency = self._random.uniform(*self.acquire_latency)
         try:
             time.sleep(latency)  # the store's own slowness (a test input, not a synchronisation)
-            return self.inner.acquire(name, owner=owner, lease=lease, fire_time=fire_time)
+            return self.inner.acquire(name, owner=owner, lease=lease, fire_time=fire_time,
+                                      schedule_version=schedule_version)
         finally:
             with self._lock:
                 self.acquiring -= 1
@@ -94,6 +96,16 @@ class SlowStore(LockStore):
 
     def delete(self, name: str) -> bool:
         return self.inner.delete(name)
+
+    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None) -> LockState | None:
+        return self.inner.pause(name, until=until, by=by)
+
+    def resume(self, name: str) -> LockState | None:
+        return self.inner.resume(name)
+
+    def set_schedule(self, name: str, spec: str | None, *, timezone: str | None = None,
+                     by: str | None = None) -> LockState | None:
+        return self.inner.set_schedule(name, spec, timezone=timezone, by=by)
 
     def now(self) -> datetime:
         return self.inner.now()

@@ -8,3 +8,4 @@ class Job:
     name: str
     func: Callable[..., Any]
     trigger: BaseTrigger
+    args: tuple[Any, ...]

@@ -28,3 +28,6 @@ class BaseScheduler:
         name: str | None = None,
         **options: Any,
     ) -> Job: ...
+    def reschedule_job(
+        self, job_id: str, jobstore: str | None = None, trigger: BaseTrigger | str | None = None, **trigger_args: Any
+    ) -> Job: ...

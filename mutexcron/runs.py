@@ -1,0 +1,180 @@
+"""One fire of one job on this instance, the one way every run goes: acquire the lock (refused while
+paused, for a stale schedule, for a tick already taken, while busy), run the body under the heartbeats,
+release, tell the listeners. The scheduler decides *when*; this decides *whether* and does it."""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from .errors import StoreUnavailable
+from .health import StoreHealth
+from .lifecycle import Generation
+from .listeners import Listeners
+from .records import JobContext, Outcome, RunRecord
+from .registry import Job
+from .schedules import Schedules
+from .stores import AcquireStatus, Acquisition, LockStore
+
+__all__ = ["Runs"]
+
+logger = logging.getLogger("mutexcron.scheduler")
+_ONE_MICROSECOND = timedelta(microseconds=1)
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Runs:
+    """Runs fires for one scheduler; ``instance_id()`` names this instance (read at each run, see Scheduler)."""
+
+    def __init__(self, store: LockStore, *, instance_id: Callable[[], str], busy_grace: timedelta,
+                 listeners: Listeners, health: StoreHealth, schedules: Schedules) -> None:
+        self.store, self.instance_id, self.busy_grace = store, instance_id, busy_grace
+        self.listeners, self.health, self.schedules = listeners, health, schedules
+
+    def execute(self, life: Generation, job: Job, fire_time: datetime, *, manual: bool, version: int | None = None,
+                 catch_up: bool = False) -> RunRecord | None:
+        """Acquire, run, release, notify; None for a lock won after shutdown began (released unrun)."""
+        started_at = _utc_now()
+
+        def skipped(outcome: Outcome, why: str) -> RunRecord:
+            return self._finish(RunRecord(job.name, fire_time, self.instance_id(), outcome, started_at, _utc_now(),
+                                          error=why, manual=manual, catch_up=catch_up))
+
+        try:
+            acquisition = self._acquire(life, job, None if manual else fire_time, version, patient=catch_up)
+        except StoreUnavailable as error:
+            self.health.failed(error)
+            return skipped(Outcome.SKIPPED_STORE_ERROR, str(error))
+        self.health.ok()
+        status = acquisition.status
+        if status is AcquireStatus.PAUSED:
+            logger.debug("job %r fire %s skipped: paused", job.name, fire_time.isoformat())
+            return skipped(Outcome.SKIPPED_PAUSED, "the job is paused")
+        if status is AcquireStatus.STALE_SCHEDULE:
+            return self._stale(life, job, fire_time, acquisition, skipped, manual=manual)
+        if status is AcquireStatus.ALREADY_RAN:
+            logger.debug("job %r fire %s already ran elsewhere", job.name, fire_time.isoformat())
+            return skipped(Outcome.SKIPPED_ALREADY_RAN, "this fire already ran")
+        if status is AcquireStatus.BUSY:
+            why = f"lock held by {acquisition.holder or 'another instance'}"
+            log = logger.error if job.on_busy == "raise" else logger.info
+            log("job %r fire %s skipped: %s", job.name, fire_time.isoformat(), why)
+            return skipped(Outcome.SKIPPED_BUSY, why)
+        assert acquisition.token is not None
+        ctx = JobContext(job.name, fire_time, self.instance_id(), acquisition.token, catch_up=catch_up)
+        if not life.admit(ctx):
+            self._release_unrun(life, job, ctx)
+            return None
+        return self._run_body(life, job, ctx, started_at, manual)
+
+    def _stale(self, life: Generation, job: Job, fire_time: datetime, acquisition: Acquisition,
+               skipped: Callable[[Outcome, str], RunRecord], *, manual: bool) -> RunRecord | None:
+        """The store's schedule changed since this instance last read it: follow it now, and run the tick
+        if the new schedule has it too (each tick still once), else skip it."""
+        try:
+            state = self.store.lock(job.name)
+        except StoreUnavailable as error:
+            self.health.failed(error)
+            return skipped(Outcome.SKIPPED_STORE_ERROR, str(error))
+        if state is not None:
+            self.schedules.apply(job, state)
+            if self.schedules.trigger(job).next_after(fire_time - _ONE_MICROSECOND) == fire_time:
+                return self.execute(life, job, fire_time, manual=manual, version=state.schedule_version)
+        logger.info("job %r fire %s skipped: not a tick of its new schedule", job.name, fire_time.isoformat())
+        return skipped(Outcome.SKIPPED_STALE_SCHEDULE, "the schedule changed; this is not a tick of the new one")
+
+    def _acquire(self, life: Generation, job: Job, fire_time: datetime | None, version: int | None, *,
+                 patient: bool = False) -> Acquisition:
+        def acquire() -> Acquisition:
+            return self.store.acquire(job.name, owner=self.instance_id(), lease=job.lease, fire_time=fire_time,
+                                      schedule_version=version)
+
+        acquisition = acquire()
+        if acquisition.status is not AcquireStatus.BUSY:
+            return acquisition
+        if job.on_busy == "wait" or patient:
+            # By then a live holder has released it or died. A catch-up waits too: giving up on a missed
+            # tick while another instance still runs an older one could let a later tick overtake it.
+            patience = job.lease
+        elif fire_time is not None:
+            # BUSY means an earlier run holds the lock (a later one would be ALREADY_RAN). It may be just
+            # finishing, e.g. an old tick run late by an instance whose clock is slow: give it busy_grace
+            # rather than lose this tick to it.
+            patience = self.busy_grace
+        else:
+            return acquisition
+        deadline = time.monotonic() + patience.total_seconds()
+        pause = 0.02
+        while acquisition.status is AcquireStatus.BUSY and time.monotonic() < deadline:
+            if life.closing.wait(min(pause, max(0.0, deadline - time.monotonic()))):
+                break
+            pause = min(pause * 2, 1.0)
+            acquisition = acquire()
+        return acquisition
+
+    def _run_body(self, life: Generation, job: Job, ctx: JobContext, started_at: datetime,
+                  manual: bool) -> RunRecord | None:
+        fire_time, token = ctx.fire_time, ctx.token
+        beat = life.heartbeats.add(job, ctx)
+        if beat is None:  # shutdown gave up waiting (its timeout passed) just after admit(): not started
+            life.done(ctx)
+            logger.warning("job %r (fire %s): shutdown finished before its body started; not run, its lock "
+                           "expires with its lease", job.name, fire_time.isoformat())
+            return None
+        if self.listeners.wants("started"):
+            self.listeners.notify(RunRecord(job.name, fire_time, self.instance_id(), None, started_at, None,
+                                            token=token, manual=manual, catch_up=ctx.catch_up), "started")
+        outcome, error = Outcome.SUCCEEDED, None
+        try:
+            job.call(ctx)
+        except Exception:
+            outcome, error = Outcome.FAILED, traceback.format_exc()
+            logger.exception("job %r (fire %s) failed", job.name, fire_time.isoformat())
+        finally:
+            life.heartbeats.remove(beat)
+            if life.finalized:
+                logger.warning("job %r (fire %s) ended after shutdown gave up waiting for it; its lock expires "
+                               "with its lease", job.name, fire_time.isoformat())
+            else:
+                self._release(job, token)
+            life.done(ctx)
+        record = RunRecord(job.name, fire_time, self.instance_id(), outcome, started_at, _utc_now(), error=error,
+                           token=token, lock_lost=ctx.lock_lost, manual=manual, catch_up=ctx.catch_up)
+        if outcome is Outcome.SUCCEEDED and logger.isEnabledFor(logging.INFO):
+            logger.info("job %r (fire %s) succeeded in %.3fs", job.name, fire_time.isoformat(),
+                        (record.finished_at - started_at).total_seconds())  # type: ignore[operator]
+        return self._finish(record)
+
+    def _release_unrun(self, life: Generation, job: Job, ctx: JobContext) -> None:
+        """A lock won after shutdown stopped waiting for the fires in flight: give it back at once without
+        running the body. The store already counts this tick as taken, so no instance runs it; it is logged,
+        not recorded as a run."""
+        if life.finalized:
+            logger.warning("job %r: fire %s won its lock after shutdown finished; not run, the lock expires "
+                           "with its lease", job.name, ctx.fire_time.isoformat())
+            return
+        logger.warning("job %r: fire %s won its lock after shutdown stopped waiting; released without running it",
+                       job.name, ctx.fire_time.isoformat())
+        self._release(job, ctx.token)
+
+    def _release(self, job: Job, token: int) -> None:
+        try:
+            released = self.store.release(job.name, token=token, hold_at_least=job.hold_at_least)
+        except StoreUnavailable as error:
+            self.health.failed(error)
+            logger.error("job %r: could not release its lock (it expires with its lease): %s", job.name, error)
+            return
+        if not released:
+            logger.warning("job %r: lock (token %d) was no longer ours at release; left untouched", job.name, token)
+
+    def _finish(self, record: RunRecord) -> RunRecord:
+        if record.outcome is Outcome.SKIPPED_STORE_ERROR:
+            self.health.skipped()
+        self.listeners.notify(record, "finished")
+        return record

@@ -1,0 +1,134 @@
+"""This instance's view of the fleet's schedules: which trigger each declared job fires on (the code's spec
+or the operator's override in the store) and the schedule version it was built from, kept in step with the
+lock documents by a thread that reads them every ``sync_interval``."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta, tzinfo
+from typing import TYPE_CHECKING
+
+from .control import effective_trigger
+from .cron import CronTrigger
+from .errors import CronSpecError
+from .triggers import ShiftedTrigger, VersionedTrigger
+
+if TYPE_CHECKING:
+    from apscheduler.schedulers.base import BaseScheduler
+    from apscheduler.triggers.base import BaseTrigger
+
+    from .registry import Job
+    from .stores import LockState
+
+__all__ = ["ScheduleSync", "Schedules"]
+
+logger = logging.getLogger("mutexcron.scheduler")
+
+
+class Schedules:
+    """Each job's effective trigger and schedule version, as last read from the store (version None: not
+    read yet; fires then carry no version and are not checked)."""
+
+    def __init__(self, timezone: tzinfo, clock_skew: timedelta) -> None:
+        self.timezone, self.clock_skew = timezone, clock_skew
+        self._lock = threading.Lock()
+        self._current: dict[str, tuple[int | None, CronTrigger]] = {}
+        self._aps: BaseScheduler | None = None
+
+    def attach(self, aps: BaseScheduler | None) -> None:
+        """Reschedule jobs of ``aps`` from now on when their version changes (None: stop doing so)."""
+        with self._lock:
+            self._aps = aps
+
+    def version(self, name: str) -> int | None:
+        with self._lock:
+            current = self._current.get(name)
+        return current[0] if current is not None else None
+
+    def trigger(self, job: Job) -> CronTrigger:
+        """The effective trigger of ``job`` (not skewed, not versioned): for catch-up and stale fires."""
+        with self._lock:
+            current = self._current.get(job.name)
+        return current[1] if current is not None else job.trigger(self.timezone)
+
+    def build(self, job: Job, state: LockState | None) -> BaseTrigger:
+        """Remember ``job``'s schedule from ``state`` and return the trigger for APScheduler."""
+        version = state.schedule_version if state is not None else None
+        cron = self._effective(job, state)
+        with self._lock:
+            self._current[job.name] = (version, cron)
+        trigger: BaseTrigger = ShiftedTrigger(cron, self.clock_skew) if self.clock_skew else cron
+        return VersionedTrigger(trigger, version) if version is not None else trigger
+
+    def apply(self, job: Job, state: LockState) -> bool:
+        """Follow ``state``'s schedule version if it is not the one this instance fires on; True if it
+        changed (the job is rescheduled at once when the scheduler runs)."""
+        with self._lock:
+            current = self._current.get(job.name)
+            if current is not None and current[0] == state.schedule_version:
+                return False
+        trigger = self.build(job, state)
+        with self._lock:
+            aps = self._aps
+        if aps is not None:
+            try:
+                aps.reschedule_job(job.name, trigger=trigger)
+            except LookupError:  # JobLookupError: the scheduler is shutting down and dropped it
+                return False
+        logger.info("job %r now fires on %s (schedule version %d)", job.name, self.trigger(job),
+                    state.schedule_version)
+        return True
+
+    def _effective(self, job: Job, state: LockState | None) -> CronTrigger:
+        try:
+            return effective_trigger(job, state, self.timezone)
+        except (CronSpecError, ValueError) as error:  # the store holds what no check here let through
+            logger.error("job %r: the store's schedule override %r is unusable (%s); firing on the code's %r",
+                         job.name, state.schedule if state else None, error, job.spec.expression)
+            return job.trigger(self.timezone)
+
+
+class ScheduleSync:
+    """A daemon thread that calls ``poll()`` every ``interval`` seconds, or at once after :meth:`wake`, until
+    :meth:`stop` or ``closing`` is set."""
+
+    def __init__(self, interval: float, poll: Callable[[], None], closing: threading.Event) -> None:
+        self._interval, self._poll, self._closing = interval, poll, closing
+        self._wake = threading.Event()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="mutexcron-sync", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self, timeout: float) -> bool:
+        """Stop and join within ``timeout`` seconds; False if the thread is stuck in a store call."""
+        self._stopped = True
+        self._wake.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        next_poll = time.monotonic() + self._interval
+        while not (self._stopped or self._closing.is_set()):
+            woken = self._wake.wait(max(0.0, next_poll - time.monotonic()))
+            self._wake.clear()
+            if self._stopped or self._closing.is_set():
+                return
+            if woken or time.monotonic() >= next_poll:
+                next_poll = time.monotonic() + self._interval
+                try:
+                    self._poll()
+                except Exception:
+                    logger.exception("mutexcron: reading the schedules from the store failed")
