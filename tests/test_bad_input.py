@@ -42,7 +42,7 @@ def declare(**options: Any) -> None:
 
 
 @FUZZ
-@given(field=st.sampled_from(["lease", "hold_at_least"]), value=bad_durations)
+@given(field=st.sampled_from(["lease", "hold_at_least", "catch_up_window", "jitter"]), value=bad_durations)
 def test_a_bad_lease_or_hold_is_a_job_definition_error_naming_job_and_field(field: str, value: object) -> None:
     with pytest.raises(JobDefinitionError) as raised:
         declare(**{field: value})
@@ -84,7 +84,7 @@ def test_a_cron_number_of_thousands_of_digits_is_a_cron_spec_error(digits: int, 
         parse_cron(" ".join(parts), job_name="tests.bad.job")
 
 
-SCHEDULER_DURATIONS = ["misfire_grace_time", "shutdown_timeout", "busy_grace"]
+SCHEDULER_DURATIONS = ["misfire_grace_time", "shutdown_timeout", "busy_grace", "sync_interval"]
 
 
 @FUZZ
@@ -110,6 +110,35 @@ def test_any_scheduler_timezone_is_accepted_or_a_scheduler_config_error(value: o
         Scheduler("memory://", timezone=value)  # type: ignore[arg-type]
     except SchedulerConfigError as error:
         assert "Scheduler timezone" in str(error)
+
+
+@pytest.mark.parametrize("value", ["never", "", None, "ALL", 1, True])
+def test_a_bad_catch_up_policy_is_a_job_definition_error_naming_job_and_value(value: object) -> None:
+    with pytest.raises(JobDefinitionError, match=r"'tests.bad.job': catch_up must be one of"):
+        declare(catch_up=value)
+
+
+def test_a_zero_catch_up_window_or_sync_interval_is_refused() -> None:
+    with pytest.raises(JobDefinitionError, match="catch_up_window"):
+        declare(catch_up_window=timedelta(0))
+    with pytest.raises(SchedulerConfigError, match="sync_interval"):
+        Scheduler("memory://", sync_interval=timedelta(0))
+
+
+@FUZZ
+@given(spec=st.one_of(st.text(max_size=40), st.from_regex(r"[0-9*/,\- ]{1,30}", fullmatch=True)), zone=zone_names)
+def test_any_schedule_override_is_stored_or_a_cron_spec_error_with_nothing_written(spec: str, zone: object) -> None:
+    registry = Registry()
+    mutex_cron("* * * * *", name="tests.bad.job", registry=registry)(lambda: None)
+    scheduler = Scheduler("memory://", registry=registry)
+    try:
+        state = scheduler.set_schedule("tests.bad.job", spec, timezone=zone)  # type: ignore[arg-type]
+    except CronSpecError as error:
+        assert "tests.bad.job" in str(error)
+        written = scheduler.store.lock("tests.bad.job")
+        assert written is None or written.schedule_version == 0
+    else:
+        assert state.schedule == spec.strip() and state.schedule_version == 1
 
 
 @pytest.mark.parametrize(("option", "value"), [
