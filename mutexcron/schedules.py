@@ -29,8 +29,8 @@ logger = logging.getLogger("mutexcron.scheduler")
 
 
 class Schedules:
-    """Each job's effective trigger and schedule version, as last read from the store (version None: not
-    read yet; fires then carry no version and are not checked)."""
+    """Each job's effective trigger and schedule version, as last read from the store (a job this scheduler
+    never built has no version: its run_tick() is not checked)."""
 
     def __init__(self, timezone: tzinfo, clock_skew: timedelta) -> None:
         self.timezone, self.clock_skew = timezone, clock_skew
@@ -56,12 +56,14 @@ class Schedules:
 
     def build(self, job: Job, state: LockState | None) -> BaseTrigger:
         """Remember ``job``'s schedule from ``state`` and return the trigger for APScheduler."""
-        version = state.schedule_version if state is not None else None
+        # A document not read (the store is down at start) is taken as version 0, "never overridden": if the
+        # store has an override, the first acquire is refused as stale and this instance follows it then.
+        version = state.schedule_version if state is not None else 0
         cron = self._effective(job, state)
         with self._lock:
             self._current[job.name] = (version, cron)
         trigger: BaseTrigger = ShiftedTrigger(cron, self.clock_skew) if self.clock_skew else cron
-        return VersionedTrigger(trigger, version) if version is not None else trigger
+        return VersionedTrigger(trigger, version)
 
     def apply(self, job: Job, state: LockState) -> bool:
         """Follow ``state``'s schedule version if it is not the one this instance fires on; True if it

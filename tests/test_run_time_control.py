@@ -364,6 +364,23 @@ def test_ticks_missed_during_a_store_outage_are_caught_up_when_it_is_back(regist
                what="every lost tick caught up")
 
 
+def test_an_instance_that_started_while_the_store_was_down_keeps_to_the_override(
+        registry: Registry, schedulers: list[Scheduler]) -> None:
+    store = FlakyStore()
+    bodies: list[JobContext] = []
+    mutex_cron("* * * * * *", name="job", registry=registry)(bodies.append)
+    instance(store, registry, "ops").set_schedule("job", "0 0 1 1 *")  # yearly from now on
+    store.down.set()
+    scheduler = instance(store, registry, sync_interval=timedelta(hours=1))  # no sync to the rescue
+    records = recorder(scheduler)
+    schedulers.append(scheduler)
+    scheduler.start()  # reads no override: fires every second on the code's spec
+    store.down.clear()
+    wait_until(lambda: any(r.outcome is Outcome.SKIPPED_STALE_SCHEDULE for r in records), timeout=3,
+               what="a fire of the code's schedule refused as stale")
+    assert bodies == []
+
+
 # -- jitter ---------------------------------------------------------------------------------------------
 
 def test_jitter_is_the_same_for_a_tick_everywhere_and_within_range() -> None:
