@@ -1,7 +1,7 @@
 """Locks in Redis: one hash per job, each operation a single Lua script (one round trip, atomic).
 
 A deleted lock keeps its hash with ``deleted`` = 1 (a tombstone hidden from readers), so its token,
-last fire time and lease survive; seeding or acquiring revives it.
+last fire time, lease, pause and schedule override survive; seeding or acquiring revives it.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 import redis
+from redis.commands.core import Script
 
 from .._redis import check_key_prefix, client_from_url, eviction_policy
 from ..errors import StoreUnavailable
@@ -28,34 +29,41 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-_SEED = """
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  if redis.call('HGET', KEYS[1], 'deleted') ~= '1' then return 0 end
+# ARGV[1]: name. Creates a missing hash or revives a tombstone (with its token, fire time, pause and
+# override); sets ``revived`` to 1 if it did either.
+_REVIVE = """
+local revived = 0
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'name', ARGV[1], 'locked', '0', 'locked_by', '', 'last_locked_at', '',
+             'last_released_at', '', 'lock_until', '', 'last_fire_time', '', 'token', '0', 'deleted', '0')
+  revived = 1
+elseif redis.call('HGET', KEYS[1], 'deleted') == '1' then
   redis.call('HSET', KEYS[1], 'deleted', '0')
-  return 1
+  revived = 1
 end
-redis.call('HSET', KEYS[1], 'name', ARGV[1], 'locked', '0', 'locked_by', '', 'last_locked_at', '',
-           'last_released_at', '', 'lock_until', '', 'last_fire_time', '', 'token', '0', 'deleted', '0')
-return 1
 """
 
-# ARGV: name, owner, lease_ms, fire_ms ('' for a manual run)
-_ACQUIRE = _NOW + """
-local h = redis.call('HMGET', KEYS[1], 'locked', 'lock_until', 'last_fire_time', 'token', 'locked_by', 'deleted')
-if h[6] == '1' then redis.call('HSET', KEYS[1], 'deleted', '0') end
-local last_fire = tonumber(h[3])
-if ARGV[4] ~= '' and last_fire and last_fire >= tonumber(ARGV[4]) then return {'already_ran', h[5] or ''} end
-if h[1] == '1' and (tonumber(h[2]) or 0) > now then return {'busy', h[5] or ''} end
-local token = (tonumber(h[4]) or 0) + 1
-local fields = {'name', ARGV[1], 'locked', '1', 'locked_by', ARGV[2], 'last_locked_at', now,
-                'lock_until', now + tonumber(ARGV[3]), 'token', token, 'deleted', '0'}
-if ARGV[4] ~= '' then
-  table.insert(fields, 'last_fire_time'); table.insert(fields, ARGV[4])
-elseif h[1] == false then
-  table.insert(fields, 'last_fire_time'); table.insert(fields, '')
+_SEED = _REVIVE + "return revived"
+
+# ARGV: name, owner, lease_ms, fire_ms ('' for a manual run), schedule_version ('' for unchecked).
+# Refusals in the contract's order: paused, stale schedule, already ran, busy; a refusal writes nothing.
+_ACQUIRE = _NOW + _REVIVE + """
+local h = redis.call('HMGET', KEYS[1], 'locked', 'lock_until', 'last_fire_time', 'token', 'locked_by',
+                     'paused', 'paused_until', 'schedule_version')
+local holder = h[5] or ''
+local paused_until = tonumber(h[7])
+if h[6] == '1' and (paused_until == nil or paused_until > now) then return {'paused', holder} end
+local version = tonumber(h[8]) or 0
+if ARGV[4] ~= '' and ARGV[5] ~= '' and tonumber(ARGV[5]) ~= version then
+  return {'stale_schedule', tostring(version)}
 end
-if h[1] == false then table.insert(fields, 'last_released_at'); table.insert(fields, '') end
-redis.call('HSET', KEYS[1], unpack(fields))
+local last_fire = tonumber(h[3])
+if ARGV[4] ~= '' and last_fire and last_fire >= tonumber(ARGV[4]) then return {'already_ran', holder} end
+if h[1] == '1' and (tonumber(h[2]) or 0) > now then return {'busy', holder} end
+local token = (tonumber(h[4]) or 0) + 1
+redis.call('HSET', KEYS[1], 'locked', '1', 'locked_by', ARGV[2], 'last_locked_at', now,
+           'lock_until', now + tonumber(ARGV[3]), 'token', token)
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'last_fire_time', ARGV[4]) end
 return {'acquired', tostring(token)}
 """
 
@@ -92,6 +100,30 @@ redis.call('HSET', KEYS[1], 'deleted', '1')
 return 1
 """
 
+# The control scripts change a visible hash only, and return it whole (nil if there is none).
+_VISIBLE = """
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HGET', KEYS[1], 'deleted') == '1' then return false end
+"""
+_RETURN_ALL = "\nreturn redis.call('HGETALL', KEYS[1])\n"
+
+# ARGV: until_ms ('' for until resume()), by
+_PAUSE = _NOW + _VISIBLE + """
+redis.call('HSET', KEYS[1], 'paused', '1', 'paused_at', now, 'paused_until', ARGV[1], 'paused_by', ARGV[2])
+""" + _RETURN_ALL
+
+_RESUME = _NOW + _VISIBLE + """
+if redis.call('HGET', KEYS[1], 'paused') == '1' then
+  redis.call('HSET', KEYS[1], 'paused', '0', 'paused_at', '', 'paused_until', '', 'paused_by', '', 'resumed_at', now)
+end
+""" + _RETURN_ALL
+
+# ARGV: spec, timezone, by ('' for None)
+_SET_SCHEDULE = _NOW + _VISIBLE + """
+redis.call('HINCRBY', KEYS[1], 'schedule_version', 1)
+redis.call('HSET', KEYS[1], 'schedule', ARGV[1], 'schedule_timezone', ARGV[2], 'schedule_by', ARGV[3],
+           'schedule_changed_at', now)
+""" + _RETURN_ALL
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -113,6 +145,9 @@ class RedisLockStore(LockStore):
         self._release = client.register_script(_RELEASE)
         self._force_unlock = client.register_script(_FORCE_UNLOCK)
         self._delete = client.register_script(_DELETE)
+        self._pause = client.register_script(_PAUSE)
+        self._resume = client.register_script(_RESUME)
+        self._set_schedule = client.register_script(_SET_SCHEDULE)
 
     @classmethod
     def from_url(cls, url: str, **client_options: Any) -> RedisLockStore:
@@ -138,13 +173,17 @@ class RedisLockStore(LockStore):
 
         return self._call(run)
 
-    def acquire(self, name: str, *, owner: str, lease: timedelta, fire_time: datetime | None) -> Acquisition:
+    def acquire(self, name: str, *, owner: str, lease: timedelta, fire_time: datetime | None,
+                schedule_version: int | None = None) -> Acquisition:
         fire_ms = "" if fire_time is None else str(datetime_to_ms(fire_time))
-        args: list[str | int] = [name, owner, duration_ms(lease), fire_ms]
+        version = "" if schedule_version is None else str(schedule_version)
+        args: list[str | int] = [name, owner, duration_ms(lease), fire_ms, version]
         status, detail = self._call(self._acquire, keys=[self.key(name)], args=args)
         status, detail = _text(status), _text(detail)
         if status == "acquired":
             return Acquisition(AcquireStatus.ACQUIRED, token=int(detail))
+        if status == "stale_schedule":
+            return Acquisition(AcquireStatus.STALE_SCHEDULE, schedule_version=int(detail))
         return Acquisition(AcquireStatus(status), holder=detail or None)
 
     def renew(self, name: str, *, token: int, lease: timedelta) -> bool:
@@ -158,6 +197,21 @@ class RedisLockStore(LockStore):
 
     def delete(self, name: str) -> bool:
         return bool(self._call(self._delete, keys=[self.key(name)]))
+
+    def _control(self, script: Script, name: str, args: list[str]) -> LockState | None:
+        """Run a control script; its reply is the changed hash as a flat list, or nil."""
+        reply = self._call(script, keys=[self.key(name)], args=args)
+        return None if reply is None else _state(name, dict(zip(reply[::2], reply[1::2], strict=True)))
+
+    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None) -> LockState | None:
+        return self._control(self._pause, name, ["" if until is None else str(datetime_to_ms(until)), by or ""])
+
+    def resume(self, name: str) -> LockState | None:
+        return self._control(self._resume, name, [])
+
+    def set_schedule(self, name: str, spec: str | None, *, timezone: str | None = None,
+                     by: str | None = None) -> LockState | None:
+        return self._control(self._set_schedule, name, [spec or "", timezone or "", by or ""])
 
     def lock(self, name: str) -> LockState | None:
         return _state(name, self._call(self.client.hgetall, self.key(name)))
@@ -210,4 +264,14 @@ def _state(name: str, fields: dict[Any, Any]) -> LockState | None:
         lock_until=ms_to_datetime(data.get("lock_until")),
         last_fire_time=ms_to_datetime(data.get("last_fire_time")),
         token=int(data.get("token") or 0),
+        paused=data.get("paused") == "1",
+        paused_at=ms_to_datetime(data.get("paused_at")),
+        paused_until=ms_to_datetime(data.get("paused_until")),
+        paused_by=data.get("paused_by") or None,
+        resumed_at=ms_to_datetime(data.get("resumed_at")),
+        schedule=data.get("schedule") or None,
+        schedule_timezone=data.get("schedule_timezone") or None,
+        schedule_version=int(data.get("schedule_version") or 0),
+        schedule_by=data.get("schedule_by") or None,
+        schedule_changed_at=ms_to_datetime(data.get("schedule_changed_at")),
     )
