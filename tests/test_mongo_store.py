@@ -499,6 +499,9 @@ OPERATIONS: dict[str, Callable[[MongoLockStore], object]] = {
     "delete": lambda store: store.delete("job"),
     "lock": lambda store: store.lock("job"),
     "locks": lambda store: store.locks(),
+    "pause": lambda store: store.pause("job"),
+    "resume": lambda store: store.resume("job"),
+    "set_schedule": lambda store: store.set_schedule("job", "* * * * *"),
 }
 
 

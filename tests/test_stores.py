@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
-from mutexcron.stores import MemoryLockStore, store_from_url
+from mutexcron.stores import AcquireStatus, LockStore, MemoryLockStore, store_from_url
+from mutexcron.stores.mongo import MongoLockStore
+from mutexcron.stores.redis import RedisLockStore
 from tests.contract import LockStoreContract
 
 
@@ -30,3 +34,57 @@ class TestMongoLockStore(LockStoreContract):
         self.store = store_from_url(mongo_url)
         yield
         self.store.close()
+
+
+# -- the server stores' own documents: from before run-time control (issue 9), and refusals that write nothing --
+
+LONG = timedelta(seconds=30)
+FIRE = datetime(2026, 3, 1, 6, 0, tzinfo=UTC)
+
+
+@pytest.fixture(params=["redis_url", "mongo_url"], ids=["redis", "mongo"])
+def server_store(request: pytest.FixtureRequest) -> Iterator[LockStore]:
+    store = store_from_url(request.getfixturevalue(request.param))
+    yield store
+    store.close()
+
+
+def raw_document(store: LockStore) -> dict[Any, Any] | None:
+    """The job's hash or document as the server holds it, behind the store's back."""
+    if isinstance(store, RedisLockStore):
+        return store.client.hgetall(store.key("job")) or None
+    assert isinstance(store, MongoLockStore)
+    return store.collection.find_one({"_id": "job"})
+
+
+def test_a_document_from_before_run_time_control_is_unpaused_at_version_0(server_store: LockStore) -> None:
+    if isinstance(server_store, RedisLockStore):
+        fields = {"name": "job", "locked": "0", "token": "3", "deleted": "0"}
+        server_store.client.hset(server_store.key("job"), mapping=fields)  # type: ignore[arg-type]
+    else:
+        assert isinstance(server_store, MongoLockStore)
+        server_store.collection.insert_one({"_id": "job", "name": "job", "locked": False, "token": 3})
+    state = server_store.lock("job")
+    assert state is not None and not state.paused and state.schedule is None and state.schedule_version == 0
+    stale = server_store.acquire("job", owner="a", lease=LONG, fire_time=FIRE, schedule_version=1)
+    assert stale.status is AcquireStatus.STALE_SCHEDULE and stale.schedule_version == 0
+    assert server_store.acquire("job", owner="a", lease=LONG, fire_time=FIRE, schedule_version=0).token == 4
+    assert server_store.resume("job") == server_store.lock("job")
+    changed = server_store.set_schedule("job", "0 * * * *", by="ops")
+    assert changed is not None and changed.schedule_version == 1 and changed.token == 4 and changed.locked
+
+
+def test_a_refused_acquire_writes_nothing_to_the_server(server_store: LockStore) -> None:
+    server_store.seed(["job"])
+    server_store.set_schedule("job", "0 * * * *")
+    server_store.pause("job", until=server_store.now() + timedelta(hours=1), by="ops")
+    paused = raw_document(server_store)
+    for fire_time, version in [(FIRE, None), (FIRE, 0), (FIRE, 1), (None, None)]:
+        refused = server_store.acquire("job", owner="a", lease=LONG, fire_time=fire_time, schedule_version=version)
+        assert refused.status is AcquireStatus.PAUSED
+    assert raw_document(server_store) == paused
+    server_store.resume("job")
+    resumed = raw_document(server_store)
+    refused = server_store.acquire("job", owner="a", lease=LONG, fire_time=FIRE, schedule_version=0)
+    assert refused.status is AcquireStatus.STALE_SCHEDULE and refused.schedule_version == 1
+    assert raw_document(server_store) == resumed

@@ -1,12 +1,14 @@
-"""Locks in MongoDB: one document per job, each operation a single atomic update (one round trip).
+"""Locks in MongoDB: one document per job, each operation a single atomic update (one round trip; a
+refused acquire takes a second one to read why).
 
 A deleted lock keeps its document with ``deleted: true`` (a tombstone hidden from readers), so its token,
-last fire time and lease survive; seeding or acquiring revives it.
+last fire time, lease, pause and schedule override survive; seeding or acquiring revives it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -35,9 +37,11 @@ _DUPLICATE_KEY = 11000
 # Every update is an aggregation pipeline reading "$$NOW" so that leases run on the MongoDB server's
 # clock, not on the clocks of the instances (which may disagree by seconds). "$$NOW" is one value for
 # the whole operation, so the filter and the update agree on it.
-_LEASE_RAN_OUT = {"$expr": {"$lte": ["$lock_until", "$$NOW"]}}
-_FREE = {"$or": [{"locked": False}, _LEASE_RAN_OUT]}
 _VISIBLE = {"deleted": {"$ne": True}}  # documents written before tombstones existed have no "deleted"
+# Why an acquire is refused, as expressions (a missing field compares below null, null below any date).
+_NO_UNTIL = {"$eq": [{"$ifNull": ["$paused_until", None]}, None]}
+_PAUSED = {"$and": [{"$eq": ["$paused", True]}, {"$or": [_NO_UNTIL, {"$gt": ["$paused_until", "$$NOW"]}]}]}
+_HELD = {"$and": [{"$eq": ["$locked", True]}, {"$gt": ["$lock_until", "$$NOW"]}]}
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -120,11 +124,12 @@ class MongoLockStore(LockStore):
 
         return self._call(run)
 
-    def acquire(self, name: str, *, owner: str, lease: timedelta, fire_time: datetime | None) -> Acquisition:
+    def acquire(self, name: str, *, owner: str, lease: timedelta, fire_time: datetime | None,
+                schedule_version: int | None = None) -> Acquisition:
         # Stored at millisecond precision, rounded like the Redis store, so the server's comparison and
         # ours below agree on what "the same fire time" is.
         fire = None if fire_time is None else ms_to_datetime(datetime_to_ms(fire_time))
-        query: Document = {"_id": name, **_FREE}
+        reasons: list[tuple[AcquireStatus, Document]] = [(AcquireStatus.PAUSED, _PAUSED)]  # the contract's order
         changes: Document = {
             "locked": {"$literal": True},
             "locked_by": {"$literal": owner},  # $literal: an owner starting with "$" is not a field path
@@ -134,29 +139,36 @@ class MongoLockStore(LockStore):
             "deleted": {"$literal": False},
         }
         if fire is not None:
-            # {field: None} matches null and missing; $lt never matches null, so both are needed.
-            not_yet_fired = {"$or": [{"last_fire_time": None}, {"last_fire_time": {"$lt": fire}}]}
-            query = {"_id": name, "$and": [_FREE, not_yet_fired]}
+            if schedule_version is not None:  # a document from before schedule overrides is at version 0
+                stale = {"$ne": [{"$ifNull": ["$schedule_version", 0]}, schedule_version]}
+                reasons.append((AcquireStatus.STALE_SCHEDULE, stale))
+            reasons.append((AcquireStatus.ALREADY_RAN, {"$gte": ["$last_fire_time", fire]}))
             changes["last_fire_time"] = {"$literal": fire}
+        reasons.append((AcquireStatus.BUSY, _HELD))
+        # The first reason that holds, or null: the atomic update's condition, and afterwards what refused it.
+        refusal = {"$switch": {"branches": [{"case": case, "then": status.value} for status, case in reasons],
+                               "default": None}}
+        query: Document = {"_id": name, "$expr": {"$eq": [refusal, None]}}
 
         def attempt() -> Document | None:
             return self.collection.find_one_and_update(query, [{"$set": changes}], return_document=ReturnDocument.AFTER)
 
-        taken = self._call(attempt)
-        current = None if taken is not None else self._call(self.collection.find_one, {"_id": name})
-        if taken is None and (current is None or current.get("deleted")):  # create or revive it, try once more
-            self.seed([name])
+        def why() -> list[Document]:
+            return list(self.collection.aggregate([{"$match": {"_id": name}}, {"$addFields": {"_refusal": refusal}}]))
+
+        for _ in range(3):  # again if the document had to be created or revived, or nothing refuses it any more
             taken = self._call(attempt)
-            current = None if taken is not None else self._call(self.collection.find_one, {"_id": name})
-        if taken is not None:
-            return Acquisition(AcquireStatus.ACQUIRED, token=int(taken["token"]))
-        if current is None:  # removed by hand between our seed and our retry
-            return Acquisition(AcquireStatus.BUSY)
-        holder = current.get("locked_by") or None
-        last_fire = _optional_datetime(current.get("last_fire_time"))
-        if fire is not None and last_fire is not None and last_fire >= fire:
-            return Acquisition(AcquireStatus.ALREADY_RAN, holder=holder)
-        return Acquisition(AcquireStatus.BUSY, holder=holder)
+            if taken is not None:
+                return Acquisition(AcquireStatus.ACQUIRED, token=int(taken["token"]))
+            current = next(iter(self._call(why)), None)
+            status = None if current is None else current.get("_refusal")
+            if current is None or current.get("deleted"):
+                self.seed([name])
+            elif status == AcquireStatus.STALE_SCHEDULE:
+                return Acquisition(AcquireStatus.STALE_SCHEDULE, schedule_version=_state(current).schedule_version)
+            elif status is not None:
+                return Acquisition(AcquireStatus(status), holder=current.get("locked_by") or None)
+        return Acquisition(AcquireStatus.BUSY)
 
     def renew(self, name: str, *, token: int, lease: timedelta) -> bool:
         update = [{"$set": {"lock_until": {"$add": ["$$NOW", duration_ms(lease)]}}}]
@@ -187,6 +199,31 @@ class MongoLockStore(LockStore):
     def delete(self, name: str) -> bool:
         update = {"$set": {"deleted": True}}
         return self._call(self.collection.update_one, {"_id": name, **_VISIBLE}, update).matched_count == 1
+
+    def _control(self, query: Document, update: Document) -> LockState | None:
+        """Apply a plain update ($currentDate is the server's clock) to one document; its new state, if any."""
+        document = self._call(self.collection.find_one_and_update, query, update, return_document=ReturnDocument.AFTER)
+        return None if document is None else _state(document)
+
+    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None) -> LockState | None:
+        until = None if until is None else ms_to_datetime(datetime_to_ms(until))  # as precise as the store
+        changes = {"paused": True, "paused_until": until, "paused_by": by}
+        return self._control({"_id": name, **_VISIBLE}, {"$set": changes, "$currentDate": {"paused_at": True}})
+
+    def resume(self, name: str) -> LockState | None:
+        changes = {"paused": False, "paused_at": None, "paused_until": None, "paused_by": None}
+        update = {"$set": changes, "$currentDate": {"resumed_at": True}}
+        resumed = self._control({"_id": name, "paused": True, **_VISIBLE}, update)
+        return resumed if resumed is not None else self.lock(name)  # not paused: nothing to change
+
+    def set_schedule(self, name: str, spec: str | None, *, timezone: str | None = None,
+                     by: str | None = None) -> LockState | None:
+        update = {
+            "$set": {"schedule": spec, "schedule_timezone": timezone, "schedule_by": by},
+            "$inc": {"schedule_version": 1},
+            "$currentDate": {"schedule_changed_at": True},
+        }
+        return self._control({"_id": name, **_VISIBLE}, update)
 
     def lock(self, name: str) -> LockState | None:
         document = self._call(self.collection.find_one, {"_id": name, **_VISIBLE})
@@ -236,18 +273,17 @@ def _aware(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def _optional_datetime(value: Any) -> datetime | None:
-    return _aware(value) if isinstance(value, datetime) else None
+# The document's fields are LockState's, by name ("name" is the _id).
+_FIELDS = [field.name for field in fields(LockState) if field.name != "name"]
+_NEVER_LOCKED = LockState("", False, None, None, None, None, None, 0)
 
 
 def _state(document: Mapping[str, Any]) -> LockState:
-    return LockState(
-        name=document["_id"],
-        locked=bool(document.get("locked")),
-        locked_by=document.get("locked_by") or None,
-        last_locked_at=_optional_datetime(document.get("last_locked_at")),
-        last_released_at=_optional_datetime(document.get("last_released_at")),
-        lock_until=_optional_datetime(document.get("lock_until")),
-        last_fire_time=_optional_datetime(document.get("last_fire_time")),
-        token=int(document.get("token") or 0),
-    )
+    """Null, empty or missing fields (a document from before the field existed) keep LockState's defaults;
+    datetimes become aware UTC."""
+    values: dict[str, Any] = {
+        field: _aware(value) if isinstance(value, datetime) else value
+        for field in _FIELDS
+        if (value := document.get(field)) is not None and value != ""
+    }
+    return replace(_NEVER_LOCKED, name=document["_id"], **values)
