@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
@@ -16,7 +16,7 @@ from pymongo.write_concern import WriteConcern
 
 from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.stores import store_from_url
-from mutexcron.stores.base import UTC, AcquireStatus, LockState
+from mutexcron.stores.base import AcquireStatus, LockState
 from mutexcron.stores.mongo import MongoLockStore
 from tests.support import wait_until
 
