@@ -15,7 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, close_old_connections, router, transaction
 from django.utils import timezone
 
-from mutexcron import RunRecord, Scheduler, StoreConfigError, default_registry
+from mutexcron import Outcome, RunRecord, Scheduler, StoreConfigError, default_registry
 from mutexcron.registry import BusyPolicy
 
 from . import signals
@@ -123,7 +123,12 @@ def send_signal(record: RunRecord) -> None:
 
 
 def record_history(record: RunRecord) -> None:
-    """Write the record to JobRun; a database error is logged, never raised into the scheduler."""
+    """Write the record to JobRun; a database error is logged, never raised into the scheduler.
+
+    A fire skipped because an operator paused the job is not written: the pause is shown once (on the lock),
+    not as a skip per instance per tick."""
+    if record.outcome is Outcome.SKIPPED_PAUSED:
+        return
     try:
         # A savepoint inside a caller's transaction (run_tick in a TestCase, run_now in atomic()): a failed
         # write must not leave that transaction unusable for the lock store's next queries.
@@ -139,6 +144,7 @@ def record_history(record: RunRecord) -> None:
                 token=record.token,
                 lock_lost=record.lock_lost,
                 manual=record.manual,
+                catch_up=record.catch_up,
             )
             _prune_now_and_then()
     except DatabaseError as error:

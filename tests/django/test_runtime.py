@@ -59,8 +59,8 @@ def assert_recorded(record: RunRecord) -> JobRun:
     row = JobRun.objects.get(job_name=record.job_name, fire_time=record.fire_time, outcome=str(record.outcome))
     assert (row.instance_id, row.started_at, row.finished_at) == (
         record.instance_id, record.started_at, record.finished_at)
-    assert (row.error, row.token, row.lock_lost, row.manual) == (
-        record.error or "", record.token, record.lock_lost, record.manual)
+    assert (row.error, row.token, row.lock_lost, row.manual, row.catch_up) == (
+        record.error or "", record.token, record.lock_lost, record.manual, record.catch_up)
     return row
 
 
@@ -127,6 +127,39 @@ def test_a_manual_run_is_recorded_as_manual(declare: Declarations) -> None:
     record = runtime.build_scheduler().run_now("tests.rt.manual")
 
     assert assert_recorded(record).manual is True
+
+
+def _record(outcome: Outcome, **fields: Any) -> RunRecord:
+    return RunRecord(job_name="tests.rt.control", fire_time=FIRE, instance_id="web-1:7", outcome=outcome,
+                     started_at=FIRE, finished_at=FIRE, **fields)
+
+
+@pytest.mark.django_db
+def test_a_fire_skipped_by_a_pause_is_not_recorded() -> None:
+    # An operator's pause is shown once (on the lock), not as one skip per instance per tick.
+    runtime.record_history(_record(Outcome.SKIPPED_PAUSED, error="paused by ops"))
+
+    assert not JobRun.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_fire_skipped_for_a_stale_schedule_is_recorded() -> None:
+    record = _record(Outcome.SKIPPED_STALE_SCHEDULE, error="schedule version 2 replaced it")
+
+    runtime.record_history(record)
+
+    assert assert_recorded(record).outcome == "skipped_stale_schedule"
+
+
+@pytest.mark.django_db
+def test_a_caught_up_run_is_recorded_as_catch_up() -> None:
+    late, on_time = _record(Outcome.SUCCEEDED, token=3, catch_up=True), _record(Outcome.FAILED, token=4)
+
+    runtime.record_history(late)
+    runtime.record_history(on_time)
+
+    assert assert_recorded(late).catch_up is True
+    assert assert_recorded(on_time).catch_up is False
 
 
 class MutexcronOnPostgres:
