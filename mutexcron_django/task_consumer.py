@@ -9,7 +9,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -18,7 +18,13 @@ from django.db import Error, close_old_connections, connections
 
 from mutexcron._common import clip_error, epoch_ms
 from mutexcron.errors import StoreUnavailable
-from mutexcron.tasks.backends.base import ClaimedDelivery, ClaimHeartbeat, ClaimingConsumer, Delivery, run_batch
+from mutexcron.tasks.backends.base import (
+    ClaimedDelivery,
+    ClaimHeartbeat,
+    ClaimingConsumer,
+    ConsumeRequest,
+    run_batch,
+)
 
 from .dbclock import DbNow, now_plus
 from .models import ScheduledTask
@@ -97,9 +103,8 @@ class DjangoConsumer(ClaimingConsumer):
     It claims and looks through the backend's ``_claim`` and ``_next`` (one claim, one read each).
     """
 
-    def __init__(self, backend: DjangoTaskBackend, types: list[str], handle: Callable[[Delivery], None],
-                 stop: threading.Event, visibility_timeout: Callable[[str], timedelta], limit: int) -> None:
-        super().__init__(types, handle, stop, visibility_timeout, limit)
+    def __init__(self, backend: DjangoTaskBackend, request: ConsumeRequest) -> None:
+        super().__init__(request)
         self.backend = backend
         self.claims = backend.claims
         self.inbox = Inbox()

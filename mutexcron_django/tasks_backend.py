@@ -10,7 +10,6 @@ limits, are in ``docs/sql-tasks.md``.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
@@ -21,7 +20,7 @@ from django.db.models import QuerySet
 
 from mutexcron._common import epoch_ms
 from mutexcron.errors import StoreConfigError
-from mutexcron.tasks.backends.base import Delivery, RunningConsumers, TaskBackend, consumed_types
+from mutexcron.tasks.backends.base import ClaimingBackend, ConsumeRequest
 from mutexcron.tasks.model import NewTask, TaskInfo, TaskStatus
 from mutexcron.urls import mask_url, pop_query_options
 
@@ -46,7 +45,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-class DjangoTaskBackend(TaskBackend):
+class DjangoTaskBackend(ClaimingBackend):
     """The ``ScheduledTask`` model as a task backend (see the module docstring for the protocol).
 
     ``using``: the database alias (default: the router's for ScheduledTask). ``max_sleep``: the longest
@@ -62,6 +61,7 @@ class DjangoTaskBackend(TaskBackend):
         max_sleep: timedelta | float | None = None,
         retention: timedelta | float = DEFAULT_RETENTION,
     ) -> None:
+        super().__init__()
         self.using = using or router.db_for_write(ScheduledTask)
         if self.using not in connections.databases:
             known = ", ".join(sorted(connections.databases))
@@ -80,7 +80,6 @@ class DjangoTaskBackend(TaskBackend):
         # The SQL a consumer and its deliveries run; their wake-ups go through _notify and _post.
         self.claims = TaskClaims(self.using, notify=self._notify, post=self._post,
                                  cross_process_wake=bool(self.cross_process_wake))
-        self._running = RunningConsumers()
 
     @classmethod
     def from_url(cls, url: str, *, cancel_store: str | None = None) -> DjangoTaskBackend:
@@ -206,20 +205,8 @@ class DjangoTaskBackend(TaskBackend):
 
     # -- consuming --------------------------------------------------------------------------------
 
-    def consume(
-        self,
-        task_types: Sequence[str],
-        handle: Callable[[Delivery], None],
-        stop: threading.Event,
-        *,
-        visibility_timeout: Callable[[str], timedelta],
-        prefetch: int = 10,
-    ) -> None:
-        self._running.run(DjangoConsumer(self, consumed_types(task_types), handle, stop, visibility_timeout,
-                                         max(1, int(prefetch))))
-
-    def wake(self) -> None:
-        self._running.wake()
+    def consumer(self, request: ConsumeRequest) -> DjangoConsumer:
+        return DjangoConsumer(self, request)
 
     def close(self) -> None:
         """Nothing to release: Django owns the connections (each worker closes its own when it stops)."""

@@ -70,7 +70,8 @@ def test_the_public_names_stay_where_they_are() -> None:
         "backend_from_url", "default_handlers", "task_handler",
     ]
     assert sorted(mutexcron.tasks.backends.__all__) == [
-        "Claim", "ClaimHeartbeat", "ClaimedDelivery", "ClaimingConsumer", "Delivery", "NewTask", "RunningConsumers",
+        "Claim", "ClaimHeartbeat", "ClaimedDelivery", "ClaimingBackend", "ClaimingConsumer", "ConsumeRequest",
+        "Delivery", "NewTask", "RunningConsumers",
         "TaskBackend", "TaskInfo", "TaskRecord", "TaskRecordStore", "TaskStatus", "Verdict", "cancel_marks_from_url",
         "consumed_types", "run_batch", "warn_stale_settle",
     ]

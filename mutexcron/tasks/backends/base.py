@@ -16,6 +16,7 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Generic, Self, TypeVar, cast
 
@@ -23,8 +24,8 @@ from ...errors import StoreUnavailable
 from ..handlers import validate_task_type
 from ..model import NewTask, TaskInfo, TaskStatus, UnknownTaskType
 
-__all__ = ["ClaimHeartbeat", "ClaimedDelivery", "ClaimingConsumer", "Delivery", "RunningConsumers", "TaskBackend",
-           "consumed_types", "run_batch", "warn_stale_settle"]
+__all__ = ["ClaimHeartbeat", "ClaimedDelivery", "ClaimingBackend", "ClaimingConsumer", "ConsumeRequest", "Delivery",
+           "RunningConsumers", "TaskBackend", "consumed_types", "run_batch", "warn_stale_settle"]
 
 logger = logging.getLogger("mutexcron.tasks")
 
@@ -86,7 +87,6 @@ class TaskBackend(ABC):
     def load_result(self, task_id: str) -> str | None:
         """The text :meth:`store_result` kept for the task, or None (none kept, or the record is gone)."""
 
-    @abstractmethod
     def consume(
         self,
         task_types: Sequence[str],
@@ -99,14 +99,31 @@ class TaskBackend(ABC):
         """Deliver due tasks of ``task_types`` to ``handle`` (in this thread) until ``stop`` is set.
 
         ``visibility_timeout(task_type)`` says how long a claimed task stays invisible to other workers.
-        Returns soon (within a fraction of a second) after ``stop`` is set.
+        Returns soon (within a fraction of a second) after ``stop`` is set. Backends implement :meth:`deliver`.
         """
+        types = consumed_types(task_types)
+        self.deliver(ConsumeRequest(types, handle, stop, visibility_timeout, max(1, int(prefetch))))
+
+    @abstractmethod
+    def deliver(self, request: ConsumeRequest) -> None:
+        """What :meth:`consume` does, once its arguments are checked: each backend's own way of delivering."""
 
     def wake(self) -> None:  # noqa: B027 - backends whose consume() can block for long override it
         """Make a consume() that is waiting (in this process) look again now: after ``stop`` was set."""
 
     def close(self) -> None:  # noqa: B027 - optional
         """Release connections."""
+
+
+@dataclass(frozen=True)
+class ConsumeRequest:
+    """One consume() call's arguments, checked: what :meth:`TaskBackend.deliver` serves."""
+
+    types: list[str]  # distinct and valid, at least one
+    handle: Callable[[Delivery], None]
+    stop: threading.Event
+    visibility_timeout: Callable[[str], timedelta]
+    prefetch: int  # at least 1
 
 
 def consumed_types(task_types: Sequence[str]) -> list[str]:
@@ -123,20 +140,13 @@ def consumed_types(task_types: Sequence[str]) -> list[str]:
 class ClaimingConsumer:
     """What one consume() call of a claiming backend knows, and how it backs off when the store fails."""
 
-    def __init__(
-        self,
-        types: list[str],
-        handle: Callable[[Delivery], None],
-        stop: threading.Event,
-        visibility_timeout: Callable[[str], timedelta],
-        limit: int,
-    ) -> None:
-        self.types = types
-        self.type_set = set(types)
-        self.handle = handle
-        self.stop = stop
-        self.visibility_timeout = visibility_timeout
-        self.limit = limit
+    def __init__(self, request: ConsumeRequest) -> None:
+        self.types = request.types
+        self.type_set = set(request.types)
+        self.handle = request.handle
+        self.stop = request.stop
+        self.visibility_timeout = request.visibility_timeout
+        self.limit = request.prefetch
         self.token = uuid.uuid4().hex[:12]
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{self.token}"
         self.claimed_once = False
@@ -316,3 +326,21 @@ class RunningConsumers:
             running = list(self._running)
         for consumer in running:
             consumer.wake()
+
+
+class ClaimingBackend(TaskBackend):
+    """A backend whose workers claim due tasks with a visibility deadline (Redis, SQL): each consume() call
+    runs the backend's :class:`ClaimingConsumer`, and wake() reaches every one running in this process."""
+
+    def __init__(self) -> None:
+        self._consumers = RunningConsumers()
+
+    @abstractmethod
+    def consumer(self, request: ConsumeRequest) -> ClaimingConsumer:
+        """The consumer that serves one consume() call."""
+
+    def deliver(self, request: ConsumeRequest) -> None:
+        self._consumers.run(self.consumer(request))
+
+    def wake(self) -> None:
+        self._consumers.wake()

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import suppress
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from urllib.parse import parse_qsl, urlsplit
 
 import pika
@@ -24,7 +24,7 @@ from ...urls import check_host_and_port, mask_url, pop_query_options, scrub
 from ..cancel_marks import TaskRecordStore, cancel_marks_from_url
 from ..handlers import validate_task_type
 from ..model import NewTask, TaskInfo, TaskStatus, UnknownTaskType
-from .base import Delivery, TaskBackend, consumed_types
+from .base import ConsumeRequest, TaskBackend
 from .rabbitmq_connection import BrokerConnection
 from .rabbitmq_consumer import TaskConsumer
 from .rabbitmq_link import ConsumerLink
@@ -146,30 +146,22 @@ class RabbitMQTaskBackend(BrokerConnection, TaskBackend):
     def load_result(self, task_id: str) -> str | None:
         return self.marks.load_result(task_id)
 
-    def consume(
-        self,
-        task_types: Sequence[str],
-        handle: Callable[[Delivery], None],
-        stop: threading.Event,
-        *,
-        visibility_timeout: Callable[[str], timedelta],
-        prefetch: int = 10,
-    ) -> None:
-        """Run ``handle`` in this thread for each delivered task until ``stop`` is set.
+    def deliver(self, request: ConsumeRequest) -> None:
+        """Run ``request.handle`` in this thread for each delivered task until ``request.stop`` is set.
 
         The connection lives in an I/O thread of its own (see :class:`~.rabbitmq_link.ConsumerLink`). A
         connection that fails at start raises :class:`StoreUnavailable`; one lost later is re-made with backoff.
         """
-        types = consumed_types(task_types)
+        types = request.types
         for task_type in types:
             _refuse_reserved(task_type)
         heartbeat = self.heartbeat
         if heartbeat is None:  # a silently dead consumer's tasks come back after about its visibility timeout
-            shortest = min(visibility_timeout(task_type).total_seconds() for task_type in types)
+            shortest = min(request.visibility_timeout(task_type).total_seconds() for task_type in types)
             heartbeat = min(60, max(5, math.ceil(shortest)))
-        consumer = TaskConsumer(self, self.marks, types, prefetch=prefetch, heartbeat=heartbeat, links=self._links,
-                                links_lock=self._links_lock)
-        consumer.run(handle, stop)
+        consumer = TaskConsumer(self, self.marks, types, prefetch=request.prefetch, heartbeat=heartbeat,
+                                links=self._links, links_lock=self._links_lock)
+        consumer.run(request.handle, request.stop)
 
     def wake(self) -> None:
         with self._links_lock:

@@ -28,8 +28,7 @@ wake channel until then, and any script that makes something due earlier publish
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -43,7 +42,7 @@ from ...urls import mask_url
 from ..model import NewTask, TaskInfo, TaskStatus
 from ..redis_records import RedisResultField
 from . import redis_lua as lua
-from .base import Delivery, RunningConsumers, TaskBackend, consumed_types
+from .base import ClaimingBackend, ConsumeRequest
 from .redis_consumer import RedisConsumer, RedisDelivery
 
 __all__ = ["RedisDelivery", "RedisTaskBackend"]
@@ -73,7 +72,7 @@ def _duration(value: timedelta | float | int, name: str) -> timedelta:
     return value
 
 
-class RedisTaskBackend(TaskBackend):
+class RedisTaskBackend(ClaimingBackend):
     """Delayed tasks in Redis (see the module docstring for the keys and the protocol)."""
 
     def __init__(
@@ -86,6 +85,7 @@ class RedisTaskBackend(TaskBackend):
         max_idle: timedelta | float = DEFAULT_MAX_IDLE,
     ) -> None:
         check_key_prefix(prefix)
+        super().__init__()
         self.client = client
         self.prefix = prefix
         self.base = f"{prefix}{HASH_TAG}:"
@@ -96,7 +96,6 @@ class RedisTaskBackend(TaskBackend):
         self.max_idle = _duration(max_idle, "max_idle")
         self._url = url
         self._display = mask_url(url) if url else repr(client)
-        self._running = RunningConsumers()  # this process's consume() calls, for wake()
         self._enqueue = client.register_script(lua.ENQUEUE)
         self._claim = client.register_script(lua.CLAIM)
         self._extend = client.register_script(lua.EXTEND)
@@ -207,20 +206,8 @@ class RedisTaskBackend(TaskBackend):
 
     # -- consuming --------------------------------------------------------------------------------
 
-    def consume(
-        self,
-        task_types: Sequence[str],
-        handle: Callable[[Delivery], None],
-        stop: threading.Event,
-        *,
-        visibility_timeout: Callable[[str], timedelta],
-        prefetch: int = 10,
-    ) -> None:
-        self._running.run(RedisConsumer(self, consumed_types(task_types), handle, stop, visibility_timeout,
-                                        max(1, int(prefetch))))
-
-    def wake(self) -> None:
-        self._running.wake()
+    def consumer(self, request: ConsumeRequest) -> RedisConsumer:
+        return RedisConsumer(self, request)
 
     def eviction_policy(self) -> str | None:
         """The server's ``maxmemory-policy`` (None if CONFIG is not allowed): an ``allkeys-*`` one may evict tasks."""

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -20,7 +18,7 @@ import redis
 
 from ..._common import duration_ms
 from ...errors import StoreUnavailable
-from .base import ClaimedDelivery, ClaimHeartbeat, ClaimingConsumer, Delivery, run_batch
+from .base import ClaimedDelivery, ClaimHeartbeat, ClaimingConsumer, ConsumeRequest, run_batch
 
 if TYPE_CHECKING:
     from .redis import RedisTaskBackend
@@ -79,16 +77,8 @@ class RedisHeartbeat(ClaimHeartbeat[RedisDelivery]):
 class RedisConsumer(ClaimingConsumer):
     """One consume() call: claim, run, and sleep on the wake channel until something may be due."""
 
-    def __init__(
-        self,
-        backend: RedisTaskBackend,
-        types: list[str],
-        handle: Callable[[Delivery], None],
-        stop: threading.Event,
-        visibility_timeout: Callable[[str], timedelta],
-        limit: int,
-    ) -> None:
-        super().__init__(types, handle, stop, visibility_timeout, limit)
+    def __init__(self, backend: RedisTaskBackend, request: ConsumeRequest) -> None:
+        super().__init__(request)
         self.backend = backend
         self.private_channel = f"{backend.channel}:{self.token}"
 
