@@ -9,38 +9,25 @@ Import it from :mod:`mutexcron_django.tasks`.
 from __future__ import annotations
 
 import logging
-import os
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from django.core.signals import setting_changed
 
-from mutexcron.tasks import Handler, HandlerRegistry, TaskBackend, TaskQueue, default_handlers
+from mutexcron.tasks import Handler, HandlerRegistry, TaskQueue, default_handlers
 
 from .conf import get_settings
+from .per_process import PerProcess, fresh_connections
 
 __all__ = ["DjangoHandlers", "get_task_queue", "reset_task_queue"]
 
 logger = logging.getLogger("mutexcron.django.tasks")
 
 
-@contextmanager
-def _fresh_connections() -> Iterator[None]:
-    from django.db import close_old_connections
-
-    close_old_connections()
-    try:
-        yield
-    finally:
-        close_old_connections()
-
-
 def _with_fresh_connections(func: Callable[[Any], Any]) -> Callable[[Any], Any]:
     def run(payload: Any) -> Any:
-        with _fresh_connections():
+        with fresh_connections():
             return func(payload)
 
     run.__wrapped__ = func  # type: ignore[attr-defined]
@@ -76,36 +63,26 @@ class DjangoHandlers(HandlerRegistry):
         return task_type in self.registry
 
 
-def _manages_connections(backend: TaskBackend) -> bool:
-    """Whether the backend's workers close stale Django connections themselves (the ``django://`` one)."""
-    return type(backend).__module__ == "mutexcron_django.tasks_backend"
+def _build_queue() -> TaskQueue:
+    handlers = DjangoHandlers()
+    queue = get_settings().tasks.build_queue(handlers=handlers)
+    handlers.fresh_connections = not queue.backend.manages_connections
+    return queue
 
 
-_lock = threading.Lock()
-_queue: TaskQueue | None = None
-_queue_pid: int | None = None
+_queue = PerProcess(_build_queue)
 
 
 def get_task_queue() -> TaskQueue:
     """This process's TaskQueue, from ``MUTEXCRON["TASKS"]`` (a forked child builds its own).
 
     Raises ImproperlyConfigured for a bad setting; building connects to nothing."""
-    global _queue, _queue_pid
-    with _lock:
-        if _queue is None or _queue_pid != os.getpid():
-            handlers = DjangoHandlers()
-            _queue = get_settings().tasks.build_queue(handlers=handlers)
-            handlers.fresh_connections = not _manages_connections(_queue.backend)
-            _queue_pid = os.getpid()
-        return _queue
+    return _queue.get()
 
 
 def reset_task_queue() -> None:
     """Close this process's queue (stopping its background worker, if any); the next use builds a new one."""
-    global _queue
-    with _lock:
-        queue = _queue if _queue_pid == os.getpid() else None
-        _queue = None
+    queue = _queue.take()
     if queue is not None:
         try:
             queue.close()

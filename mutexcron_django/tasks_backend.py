@@ -54,6 +54,8 @@ class DjangoTaskBackend(ClaimingBackend):
     (default 7 days).
     """
 
+    manages_connections = True  # its consumer closes stale connections around each claim (task_consumer)
+
     def __init__(
         self,
         using: str | None = None,

@@ -14,7 +14,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-__all__ = ["AcquireStatus", "Acquisition", "LockState", "LockStore"]
+from .._common import duration_ms, epoch_ms
+
+__all__ = ["AcquireStatus", "Acquisition", "LockState", "LockStore", "datetime_to_ms", "duration_ms", "ms_to_datetime"]
+
+datetime_to_ms = epoch_ms  # the stores' name for it (Redis keeps times as epoch milliseconds)
 
 
 @dataclass(frozen=True)
@@ -169,13 +173,3 @@ def ms_to_datetime(value: int | str | bytes | None) -> datetime | None:
     if value is None or value == "" or value == b"":
         return None
     return datetime.fromtimestamp(int(value) / 1000, UTC)
-
-
-def datetime_to_ms(value: datetime) -> int:
-    if value.tzinfo is None:
-        raise ValueError(f"naive datetime {value!r}; pass an aware one")
-    return round(value.timestamp() * 1000)
-
-
-def duration_ms(value: timedelta) -> int:
-    return max(0, round(value.total_seconds() * 1000))

@@ -23,6 +23,7 @@ from mutexcron.errors import MutexcronError
 
 from ..conf import get_settings
 from ..models import ScheduledTask
+from ..tasks_backend import DjangoTaskBackend
 from .display import error_block, last_line, seconds_column, show_time, without_task_secrets
 
 
@@ -35,8 +36,8 @@ def _task_backend_alias() -> str | None:
         if scheme.lower() != "django":
             return None
         return rest.strip("/") or router.db_for_read(ScheduledTask)
-    if type(backend).__module__ == "mutexcron_django.tasks_backend":  # a DjangoTaskBackend object
-        return getattr(backend, "using", None) or router.db_for_read(ScheduledTask)
+    if isinstance(backend, DjangoTaskBackend):  # an object of this app's own SQL backend, whose table this is
+        return backend.using
     return None
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Generic, Self, TypeVar, cast
+from typing import ClassVar, Generic, Self, TypeVar, cast
 
 from ...errors import StoreUnavailable
 from ..handlers import validate_task_type
@@ -57,6 +57,10 @@ class Delivery(ABC):
 
 class TaskBackend(ABC):
     """Where tasks wait. Every method raises :class:`~mutexcron.errors.StoreUnavailable` on connection errors."""
+
+    # True for a backend whose workers refresh the application's database connections around each task
+    # themselves (the Django SQL backend), so the framework integration need not wrap handlers for it.
+    manages_connections: ClassVar[bool] = False
 
     @abstractmethod
     def enqueue(self, tasks: Sequence[NewTask]) -> None:
