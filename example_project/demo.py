@@ -252,9 +252,26 @@ def tick_history(first: datetime, last: datetime) -> tuple[dict[datetime, list[A
     return rows, runs
 
 
+def pause_line() -> str:
+    """How the tick job's lock reads now: paused (by whom, until when) or running."""
+    from django.db import connections
+
+    from mutexcron_django.models import Lock
+
+    try:
+        lock = Lock.objects.filter(name=TICK_JOB).first()
+    finally:
+        connections.close_all()
+    if lock is None or not lock.paused or (lock.paused_until and lock.paused_until <= datetime.now(UTC)):
+        return f"  {TICK_JOB} runs"
+    until = f" until {lock.paused_until:%H:%M:%S}" if lock.paused_until else ""
+    return f"  {TICK_JOB} PAUSED by {lock.paused_by or 'someone'}{until}: no instance runs its ticks"
+
+
 def watch(instances: list[Instance], first: datetime, until: float, stop: threading.Event) -> None:
-    """Print each tick as it is run, until the monotonic time ``until``."""
+    """Print each tick as it is run, and every pause or resume of the job, until the monotonic time ``until``."""
     shown: set[datetime] = set()
+    state = pause_line()
     while time.monotonic() < until:
         check_alive(instances)
         rows, _ = tick_history(first, first + timedelta(days=1))
@@ -262,6 +279,9 @@ def watch(instances: list[Instance], first: datetime, until: float, stop: thread
             shown.add(fire_time)
             ran = ", ".join(f"{t.instance_id} (pid {t.pid})" for t in rows[fire_time])
             print(f"  tick {fire_time:%H:%M:%S} ran on {ran}")
+        if (now := pause_line()) != state:
+            state = now
+            print(state)
         if stop.wait(min(0.25, max(0.0, until - time.monotonic()))):
             raise KeyboardInterrupt
 
@@ -375,9 +395,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.exit:
             print(f"\nAdmin: {instances[0].url}admin/  user {ADMIN_USER}  password {password}")
             print("       (every instance serves it: " + ", ".join(i.url for i in instances) + ")")
-            print("The instances keep running; press Ctrl-C to stop them.")
-            while not stop.wait(0.5):
-                check_alive(instances)
+            print(f"Pause the job from the admin's Locks page (or: cd example_project && python manage.py mutexcron "
+                  f"pause {TICK_JOB} --for 30s) and watch its ticks stop; the instances keep running until Ctrl-C.")
+            watch(instances, last + timedelta(seconds=TICK_EVERY), float("inf"), stop)
     except KeyboardInterrupt:
         pass
     except Died as error:
