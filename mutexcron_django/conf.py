@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from mutexcron import _options
 from mutexcron.cron import resolve_timezone
 from mutexcron.errors import StoreConfigError
 from mutexcron.stores import LockStore, store_from_url
@@ -26,6 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "HISTORY_RETENTION": timedelta(days=30),  # None keeps run history forever
     "MODULES": ["cron"],  # <app>.<module> files imported at start-up to find @mutex_cron jobs
     "TASKS": {},  # delayed one-off tasks: see TASKS_DEFAULTS
+    "SYNC_INTERVAL": timedelta(seconds=5),  # how often a running scheduler reads schedule overrides (or seconds)
 }
 
 TASKS_DEFAULTS: dict[str, Any] = {
@@ -91,6 +93,7 @@ class MutexcronSettings:
     history_retention: timedelta | None
     modules: tuple[str, ...]
     tasks: TasksSettings = TasksSettings()
+    sync_interval: timedelta = timedelta(seconds=5)
     __repr__ = _masked_repr
 
     @property
@@ -144,8 +147,10 @@ def get_settings() -> MutexcronSettings:
     modules = values["MODULES"]
     if not isinstance(modules, list | tuple) or not all(isinstance(m, str) and m for m in modules):
         raise _fail("MODULES", f'must be a list of module names such as ["cron"], not {modules!r}')
+    sync_interval = _options.duration(values["SYNC_INTERVAL"], what="MUTEXCRON['SYNC_INTERVAL']",
+                                      error=ImproperlyConfigured, allow_zero=False)
     return MutexcronSettings(store, values["AUTOSTART"], timezone, instance_id, retention, tuple(modules),
-                             _tasks_settings(values["TASKS"]))
+                             _tasks_settings(values["TASKS"]), sync_interval)
 
 
 def _task_fail(key: str, message: str) -> ImproperlyConfigured:

@@ -59,6 +59,7 @@ def build_scheduler() -> Scheduler:
             instance_id=conf.instance_id,
             timezone=conf.timezone,
             fire_context=fresh_connections,
+            sync_interval=conf.sync_interval,
         )
     except StoreConfigError as error:
         raise ImproperlyConfigured(f"MUTEXCRON['STORE']: {error}") from None
