@@ -12,7 +12,7 @@ from mutexcron import default_registry
 from mutexcron.errors import DuplicateJobError, MutexcronError
 
 from .conf import get_settings
-from .discovery import declaration_errors
+from .discovery import declaration_errors, declaration_messages
 from .store import DjangoLockStore
 
 TAG = "mutexcron"
@@ -21,17 +21,10 @@ TAG = "mutexcron"
 @register(TAG)
 def check_declarations(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """mutexcron.E001 (invalid job) and E002 (duplicate job name) from the jobs' modules."""
-    messages = []
-    for problem in declaration_errors:
-        duplicate = isinstance(problem.error, DuplicateJobError)
-        messages.append(Error(
-            f"{problem.module}: {problem.error}",
-            hint="Give one of the functions another name= ." if duplicate
-            else "Fix the @mutex_cron declaration; the job is not scheduled until then.",
-            obj=problem.module,
-            id="mutexcron.E002" if duplicate else "mutexcron.E001",
-        ))
-    return messages
+    return declaration_messages(
+        declaration_errors, DuplicateJobError, ("mutexcron.E002", "mutexcron.E001"),
+        ("Give one of the functions another name= .",
+         "Fix the @mutex_cron declaration; the job is not scheduled until then."))
 
 
 def _orphans(store: Any) -> list[Warning]:

@@ -69,17 +69,21 @@ def autodiscover(module_names: tuple[str, ...], handler_module_names: tuple[str,
     return imported
 
 
+def declaration_messages(problems: list[DeclarationError], duplicate: type[MutexcronError],
+                         ids: tuple[str, str], hints: tuple[str, str]) -> list[Error]:
+    """One check error per kept problem; ``ids`` and ``hints`` are (for a ``duplicate``, for any other)."""
+    return [
+        Error(f"{problem.module}: {problem.error}", obj=problem.module,
+              id=ids[0] if isinstance(problem.error, duplicate) else ids[1],
+              hint=hints[0] if isinstance(problem.error, duplicate) else hints[1])
+        for problem in problems
+    ]
+
+
 @register("mutexcron")
 def check_handler_declarations(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """mutexcron.E003: a task handler module raised while declaring its handlers."""
-    messages = []
-    for problem in handler_errors:
-        duplicate = isinstance(problem.error, DuplicateTaskHandler)
-        messages.append(Error(
-            f"{problem.module}: {problem.error}",
-            hint="Give one of the functions another task type; a type has exactly one handler." if duplicate
-            else "Fix the @task_handler declaration; tasks of the module's types are not run until then.",
-            obj=problem.module,
-            id="mutexcron.E003",
-        ))
-    return messages
+    return declaration_messages(
+        handler_errors, DuplicateTaskHandler, ("mutexcron.E003", "mutexcron.E003"),
+        ("Give one of the functions another task type; a type has exactly one handler.",
+         "Fix the @task_handler declaration; tasks of the module's types are not run until then."))
