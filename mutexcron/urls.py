@@ -81,10 +81,11 @@ def url_secrets(url: str) -> list[str]:
     return sorted({secret for secret in found if secret}, key=len, reverse=True)
 
 
-def scrub(text: str, url: str) -> str:
-    """``text`` with every secret of ``url`` replaced by ``***`` (for client libraries' error messages)."""
-    for secret in url_secrets(url):
-        text = text.replace(secret, MASK)
+def scrub(text: str, *urls: str) -> str:
+    """``text`` with every secret of ``urls`` replaced by ``***`` (for client libraries' error messages)."""
+    for url in urls:
+        for secret in url_secrets(url):
+            text = text.replace(secret, MASK)
     return text
 
 

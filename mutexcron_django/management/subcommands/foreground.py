@@ -121,11 +121,6 @@ def worker(command: BaseCommand, *, types: list[str] | None, prefetch: int, verb
     if unknown:
         raise CommandError(f"unknown task type(s) {', '.join(unknown)}; registered: {', '.join(registered) or 'none'}")
 
-    def masked(text: str) -> str:
-        for url in conf.urls:
-            text = scrub(text, url)
-        return text
-
     failure: list[BaseException] = []
 
     def consume() -> None:
@@ -140,7 +135,7 @@ def worker(command: BaseCommand, *, types: list[str] | None, prefetch: int, verb
     with foreground("worker", verbosity) as (stop, received):
         command.stdout.write(
             f"mutexcron task worker {queue.worker_id} running {', '.join(types)} on "
-            f"{masked(repr(queue.backend))} (prefetch {prefetch}); stop with SIGTERM or Ctrl-C"
+            f"{scrub(repr(queue.backend), *conf.urls)} (prefetch {prefetch}); stop with SIGTERM or Ctrl-C"
         )
         command.stdout.flush()
         thread.start()
@@ -159,7 +154,7 @@ def worker(command: BaseCommand, *, types: list[str] | None, prefetch: int, verb
     if failure:
         failed = failure[0]
         if isinstance(failed, MutexcronError | ImproperlyConfigured):
-            raise CommandError(f"the task worker stopped: {masked(str(failed))}") from None
+            raise CommandError(f"the task worker stopped: {scrub(str(failed), *conf.urls)}") from None
         raise failed
     command.stdout.write(f"mutexcron: task worker {queue.worker_id} stopped")
 
