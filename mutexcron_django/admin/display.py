@@ -1,21 +1,43 @@
 """How the admin pages show values: times with seconds, durations, error texts, and text without the
-passwords of the configured URLs. Shared by the Locks, run history and scheduled tasks pages."""
+passwords of the configured URLs, and the permissions of read-only pages. Shared by the Locks, run history and
+scheduled tasks pages."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import suppress
 from datetime import datetime, timedelta, tzinfo
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from django.contrib import admin
 from django.core.exceptions import ImproperlyConfigured
+from django.db.models import Model
+from django.http import HttpRequest
 from django.utils import timezone as dj_timezone
 from django.utils.html import format_html
 
 from mutexcron.urls import scrub
 
 from ..conf import MutexcronSettings, get_settings
+
+M = TypeVar("M", bound=Model)
+
+if TYPE_CHECKING:
+    ModelAdmin = admin.ModelAdmin
+else:
+    class ModelAdmin(admin.ModelAdmin, Generic[M]):
+        """``admin.ModelAdmin``, subscriptable at run time as django-stubs types it (``ModelAdmin[Lock]``)."""
+
+
+class WrittenByMutexcron:
+    """Admin permissions for rows that only mutexcron writes (run history, scheduled tasks): no add form and
+    no edit form; the rows are viewed."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 def zone_name(zone: tzinfo) -> str:
@@ -86,6 +108,5 @@ def without_store_secrets(text: str, conf: MutexcronSettings | None) -> str:
 def without_task_secrets(text: str) -> str:
     """``text`` without the secrets of the task backend's and cancel store's URLs."""
     with suppress(ImproperlyConfigured):
-        for url in get_settings().tasks.urls:
-            text = scrub(text, url)
+        return scrub(text, *get_settings().tasks.urls)
     return text

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from django.contrib import admin
 from django.db.models import F
-from django.http import HttpRequest
 
 from ..models import JobRun
-from .display import error_block, format_duration, seconds_column
-
-if TYPE_CHECKING:
-    ModelAdmin = admin.ModelAdmin[JobRun]
-else:  # generic only in django-stubs
-    ModelAdmin = admin.ModelAdmin
+from .display import ModelAdmin, WrittenByMutexcron, error_block, format_duration, seconds_column
 
 
 @admin.register(JobRun)
-class JobRunAdmin(ModelAdmin):
+class JobRunAdmin(WrittenByMutexcron, ModelAdmin[JobRun]):
     """The run history: every fire on every instance, read-only."""
 
     list_display = ("job_name", "fire_time_display", "instance_id", "outcome", "started_at_display",
@@ -30,12 +22,6 @@ class JobRunAdmin(ModelAdmin):
     fields = ("job_name", "fire_time_display", "instance_id", "outcome", "started_at_display",
               "finished_at_display", "duration_display", "token", "lock_lost", "manual", "error_display")
     readonly_fields = fields
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     # Times with seconds (Django's default format stops at minutes; ticks can be seconds apart).
     fire_time_display = seconds_column("fire_time", "fire time")

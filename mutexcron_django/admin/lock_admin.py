@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
@@ -25,7 +25,15 @@ from mutexcron.stores import LockState, LockStore
 
 from ..conf import MutexcronSettings, get_settings
 from ..models import Lock
-from .display import current_settings, format_duration, last_line, show_time, without_store_secrets, zone_name
+from .display import (
+    ModelAdmin,
+    current_settings,
+    format_duration,
+    last_line,
+    show_time,
+    without_store_secrets,
+    zone_name,
+)
 from .lock_rows import build_rows, open_store, read_store, run_job_now
 
 FORCE_UNLOCK_PERMISSION = "force_unlock_lock"  # declared in Lock.Meta.permissions
@@ -68,14 +76,9 @@ def _named_post(what: str, permission: str) -> Callable[[NamedView], Callable[[L
 
     return decorate
 
-if TYPE_CHECKING:
-    ModelAdmin = admin.ModelAdmin[Lock]
-else:  # generic only in django-stubs
-    ModelAdmin = admin.ModelAdmin
-
 
 @admin.register(Lock)
-class LockAdmin(ModelAdmin):
+class LockAdmin(ModelAdmin[Lock]):
     """The Locks page: every declared job and every lock in the store, read live at each request."""
 
     change_list_template = "admin/mutexcron/lock/change_list.html"

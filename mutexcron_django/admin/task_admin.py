@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import ImproperlyConfigured
@@ -24,7 +24,15 @@ from mutexcron.errors import MutexcronError
 from ..conf import get_settings
 from ..models import ScheduledTask
 from ..tasks_backend import DjangoTaskBackend
-from .display import error_block, last_line, seconds_column, show_time, without_task_secrets
+from .display import (
+    ModelAdmin,
+    WrittenByMutexcron,
+    error_block,
+    last_line,
+    seconds_column,
+    show_time,
+    without_task_secrets,
+)
 
 
 def _task_backend_alias() -> str | None:
@@ -40,14 +48,10 @@ def _task_backend_alias() -> str | None:
         return backend.using
     return None
 
-if TYPE_CHECKING:
-    ModelAdmin = admin.ModelAdmin[ScheduledTask]
-else:  # generic only in django-stubs
-    ModelAdmin = admin.ModelAdmin
 
 
 @admin.register(ScheduledTask)
-class ScheduledTaskAdmin(ModelAdmin):
+class ScheduledTaskAdmin(WrittenByMutexcron, ModelAdmin[ScheduledTask]):
     """Scheduled, running, failed and finished tasks of the ``django://`` backend, with cancel and retry."""
 
     list_display = ("id", "task_type", "status", "due_display", "attempts", "claimed_by", "updated_at_display",
@@ -74,12 +78,6 @@ class ScheduledTaskAdmin(ModelAdmin):
         return queryset.using(alias) if alias else queryset
 
     # Rows are written by the queue only: no add, no edit form, no bulk delete (it would bypass the queue).
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
