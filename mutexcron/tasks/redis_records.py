@@ -6,8 +6,8 @@ script keeps it Redis Cluster-safe. :class:`RedisResultField` is the result slot
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -114,17 +114,21 @@ return 1
 
 
 class RedisResultField:
-    """The result slot of a record kept as a Redis hash: one field, written only while the hash exists."""
+    """The result slot of a record kept as a Redis hash: one field, written only while the hash exists.
+    Redis errors become StoreUnavailable through its owner's ``errors`` context."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, errors: Callable[[], AbstractContextManager[None]] = nullcontext) -> None:
         self.client = client
+        self.errors = errors
         self._set = client.register_script(_SET_IF_EXISTS)
 
     def store(self, key: str, text: str) -> bool:
-        return bool(self._set(keys=[key], args=[RESULT_FIELD, text]))
+        with self.errors():
+            return bool(self._set(keys=[key], args=[RESULT_FIELD, text]))
 
     def load(self, key: str) -> str | None:
-        value = self.client.hget(key, RESULT_FIELD)
+        with self.errors():
+            value = self.client.hget(key, RESULT_FIELD)
         return None if value is None else _text(value)
 
 
@@ -148,7 +152,7 @@ class RedisCancelMarks(TaskRecordStore):
         self._finish = client.register_script(_FINISH)
         self._reschedule = client.register_script(_RESCHEDULE)
         self._reopen = client.register_script(_REOPEN)
-        self._results = RedisResultField(client)
+        self._results = RedisResultField(client, self._errors)
 
     @classmethod
     def from_url(cls, url: str, **client_options: Any) -> RedisCancelMarks:
@@ -226,12 +230,10 @@ class RedisCancelMarks(TaskRecordStore):
             return bool(self._reopen(keys=[self.key(task_id)], args=[gen, new_gen, epoch_ms(run_at)]))
 
     def store_result(self, task_id: str, text: str) -> bool:
-        with self._errors():
-            return self._results.store(self.key(task_id), text)
+        return self._results.store(self.key(task_id), text)
 
     def load_result(self, task_id: str) -> str | None:
-        with self._errors():
-            return self._results.load(self.key(task_id))
+        return self._results.load(self.key(task_id))
 
     def eviction_policy(self) -> str | None:
         """The server's ``maxmemory-policy`` (None if CONFIG is not allowed). Records carry a TTL, so any policy

@@ -105,7 +105,7 @@ class RedisTaskBackend(ClaimingBackend):
         self._release = client.register_script(lua.RELEASE)
         self._cancel = client.register_script(lua.CANCEL)
         self._retry = client.register_script(lua.RETRY)
-        self._results = RedisResultField(client)
+        self._results = RedisResultField(client, self.errors)
 
     @classmethod
     def from_url(cls, url: str, *, cancel_store: str | None = None, **options: Any) -> RedisTaskBackend:
@@ -191,12 +191,10 @@ class RedisTaskBackend(ClaimingBackend):
 
     def store_result(self, task_id: str, text: str) -> bool:
         """A field of the task's hash: it expires with the task, and a retry keeps it."""
-        with self.errors():
-            return self._results.store(self.task_key(task_id), text)
+        return self._results.store(self.task_key(task_id), text)
 
     def load_result(self, task_id: str) -> str | None:
-        with self.errors():
-            return self._results.load(self.task_key(task_id))
+        return self._results.load(self.task_key(task_id))
 
     def failed(self, limit: int = 100) -> list[str]:
         """Ids of failed tasks, most recent first."""
