@@ -21,7 +21,6 @@ from mutexcron.stores.base import AcquireStatus, Acquisition, LockState, LockSto
 from .dbclock import AsUTC, DbNow, aware, db_now, now_minus, now_plus, plus
 from .models import Lock
 
-UTC = UTC
 P = ParamSpec("P")
 T = TypeVar("T")
 
