@@ -5,24 +5,22 @@ output streams); a store it opens is closed before it returns."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, tzinfo
-from typing import Any
+from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 from django.utils import timezone as django_timezone
 
-from mutexcron import Job, Outcome, RunRecord, default_registry, next_fire_times
+from mutexcron import Outcome, RunRecord, default_registry
 from mutexcron.cron import resolve_timezone
 from mutexcron.errors import LockBusy, StoreUnavailable, UnknownJobError
-from mutexcron.stores import LockState, LockStore
+from mutexcron.listing import listing_json, listing_text, read_listing
+from mutexcron.stores import LockStore
 
 from ... import runtime
 from ...conf import get_settings
 from ...models import JobRun
-from .output import iso, lock_state, table, when
-
-JobLine = tuple[Job, tzinfo, datetime | None, LockState | None]  # a job, its zone, next fire and lock
+from .output import when
 
 
 def _unreachable(store: LockStore, error: StoreUnavailable) -> CommandError:
@@ -33,93 +31,24 @@ def _unreachable(store: LockStore, error: StoreUnavailable) -> CommandError:
 
 
 def list_jobs(command: BaseCommand, *, as_json: bool) -> None:
-    """Every declared job (schedule, time zone, next fire, lock state) and the orphan locks."""
+    """Every declared job (schedule it fires on, time zone, next fire, lock state, pause and override) and
+    the orphan locks."""
     conf = get_settings()
-    default_zone = resolve_timezone(conf.timezone)
-    now = django_timezone.now()
     store = conf.build_store()
-    store_error: StoreUnavailable | None = None
-    locks: dict[str, LockState] = {}
-    store_now = now
     try:
-        locks = {state.name: state for state in store.locks()}
-        store_now = store.now()
-    except StoreUnavailable as error:
-        store_error = error
+        listing = read_listing(store, default_registry, resolve_timezone(conf.timezone), django_timezone.now())
     finally:
         store.close()
-
-    jobs: list[JobLine] = []
-    for job in default_registry:
-        zone = job.timezone or default_zone
-        (next_fire,) = next_fire_times(job.spec, after=now, timezone=zone) or (None,)
-        jobs.append((job, zone, next_fire, locks.get(job.name)))
-    orphans = [state for name, state in sorted(locks.items()) if name not in default_registry]
-
     if as_json:
-        command.stdout.write(json.dumps({
-            "store": repr(store),
-            "store_error": None if store_error is None else str(store_error),
-            "timezone": str(default_zone),
-            "jobs": [{
-                "name": job.name,
-                "spec": str(job.spec),
-                "timezone": str(zone),
-                "next_fire": next_fire.astimezone(zone).isoformat() if next_fire else None,
-                "lock": None if store_error else _lock_json(state, store_now),
-            } for job, zone, next_fire, state in jobs],
-            "orphan_locks": [_lock_json(state, store_now) for state in orphans],
-        }, indent=2))
+        command.stdout.write(json.dumps(listing_json(listing), indent=2))
     else:
-        _print_list(command, store, jobs, orphans, store_now, failed=store_error is not None)
-    if store_error is not None:
-        raise _unreachable(store, store_error)
-
-
-def _lock_json(state: LockState | None, now: datetime) -> dict[str, Any]:
-    fields: dict[str, Any] = {"state": lock_state(state, now)}
-    if state is not None:
-        fields.update(
-            name=state.name,
-            locked=state.locked,
-            held=state.is_held(now),
-            locked_by=state.locked_by,
-            lock_until=iso(state.lock_until),
-            last_fire_time=iso(state.last_fire_time),
-            last_locked_at=iso(state.last_locked_at),
-            last_released_at=iso(state.last_released_at),
-            token=state.token,
-        )
-    return fields
-
-
-def _print_list(command: BaseCommand, store: LockStore, jobs: list[JobLine], orphans: list[LockState],
-                now: datetime, *, failed: bool) -> None:
-    command.stdout.write(f"Store: {store!r}")
-    if not jobs:
-        modules = ", ".join(get_settings().modules)
-        command.stdout.write(f"No jobs declared (looked for @mutex_cron in the installed apps' modules: {modules}).")
-    else:
-        rows = []
-        for job, zone, next_fire, state in jobs:
-            known = None if failed else state
-            taken = known is not None and known.locked
-            rows.append([
-                job.name, str(job.spec), str(zone), when(next_fire, zone),
-                "unknown" if failed else lock_state(state, now),
-                (known.locked_by or "-") if known is not None and taken else "-",
-                when(known.lock_until) if known is not None and taken else "-",
-                when(known.last_fire_time) if known is not None else "-",
-            ])
-        headers = ["JOB", "SCHEDULE", "TIMEZONE", "NEXT FIRE", "LOCK", "HOLDER", "LEASE UNTIL", "LAST FIRE"]
-        command.stdout.write(table(headers, rows))
-    if orphans:
-        command.stdout.write("")
-        command.stdout.write("Orphan locks (no declared job; remove with: manage.py mutexcron unlock --delete NAME):")
-        rows = [[state.name, lock_state(state, now), (state.locked_by or "-") if state.locked else "-",
-                 when(state.lock_until) if state.locked else "-", when(state.last_fire_time)]
-                for state in orphans]
-        command.stdout.write(table(["LOCK NAME", "LOCK", "HOLDER", "LEASE UNTIL", "LAST FIRE"], rows))
+        modules = ", ".join(conf.modules)
+        command.stdout.write(listing_text(
+            listing, command="manage.py mutexcron",
+            no_jobs=f"No jobs declared (looked for @mutex_cron in the installed apps' modules: {modules}).",
+            orphans="Orphan locks (no declared job; remove with: manage.py mutexcron unlock --delete NAME):"))
+    if listing.error is not None:
+        raise CommandError(f"the lock store {listing.store} cannot be reached: {listing.error}")
 
 
 # -- trigger ----------------------------------------------------------------------------------------------

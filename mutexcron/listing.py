@@ -1,0 +1,196 @@
+"""What ``list`` shows, for ``python -m mutexcron`` and ``manage.py mutexcron`` alike: each declared job with
+the schedule it fires on (the operator's override or the code's), its next fire and its lock; the paused
+and overridden jobs in detail; and the orphan locks. As a plain-text table or as JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, tzinfo
+from typing import Any
+
+from .control import effective_trigger
+from .cron import iter_fire_times
+from .errors import StoreUnavailable
+from .registry import Job, Registry
+from .stores import LockState, LockStore
+
+__all__ = ["JobLine", "Listing", "iso", "listing_json", "listing_text", "lock_state", "read_listing", "table",
+           "when"]
+
+
+def when(value: datetime | None, zone: tzinfo = UTC) -> str:
+    if value is None:
+        return "-"
+    return value.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.astimezone(UTC).isoformat() if value is not None else None
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=True)]
+    lines = [headers, ["-" * width for width in widths], *rows]
+    return "\n".join("  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+                     for line in lines)
+
+
+def lock_state(state: LockState | None, now: datetime) -> str:
+    """``held`` (a live lease), ``expired`` (taken, lease ran out), ``free``, or ``unseeded`` (no document)."""
+    if state is None:
+        return "unseeded"
+    if state.is_held(now):
+        return "held"
+    return "expired" if state.locked else "free"
+
+
+@dataclass(frozen=True)
+class JobLine:
+    """A declared job as listed: the schedule and zone it fires on, its next fire and its lock document."""
+
+    job: Job
+    spec: str
+    zone: tzinfo
+    next_fire: datetime | None
+    state: LockState | None
+
+    @property
+    def overridden(self) -> bool:
+        return self.state is not None and self.state.schedule is not None
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What ``list`` read: ``now`` is the store's clock (this machine's if the store could not be read)."""
+
+    store: str
+    timezone: tzinfo
+    jobs: list[JobLine]
+    orphans: list[LockState]
+    now: datetime
+    error: str | None
+
+    def paused(self) -> list[JobLine]:
+        return [line for line in self.jobs if line.state is not None and line.state.is_paused(self.now)]
+
+
+def read_listing(store: LockStore, registry: Registry, default_zone: tzinfo, now: datetime) -> Listing:
+    """Read every lock of ``store`` once; a store that cannot be reached gives a listing with ``error``."""
+    locks: dict[str, LockState] = {}
+    store_now, error = now, None
+    try:
+        locks = {state.name: state for state in store.locks()}
+        store_now = store.now()
+    except StoreUnavailable as problem:
+        locks, error = {}, str(problem)
+    jobs = []
+    for job in registry:
+        state = locks.get(job.name)
+        trigger = effective_trigger(job, state, default_zone)
+        jobs.append(JobLine(job, str(trigger.spec), trigger.timezone, next(iter_fire_times(trigger, now), None),
+                            state))
+    orphans = [state for name, state in sorted(locks.items()) if name not in registry]
+    return Listing(repr(store), default_zone, jobs, orphans, store_now, error)
+
+
+# -- JSON -------------------------------------------------------------------------------------------------
+
+
+def listing_json(listing: Listing) -> dict[str, Any]:
+    """``spec``, ``timezone`` and ``next_fire`` are what the job fires on; ``code_spec`` what the code says."""
+    return {
+        "store": listing.store,
+        "store_error": listing.error,
+        "timezone": str(listing.timezone),
+        "jobs": [{
+            "name": line.job.name,
+            "spec": line.spec,
+            "timezone": str(line.zone),
+            "code_spec": str(line.job.spec),
+            "next_fire": line.next_fire.astimezone(line.zone).isoformat() if line.next_fire else None,
+            "paused": _paused_json(line.state, listing.now),
+            "override": _override_json(line.state),
+            "lock": None if listing.error else _lock_json(line.state, listing.now),
+        } for line in listing.jobs],
+        "orphan_locks": [_lock_json(state, listing.now) for state in listing.orphans],
+    }
+
+
+def _paused_json(state: LockState | None, now: datetime) -> dict[str, Any] | None:
+    if state is None or not state.is_paused(now):
+        return None
+    return {"since": iso(state.paused_at), "by": state.paused_by, "until": iso(state.paused_until)}
+
+
+def _override_json(state: LockState | None) -> dict[str, Any] | None:
+    if state is None or state.schedule is None:
+        return None
+    return {"spec": state.schedule, "timezone": state.schedule_timezone, "version": state.schedule_version,
+            "by": state.schedule_by, "changed_at": iso(state.schedule_changed_at)}
+
+
+def _lock_json(state: LockState | None, now: datetime) -> dict[str, Any]:
+    """The lock document's fields as the store holds them (times in ISO), its state and whether it is held."""
+    fields: dict[str, Any] = {"state": lock_state(state, now)}
+    if state is not None:
+        for field in dataclasses.fields(state):
+            value = getattr(state, field.name)
+            fields[field.name] = iso(value) if isinstance(value, datetime) else value
+        fields["held"] = state.is_held(now)
+    return fields
+
+
+# -- text -------------------------------------------------------------------------------------------------
+
+
+def listing_text(listing: Listing, *, command: str, no_jobs: str, orphans: str) -> str:
+    """The tables: jobs, paused jobs, schedule overrides, orphan locks. ``command`` starts the hints
+    (``manage.py mutexcron``); ``no_jobs`` and ``orphans`` head those cases."""
+    now, failed = listing.now, listing.error is not None
+    parts = [f"Store: {listing.store}"]
+    if not listing.jobs:
+        parts.append(no_jobs)
+    else:
+        rows = []
+        for line in listing.jobs:
+            known = None if failed else line.state
+            taken = known is not None and known.locked
+            halted = known is not None and known.is_paused(now)
+            rows.append([
+                line.job.name, line.spec + (f" (override v{_state(line).schedule_version})" if line.overridden else ""),
+                str(line.zone), when(line.next_fire, line.zone),
+                "unknown" if failed else lock_state(line.state, now) + (" (paused)" if halted else ""),
+                (known.locked_by or "-") if known is not None and taken else "-",
+                when(known.lock_until) if known is not None and taken else "-",
+                when(known.last_fire_time) if known is not None else "-",
+            ])
+        headers = ["JOB", "SCHEDULE", "TIMEZONE", "NEXT FIRE", "LOCK", "HOLDER", "LEASE UNTIL", "LAST FIRE"]
+        parts.append(table(headers, rows))
+    paused = listing.paused()
+    if paused:
+        parts += ["", f"Paused jobs (no run starts until the time shown; lift with: {command} resume NAME):",
+                  table(["JOB", "PAUSED SINCE", "BY", "UNTIL"],
+                        [[line.job.name, when(_state(line).paused_at), _state(line).paused_by or "-",
+                          when(_state(line).paused_until) if _state(line).paused_until else "until resumed"]
+                         for line in paused])]
+    overridden = [line for line in listing.jobs if line.overridden]
+    if overridden:
+        parts += ["", f"Schedule overrides (back to the code's with: {command} schedule NAME --reset):",
+                  table(["JOB", "OVERRIDE", "TIMEZONE", "VERSION", "CODE'S SCHEDULE", "BY", "CHANGED"],
+                        [[line.job.name, line.spec, str(line.zone), str(_state(line).schedule_version),
+                          str(line.job.spec), _state(line).schedule_by or "-", when(_state(line).schedule_changed_at)]
+                         for line in overridden])]
+    if listing.orphans:
+        rows = [[state.name, lock_state(state, now), (state.locked_by or "-") if state.locked else "-",
+                 when(state.lock_until) if state.locked else "-", when(state.last_fire_time)]
+                for state in listing.orphans]
+        parts += ["", orphans, table(["LOCK NAME", "LOCK", "HOLDER", "LEASE UNTIL", "LAST FIRE"], rows)]
+    return "\n".join(parts)
+
+
+def _state(line: JobLine) -> LockState:
+    assert line.state is not None  # paused and overridden lines have a document
+    return line.state
+
