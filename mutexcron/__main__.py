@@ -1,0 +1,5 @@
+"""``python -m mutexcron``: see :mod:`mutexcron.cli`."""
+
+from .cli import main
+
+raise SystemExit(main())
