@@ -6,9 +6,13 @@
 - ``unlock NAME [--delete [--force]]``: free a job's lock (an operator's action); ``--delete`` hides an orphan's.
 - ``seed``: create the missing lock documents; ``prune [--older-than DAYS]``: delete old run history.
 - ``worker [--types A,B] [--prefetch N]``: a foreground task worker; SIGTERM or SIGINT stops it cleanly.
+- ``pause NAME [--until ISO-8601 | --for 2h30m] [--by WHO]``, ``resume NAME``: stop and restart a job's runs
+  on every instance; ``schedule NAME SPEC [--timezone TZ]`` / ``schedule NAME --reset``: override its
+  schedule on every instance, or go back to the code's (the same as ``python -m mutexcron``'s).
 
 Each subcommand is one method decorated with :func:`subcommand`, which declares its arguments; the
-method hands over to its module in ``mutexcron_django/management/subcommands/`` (``jobs``, ``foreground``).
+method hands over to its module in ``mutexcron_django/management/subcommands/`` (``jobs``, ``foreground``,
+``control``).
 """
 
 from __future__ import annotations
@@ -20,12 +24,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from ..subcommands import arguments, foreground, jobs
+from ..subcommands import arguments, control, foreground, jobs
 from ..subcommands.arguments import Argument, Subcommand, argument, subcommand
 
 
 class Command(BaseCommand):
-    help = "Inspect and operate mutexcron jobs and tasks: list, run, trigger, unlock, seed, prune, worker."
+    help = ("Inspect and operate mutexcron jobs and tasks: list, run, trigger, unlock, seed, prune, worker, pause, "
+            "resume, schedule.")
 
     @classmethod
     def subcommands(cls) -> Iterator[tuple[Subcommand, str]]:
@@ -115,6 +120,18 @@ class Command(BaseCommand):
     )
     def worker(self, *, types: list[str] | None = None, prefetch: int = 10, verbosity: int = 1, **_: Any) -> None:
         foreground.worker(self, types=types, prefetch=prefetch, verbosity=verbosity)
+
+    @control.declared("pause")
+    def pause(self, **options: Any) -> None:
+        control.control(self, "pause", options)
+
+    @control.declared("resume")
+    def resume(self, **options: Any) -> None:
+        control.control(self, "resume", options)
+
+    @control.declared("schedule")
+    def schedule(self, **options: Any) -> None:
+        control.control(self, "schedule", options)
 
 
 __all__ = ["Argument", "Command", "argument", "subcommand"]
