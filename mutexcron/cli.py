@@ -12,6 +12,7 @@ import argparse
 import getpass
 import importlib
 import json
+import logging
 import os
 import re
 import sys
@@ -204,6 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """Run ``python -m mutexcron`` with ``argv``; the exit status."""
     out, err = stdout or sys.stdout, stderr or sys.stderr
+    if not logging.getLogger().hasHandlers():  # the action's log line would repeat what is printed
+        logging.getLogger("mutexcron").addHandler(logging.NullHandler())
     parser = build_parser()
     args = parser.parse_args(argv)  # exits 2 on a usage error
     url = args.store if isinstance(args.store, str) else ""

@@ -179,7 +179,7 @@ def test_schedule_needs_a_spec_or_reset(store: str, args: list[str], message: st
 @pytest.mark.parametrize("args", [["pause"], ["resume"], ["schedule", "--reset"], ["schedule", "@daily"]],
                          ids=lambda args: " ".join(args))
 def test_an_unknown_job_is_an_error(store: str, args: list[str]) -> None:
-    with pytest.raises(CommandError, match="has no job named 'tests.control.nope'"):
+    with pytest.raises(CommandError, match=r"has no job named 'tests\.control\.nope'"):
         mutexcron(args[0], "tests.control.nope", *args[1:])
 
 
