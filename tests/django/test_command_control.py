@@ -18,6 +18,7 @@ from mutexcron import Outcome, Scheduler, default_registry
 from mutexcron.stores import LockState
 from mutexcron_django.conf import get_settings
 from tests.django.jobhelpers import Declarations
+from tests.test_cli import lock as read_lock
 
 JOB = "tests.control.job"
 UNREACHABLE = "redis://:s3cret-pw@127.0.0.1:1/0"
@@ -40,13 +41,9 @@ def mutexcron(*args: str) -> str:
 
 
 def lock(name: str = JOB) -> LockState:
-    store = get_settings().build_store()
-    try:
-        state = store.lock(name)
-    finally:
-        store.close()
-    assert state is not None
-    return state
+    spec = get_settings().store_spec
+    assert isinstance(spec, str)
+    return read_lock(spec, name)
 
 
 def os_user() -> str:
