@@ -1,13 +1,15 @@
-"""The admin: every declared job with its LIVE lock state from the configured store, "run now" and
-"force unlock" actions, the run history, and the ``django://`` task backend's scheduled tasks.
+"""The admin: every declared job with its LIVE lock state from the configured store, "run now", "force
+unlock", pause, resume and schedule actions, the run history, and the ``django://`` task backend's scheduled tasks.
 
 Django imports this package (admin autodiscovery), which registers the three pages: ``lock_admin``
-(the Locks page and its views; its rows come from ``lock_rows``), ``history_admin`` and ``task_admin``.
+(the Locks page and its views; its rows come from ``lock_rows``, its control actions from ``control_views``
+with ``forms`` and ``schedules``), ``history_admin`` and ``task_admin``.
 ``display`` holds how they show times, durations, errors and secrets.
 """
 
 from __future__ import annotations
 
+from .control_views import PAUSE_PERMISSION, SCHEDULE_PERMISSION
 from .display import format_duration
 from .history_admin import JobRunAdmin
 from .lock_admin import FORCE_UNLOCK_PERMISSION, LockAdmin
@@ -16,6 +18,8 @@ from .task_admin import ScheduledTaskAdmin
 
 __all__ = [
     "FORCE_UNLOCK_PERMISSION",
+    "PAUSE_PERMISSION",
+    "SCHEDULE_PERMISSION",
     "STATUS_LABELS",
     "JobRunAdmin",
     "LockAdmin",

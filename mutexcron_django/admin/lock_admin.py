@@ -1,17 +1,15 @@
-"""The Locks page and its two actions: every declared job and every lock in the store, read live at
-each request (rows from :mod:`.lock_rows`); "run now" runs a job under its lock in the request, "force
-unlock" frees a lock after a confirmation page. Both are POSTs, outside the request's transaction."""
+"""The Locks page and its run-now and force-unlock actions: every declared job and every lock in the store,
+read live at each request (rows from :mod:`.lock_rows`). Both actions are POSTs, outside the request's
+transaction; pause, resume and schedule changes are in :mod:`.control_views`."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
-from django.db import connections, transaction
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseNotAllowed
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -19,14 +17,13 @@ from django.utils import timezone as dj_timezone
 
 from mutexcron import Outcome, RunRecord, default_registry
 from mutexcron.cron import resolve_timezone
-from mutexcron.errors import JobDefinitionError, MutexcronError, UnknownJobError
-from mutexcron.registry import validate_job_name
+from mutexcron.errors import MutexcronError, UnknownJobError
 from mutexcron.stores import LockState, LockStore
 
 from ..conf import MutexcronSettings, get_settings
 from ..models import Lock
+from .control_views import LockControlAdmin, named_post, outside_request_transaction
 from .display import (
-    ModelAdmin,
     current_settings,
     format_duration,
     last_line,
@@ -41,44 +38,8 @@ FORCE_UNLOCK_PERMISSION = "force_unlock_lock"  # declared in Lock.Meta.permissio
 NamedView = Callable[["LockAdmin", HttpRequest, str], HttpResponse]
 
 
-def _outside_request_transaction(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Exempt ``view`` from ATOMIC_REQUESTS on every database: a lock taken in the SQL store must be
-    committed at once (not when the request ends) for other instances to see it, and a job body must not
-    run inside the admin's transaction."""
-
-    @functools.wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        return view(request, *args, **kwargs)
-
-    for alias in connections:
-        wrapper = transaction.non_atomic_requests(using=alias)(wrapper)
-    return wrapper
-
-
-def _named_post(what: str, permission: str) -> Callable[[NamedView], Callable[[LockAdmin, HttpRequest], HttpResponse]]:
-    """A view that takes a POST naming a job or lock (``name``), from a user whom the admin's method
-    ``permission`` allows: 405 for another method, 403 without the permission, 400 for a bad name."""
-
-    def decorate(view: NamedView) -> Callable[[LockAdmin, HttpRequest], HttpResponse]:
-        @functools.wraps(view)
-        def checked(self: LockAdmin, request: HttpRequest) -> HttpResponse:
-            if request.method != "POST":
-                return HttpResponseNotAllowed(["POST"])
-            if not getattr(self, permission)(request):
-                raise PermissionDenied
-            try:
-                name = validate_job_name(request.POST.get("name", ""))
-            except JobDefinitionError:
-                return HttpResponseBadRequest(f"bad or missing {what} name")
-            return view(self, request, name)
-
-        return checked
-
-    return decorate
-
-
 @admin.register(Lock)
-class LockAdmin(ModelAdmin[Lock]):
+class LockAdmin(LockControlAdmin):
     """The Locks page: every declared job and every lock in the store, read live at each request."""
 
     change_list_template = "admin/mutexcron/lock/change_list.html"
@@ -97,20 +58,13 @@ class LockAdmin(ModelAdmin[Lock]):
         info = self.opts.app_label, self.opts.model_name
         site = self.admin_site
         return [
-            path("run/", site.admin_view(_outside_request_transaction(self.run_now_view)),
+            path("run/", site.admin_view(outside_request_transaction(self.run_now_view)),
                  name="{}_{}_run".format(*info)),
-            path("force-unlock/", site.admin_view(_outside_request_transaction(self.force_unlock_view)),
+            path("force-unlock/", site.admin_view(outside_request_transaction(self.force_unlock_view)),
                  name="{}_{}_force_unlock".format(*info)),
+            *self.control_urls(),
             *super().get_urls(),
         ]
-
-    def _changelist_url(self) -> str:
-        return reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_changelist",
-                       current_app=self.admin_site.name)
-
-    def _page_context(self, request: HttpRequest, title: str) -> dict[str, Any]:
-        return {**self.admin_site.each_context(request), "opts": self.opts, "app_label": self.opts.app_label,
-                "title": title, "subtitle": None}
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         if not self.has_view_or_change_permission(request):
@@ -141,6 +95,7 @@ class LockAdmin(ModelAdmin[Lock]):
             "run_url": reverse("admin:mutexcron_lock_run", current_app=self.admin_site.name),
             "force_unlock_url": reverse("admin:mutexcron_lock_force_unlock", current_app=self.admin_site.name),
             "history_url": history_url,
+            **self.control_context(request),
             **(extra_context or {}),
         }
         request.current_app = self.admin_site.name
@@ -151,7 +106,7 @@ class LockAdmin(ModelAdmin[Lock]):
         # A row of the SQL table is not the truth for Redis or MongoDB stores: the Locks page is.
         return redirect(self._changelist_url())
 
-    @_named_post("job", permission="has_change_permission")
+    @named_post("job", permission="has_change_permission")
     def run_now_view(self, request: HttpRequest, name: str) -> HttpResponse:
         """POST ``name``: run the job now under its lock and report the outcome as a message."""
         try:
@@ -199,7 +154,7 @@ class LockAdmin(ModelAdmin[Lock]):
             self.message_user(request, f"Job “{name}” lost its lock while it ran (its lease ran out or it was "
                               "force-unlocked).", messages.WARNING)
 
-    @_named_post("lock", permission="has_force_unlock_permission")
+    @named_post("lock", permission="has_force_unlock_permission")
     def force_unlock_view(self, request: HttpRequest, name: str) -> HttpResponse:
         """POST ``name``: a confirmation page; POST ``name`` and ``confirm=yes``: free the lock."""
         conf: MutexcronSettings | None = None

@@ -16,18 +16,21 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from urllib.parse import urlencode
 
+from django.contrib.admin.utils import quote
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models import OuterRef, Subquery
 from django.urls import reverse
 
-from mutexcron import Job, LockBusy, RunRecord, default_registry, next_fire_times
+from mutexcron import Job, LockBusy, RunRecord, default_registry
+from mutexcron.cron import iter_fire_times
 from mutexcron.errors import MutexcronError
 from mutexcron.stores import LockState, LockStore
 
 from .. import runtime
 from ..conf import MutexcronSettings, get_settings
 from ..models import JobRun
-from .display import format_duration, show_time, without_store_secrets, zone_name
+from .display import format_duration, show_time, without_store_secrets
+from .schedules import JobSchedule, job_schedule, paused_line
 
 logger = logging.getLogger("mutexcron.django")
 
@@ -97,6 +100,10 @@ class LockRow:
     last_run: JobRun | None
     last_run_url: str
     history_url: str
+    schedule: JobSchedule | None = None  # None for an orphan lock
+    fires_title: str = ""  # the next five fires, one a line, for the spec's hover
+    paused_line: str = ""  # "Paused since …, by …, until …" while paused
+    job_url: str = ""  # the job's page (its admin history)
 
     @property
     def orphan(self) -> bool:
@@ -104,7 +111,20 @@ class LockRow:
 
     @property
     def spec(self) -> str:
-        return self.job.spec.expression if self.job else ""
+        """The spec the job fires on: the store's override if any, else the code's."""
+        return self.schedule.spec if self.schedule else ""
+
+    @property
+    def paused(self) -> bool:
+        return bool(self.paused_line)
+
+    @property
+    def paused_until(self) -> str:
+        return show_time(self.state.paused_until) if self.state else ""
+
+    @property
+    def overridden(self) -> bool:
+        return bool(self.schedule and self.schedule.overridden)
 
     @property
     def status_label(self) -> str:
@@ -153,8 +173,9 @@ def build_rows(snapshot: StoreSnapshot, *, scheduler_timezone: tzinfo, now: date
     rows = []
     for name in names:
         job, state = jobs.get(name), snapshot.states.get(name)
-        zone = (job.timezone if job else None) or scheduler_timezone
-        next_fire = next_fire_times(job.spec, after=now, timezone=zone)[0] if job else None
+        schedule = job_schedule(job, state, scheduler_timezone) if job else None
+        fires = schedule.fires(now) if schedule else []
+        next_fire = next(iter_fire_times(schedule.trigger, now), None) if schedule else None
         status = _status(snapshot, state)
         lease_left = ""
         if status == "held" and state is not None and state.lock_until and snapshot.now:
@@ -163,9 +184,9 @@ def build_rows(snapshot: StoreSnapshot, *, scheduler_timezone: tzinfo, now: date
         rows.append(LockRow(
             name=name,
             job=job,
-            timezone=zone_name(zone) if job else "",
-            timezone_inherited=bool(job and job.timezone is None),
-            next_fire=show_time(next_fire, zone),
+            timezone=schedule.zone_name if schedule else "",
+            timezone_inherited=bool(job and job.timezone is None and not (state and state.schedule_timezone)),
+            next_fire=show_time(next_fire, schedule.zone if schedule else None),
             next_fire_iso=next_fire.isoformat() if next_fire else "",
             state=state,
             status=status,
@@ -175,6 +196,10 @@ def build_rows(snapshot: StoreSnapshot, *, scheduler_timezone: tzinfo, now: date
             last_run=run,
             last_run_url=reverse("admin:mutexcron_jobrun_change", args=[run.pk]) if run else "",
             history_url=_history_filter_url(name),
+            schedule=schedule,
+            fires_title="Next fires:\n" + "\n".join(fires) if fires else "",
+            paused_line=paused_line(state, snapshot.now or now),
+            job_url=reverse("admin:mutexcron_lock_history", args=[quote(name)]),
         ))
     return rows
 

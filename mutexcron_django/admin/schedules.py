@@ -1,0 +1,83 @@
+"""A job's schedule as the admin shows it: the effective spec (the store's override or the code's) in plain
+words, its zone and its next fires; and a pause in one line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+from itertools import islice
+
+from cron_descriptor import Options, get_description
+
+from mutexcron import Job
+from mutexcron.control import effective_trigger
+from mutexcron.cron import MACROS, CronTrigger, iter_fire_times
+from mutexcron.errors import CronSpecError
+from mutexcron.stores import LockState
+
+from .display import show_time, zone_name
+
+PREVIEW_COUNT = 5
+
+
+def describe(spec: str) -> str:
+    """``spec`` in plain English (cron-descriptor; six fields are seconds first, as in mutexcron); "" if it cannot."""
+    options = Options()
+    options.use_24hour_time_format = True
+    try:
+        return str(get_description(MACROS.get(spec.strip().lower(), spec), options))
+    except Exception:  # cron-descriptor's own errors; mutexcron's parser is the judge of a spec
+        return ""
+
+
+def next_fires(trigger: CronTrigger, after: datetime, count: int = PREVIEW_COUNT) -> list[str]:
+    """The trigger's next ``count`` fires after ``after``, shown in its zone."""
+    return [show_time(fire, trigger.timezone) for fire in islice(iter_fire_times(trigger, after), count)]
+
+
+@dataclass
+class JobSchedule:
+    """What a job fires on now: ``spec`` in ``zone``, overriding ``code_spec`` if ``overridden``."""
+
+    spec: str
+    code_spec: str
+    zone: tzinfo
+    overridden: bool
+    version: int
+    trigger: CronTrigger
+    error: str = ""  # the stored override could not be read; the code's schedule is shown
+
+    @property
+    def description(self) -> str:
+        return describe(self.spec)
+
+    @property
+    def zone_name(self) -> str:
+        return zone_name(self.zone)
+
+    def fires(self, after: datetime, count: int = PREVIEW_COUNT) -> list[str]:
+        return next_fires(self.trigger, after, count)
+
+
+def job_schedule(job: Job, state: LockState | None, default_zone: tzinfo) -> JobSchedule:
+    """The schedule ``job`` fires on given its lock document ``state``."""
+    code = job.spec.expression
+    version = state.schedule_version if state is not None else 0
+    try:
+        trigger = effective_trigger(job, state, default_zone)
+    except (CronSpecError, ValueError) as error:
+        return JobSchedule(code, code, job.trigger(default_zone).timezone, False, version,
+                           job.trigger(default_zone), error=str(error))
+    overridden = state is not None and state.schedule is not None
+    spec = state.schedule if state is not None and state.schedule is not None else code
+    return JobSchedule(spec, code, trigger.timezone, overridden, version, trigger)
+
+
+def paused_line(state: LockState | None, now: datetime) -> str:
+    """"Paused since …, by …, until …" for a job paused at ``now``; "" otherwise."""
+    if state is None or not state.is_paused(now):
+        return ""
+    since = f" since {show_time(state.paused_at)}" if state.paused_at is not None else ""
+    who = state.paused_by or "an unknown operator"
+    until = f"until {show_time(state.paused_until)}" if state.paused_until else "until resumed"
+    return f"Paused{since}, by {who}, {until}"
