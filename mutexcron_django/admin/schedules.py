@@ -65,9 +65,9 @@ def job_schedule(job: Job, state: LockState | None, default_zone: tzinfo) -> Job
     version = state.schedule_version if state is not None else 0
     try:
         trigger = effective_trigger(job, state, default_zone)
-    except (CronSpecError, ValueError) as error:
-        return JobSchedule(code, code, job.trigger(default_zone).timezone, False, version,
-                           job.trigger(default_zone), error=str(error))
+    except (CronSpecError, ValueError) as error:  # an override this process cannot read: show the code's
+        trigger = job.trigger(default_zone)
+        return JobSchedule(code, code, trigger.timezone, False, version, trigger, error=str(error))
     overridden = state is not None and state.schedule is not None
     spec = state.schedule if state is not None and state.schedule is not None else code
     return JobSchedule(spec, code, trigger.timezone, overridden, version, trigger)
