@@ -1,7 +1,9 @@
-"""One instance of a fleet, run as its own OS process by tests/test_fleet.py.
+"""One instance of a fleet, run as its own OS process by tests/test_fleet.py and tests/test_fleet_control.py.
 
     python tests/fleet_instance.py --store URL --instance NAME --ledger PATH
         [--spec "* * * * * *"] [--lease SECONDS] [--clock-skew SECONDS] [--body-seconds SECONDS] [--hang-first]
+        [--catch-up skip|latest|all] [--sync-interval SECONDS] [--start-gate PATH] [--django-settings MODULE]
+        [--operator]
 
 Declares one job, "fleet.tick", in a registry of its own, runs a Scheduler on it and appends one JSON line
 per event to its own ledger file (opened with O_APPEND; each line is written with a single write() and
@@ -13,24 +15,39 @@ fsync'ed, so a ledger never loses, splits or merges lines, and no two processes 
     {"event": "holding", "fire_time": ...}   --hang-first: the first body of the fleet, which never returns
     {"event": "stopped", ...}                after a clean shutdown on SIGTERM
 
+With ``--start-gate PATH`` it writes {"event": "waiting"} once it is built, and starts only when PATH exists
+(processes started ahead of time then start together, their imports done). ``--django-settings`` configures
+Django first (for the ``django://`` store; the database comes from the settings' environment).
+
+``--operator`` runs no scheduler: it builds a never-started ``Scheduler`` on the same job, writes "ready",
+then reads commands from its standard input, one a line, and answers each with a line once it returned:
+
+    pause | resume | schedule SPEC | reset   ->  {"event": "operated", "action": ..., "called": ISO, ...}
+
+("called" is the wall clock before the call, "at" after it returned), until "quit" or the end of its input.
+
 Every line carries "instance" and "at" (this process's wall clock when the line was written, ISO UTC).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, TextIO
 
 from mutexcron.records import JobContext, RunRecord
 from mutexcron.registry import Registry, mutex_cron
 from mutexcron.scheduler import Scheduler
+from mutexcron.stores import LockState
 from tests.support import Ledger
 
 JOB_NAME = "fleet.tick"
@@ -52,7 +69,64 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--body-seconds", type=float, default=0.001, help="how long the body runs (default 1 ms)")
     parser.add_argument("--hang-first", action="store_true",
                         help="the first body run in the fleet blocks forever (marker file next to the ledger)")
+    parser.add_argument("--catch-up", choices=("skip", "latest", "all"), default="skip",
+                        help="the job's catch_up (default skip)")
+    parser.add_argument("--sync-interval", type=float, default=5.0,
+                        help="seconds between reads of the store's schedules (default 5)")
+    parser.add_argument("--start-gate", type=Path, help="start the scheduler only once this file exists")
+    parser.add_argument("--django-settings", help="configure Django with this settings module first")
+    parser.add_argument("--operator", action="store_true",
+                        help="run no scheduler: pause, resume or re-time the job on commands from stdin")
     return parser.parse_args(argv)
+
+
+def setup_django(settings: str | None) -> Callable[[], contextlib.AbstractContextManager[Any]] | None:
+    """Configure Django for the ``django://`` store; the fire context that gives each fire fresh connections."""
+    if settings is None:
+        return None
+    os.environ["DJANGO_SETTINGS_MODULE"] = settings
+    here = Path(__file__).resolve().parent  # sys.path[0] when run as a script: its django/ would shadow Django
+    sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != here]
+    import django
+
+    django.setup()
+    from mutexcron_django.per_process import fresh_connections
+
+    return fresh_connections
+
+
+def operate(scheduler: Scheduler, ledger: Ledger, commands: TextIO) -> None:
+    """Carry out the operator's commands from ``commands`` on a scheduler that never starts."""
+    actions: dict[str, Callable[[str], LockState]] = {
+        "pause": lambda _: scheduler.pause(JOB_NAME, by="fleet-operator"),
+        "resume": lambda _: scheduler.resume(JOB_NAME),
+        "schedule": lambda spec: scheduler.set_schedule(JOB_NAME, spec, by="fleet-operator"),
+        "reset": lambda _: scheduler.reset_schedule(JOB_NAME),
+    }
+    for line in commands:
+        action, _, argument = line.strip().partition(" ")
+        if action == "quit":
+            return
+        called = datetime.now(UTC).isoformat()
+        state = actions[action](argument)
+        ledger.write("operated", action=action, argument=argument, called=called, paused=state.paused,
+                     schedule=state.schedule, schedule_version=state.schedule_version)
+
+
+class Stop(Exception):
+    """SIGTERM, in the operator."""
+
+
+def _raise_stop(signum: int, frame: object) -> None:
+    raise Stop
+
+
+def stopped(scheduler: Scheduler, ledger: Ledger) -> int:
+    """The end of a process whose scheduler never started."""
+    scheduler.shutdown()
+    ledger.write("stopped")
+    ledger.close()
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,9 +149,9 @@ def main(argv: list[str] | None = None) -> int:
 
     registry = Registry()
 
-    @mutex_cron(args.spec, name=JOB_NAME, lease=args.lease, registry=registry)
+    @mutex_cron(args.spec, name=JOB_NAME, lease=args.lease, catch_up=args.catch_up, registry=registry)
     def tick(ctx: JobContext) -> None:
-        fields = {"fire_time": ctx.fire_time.isoformat(), "token": ctx.token}
+        fields = {"fire_time": ctx.fire_time.isoformat(), "token": ctx.token, "catch_up": ctx.catch_up}
         if args.hang_first and first_body_in_fleet():
             ledger.write("holding", **fields)
             hanging.set()
@@ -96,16 +170,31 @@ def main(argv: list[str] | None = None) -> int:
             token=record.token,
             lock_lost=record.lock_lost,
             error=record.error,
+            catch_up=record.catch_up,
         )
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
 
+    fire_context = setup_django(args.django_settings)
     scheduler = Scheduler(
-        args.store, registry=registry, instance_id=args.instance, clock_skew=timedelta(seconds=args.clock_skew)
+        args.store, registry=registry, instance_id=args.instance, clock_skew=timedelta(seconds=args.clock_skew),
+        sync_interval=timedelta(seconds=args.sync_interval), fire_context=fire_context,
     )
+    if args.operator:
+        # Blocked reading its input, it stops on SIGTERM at once (the handler's exception ends the read).
+        signal.signal(signal.SIGTERM, _raise_stop)
+        ledger.write("ready", pid=os.getpid(), operator=True)
+        with contextlib.suppress(Stop):
+            operate(scheduler, ledger, sys.stdin)
+        return stopped(scheduler, ledger)
     scheduler.add_listener(on_record)
+    if args.start_gate is not None:
+        ledger.write("waiting", pid=os.getpid())
+        while not args.start_gate.exists():
+            if stop.wait(0.01):
+                return stopped(scheduler, ledger)
     scheduler.start()
     ledger.write("ready", pid=os.getpid(), clock_skew=args.clock_skew, lease=args.lease)
     while not stop.wait(0.5):  # a bounded wait keeps the main thread responsive to signals
