@@ -131,7 +131,7 @@ def run_control(scheduler: Scheduler, action: str, options: dict[str, Any]) -> s
             if until is not None and duration is not None:
                 raise UsageError("--until and --for do not go together; give one of them")
             if duration is not None:
-                until = datetime.now(UTC) + duration
+                until = scheduler.store.now() + duration  # the store's clock, as the admin's "for" does
             return _paused(scheduler.pause(name, until=until, by=by))
         if action == "resume":
             scheduler.resume(name)

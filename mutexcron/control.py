@@ -24,6 +24,7 @@ __all__ = ["checked_override", "effective_trigger", "jitter_delay", "missed_tick
            "set_schedule", "zone_name"]
 
 logger = logging.getLogger("mutexcron.control")
+MAX_TEXT = 255  # the longest schedule spec or ``by`` a store keeps (the SQL store's columns)
 
 
 def zone_name(zone: str | tzinfo | None, *, job_name: str) -> str | None:
@@ -47,6 +48,9 @@ def checked_override(job_name: str, spec: object, zone: str | tzinfo | None) -> 
     name. Nothing is written before this passes."""
     if not isinstance(spec, str):
         raise CronSpecError(f"job {job_name!r}: a schedule must be a cron string, not {spec!r}")
+    if len(spec.strip()) > MAX_TEXT:
+        raise CronSpecError(f"job {job_name!r}: a schedule of {len(spec.strip())} characters is longer than "
+                            f"the {MAX_TEXT} a store keeps")
     parse_cron(spec, job_name=job_name)
     return spec.strip(), zone_name(zone, job_name=job_name)
 
@@ -73,7 +77,9 @@ def missed_ticks(job: Job, state: LockState | None, trigger: CronTrigger, *, now
     ended = state.pause_ended_at(now)
     # Strictly after the floor: the last fire ran, and a tick at the very moment a pause ended was refused.
     floor = max(state.last_fire_time, ended or state.last_fire_time, now - job.catch_up_window)
-    ticks = takewhile(lambda tick: tick <= now and (before is None or tick < before), iter_fire_times(trigger, floor))
+    # A tick still waiting out its jitter on the instances that fired it is not missed yet.
+    ticks = takewhile(lambda tick: tick + jitter_delay(job.name, tick, job.jitter) <= now
+                      and (before is None or tick < before), iter_fire_times(trigger, floor))
     chosen = list(ticks)
     return chosen[-1:] if job.catch_up == "latest" else chosen
 
@@ -95,7 +101,10 @@ def pause(store: LockStore, registry: Registry, name: str, *, until: datetime | 
     """Pause job ``name`` fleet-wide (see :meth:`mutexcron.Scheduler.pause`)."""
     if until is not None and (not isinstance(until, datetime) or until.utcoffset() is None):
         raise ValueError(f"pause {name!r}: until={until!r} must be an aware datetime or None")
-    state = _on_known(store, registry, name, lambda: store.pause(name, until=until, by=_by(by)))
+    by = _by(by)
+    if until is not None and until <= store.now():  # it would pause nothing, and hide ticks from catch-up
+        raise ValueError(f"pause {name!r}: until={until.isoformat()} has already passed on the store's clock")
+    state = _on_known(store, registry, name, lambda: store.pause(name, until=until, by=by))
     logger.warning("job %r paused%s%s", name, f" by {state.paused_by}" if state.paused_by else "",
                    f" until {state.paused_until.isoformat()}" if state.paused_until else "")
     return state
@@ -117,7 +126,8 @@ def set_schedule(store: LockStore, registry: Registry, name: str, spec: str | No
         zone = None
     else:
         spec, zone = checked_override(name, spec, timezone)
-    state = _on_known(store, registry, name, lambda: store.set_schedule(name, spec, timezone=zone, by=_by(by)))
+    by = _by(by)
+    state = _on_known(store, registry, name, lambda: store.set_schedule(name, spec, timezone=zone, by=by))
     logger.warning("job %r schedule %s (version %d)", name,
                    f"set to {spec!r}" + (f" in {zone}" if zone else "") if spec is not None else "reset to the code's",
                    state.schedule_version)
@@ -125,8 +135,9 @@ def set_schedule(store: LockStore, registry: Registry, name: str, spec: str | No
 
 
 def _by(by: object) -> str | None:
-    if by is not None and (not isinstance(by, str) or not by.strip()):
-        raise ValueError(f"by={by!r} must be a non-empty string (who made the change) or None")
+    if by is not None and (not isinstance(by, str) or not by.strip() or len(by) > MAX_TEXT):
+        raise ValueError(f"by={by!r} must be a non-empty string of at most {MAX_TEXT} characters (who made "
+                         "the change) or None")
     return by
 
 

@@ -57,7 +57,7 @@ class Runs:
             logger.debug("job %r fire %s skipped: paused", job.name, fire_time.isoformat())
             return skipped(Outcome.SKIPPED_PAUSED, "the job is paused")
         if status is AcquireStatus.STALE_SCHEDULE:
-            return self._stale(life, job, fire_time, acquisition, skipped, manual=manual)
+            return self._stale(life, job, fire_time, skipped, manual=manual, catch_up=catch_up)
         if status is AcquireStatus.ALREADY_RAN:
             logger.debug("job %r fire %s already ran elsewhere", job.name, fire_time.isoformat())
             return skipped(Outcome.SKIPPED_ALREADY_RAN, "this fire already ran")
@@ -73,19 +73,20 @@ class Runs:
             return None
         return self._run_body(life, job, ctx, started_at, manual)
 
-    def _stale(self, life: Generation, job: Job, fire_time: datetime, acquisition: Acquisition,
-               skipped: Callable[[Outcome, str], RunRecord], *, manual: bool) -> RunRecord | None:
+    def _stale(self, life: Generation, job: Job, fire_time: datetime, skipped: Callable[[Outcome, str], RunRecord],
+               *, manual: bool, catch_up: bool) -> RunRecord | None:
         """The store's schedule changed since this instance last read it: follow it now, and run the tick
-        if the new schedule has it too (each tick still once), else skip it."""
+        if the new schedule (as just read, not this instance's copy) has it too (each tick still once)."""
         try:
             state = self.store.lock(job.name)
         except StoreUnavailable as error:
             self.health.failed(error)
             return skipped(Outcome.SKIPPED_STORE_ERROR, str(error))
         if state is not None:
-            self.schedules.apply(job, state)
-            if self.schedules.trigger(job).next_after(fire_time - _ONE_MICROSECOND) == fire_time:
-                return self.execute(life, job, fire_time, manual=manual, version=state.schedule_version)
+            self.schedules.apply(job, state, force=True)  # the store's word, even if its version went down
+            if self.schedules.trigger_for(job, state).next_after(fire_time - _ONE_MICROSECOND) == fire_time:
+                return self.execute(life, job, fire_time, manual=manual, version=state.schedule_version,
+                                    catch_up=catch_up)
         logger.info("job %r fire %s skipped: not a tick of its new schedule", job.name, fire_time.isoformat())
         return skipped(Outcome.SKIPPED_STALE_SCHEDULE, "the schedule changed; this is not a tick of the new one")
 

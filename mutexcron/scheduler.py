@@ -349,15 +349,20 @@ class Scheduler:
                 self._health.failed(error)  # due again once the store is back
                 return
             self._health.ok()
+            if state is None:
+                return
+            # The ticks and their version come from the document just read, never from this instance's copy,
+            # so that no tick of a schedule replaced meanwhile is caught up.
+            self._schedules.apply(job, state)
             now = _utc_now() + self.clock_skew
-            ticks = control.missed_ticks(job, state, self._schedules.trigger(job), now=now, before=before)
+            trigger = self._schedules.trigger_for(job, state)
+            ticks = control.missed_ticks(job, state, trigger, now=now, before=before)
             if ticks:
                 logger.info("job %r: catching up %d missed tick(s) (catch_up=%r) from %s", job.name, len(ticks),
                             job.catch_up, ticks[0].isoformat())
             for tick in ticks:
                 if life.closing.is_set():
                     return
-                self._runs.execute(life, job, tick, manual=False, version=self._schedules.version(job.name),
-                              catch_up=True)
+                self._runs.execute(life, job, tick, manual=False, version=state.schedule_version, catch_up=True)
 
         self._catch_ups.run(job.name, life.closing, catch_up)

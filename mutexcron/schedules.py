@@ -65,12 +65,20 @@ class Schedules:
         trigger: BaseTrigger = ShiftedTrigger(cron, self.clock_skew) if self.clock_skew else cron
         return VersionedTrigger(trigger, version)
 
-    def apply(self, job: Job, state: LockState) -> bool:
-        """Follow ``state``'s schedule version if it is not the one this instance fires on; True if it
-        changed (the job is rescheduled at once when the scheduler runs)."""
+    def trigger_for(self, job: Job, state: LockState) -> CronTrigger:
+        """The effective trigger of ``job`` by ``state`` itself (what a decision on that document must use:
+        this instance's copy may be a sync behind or ahead of it)."""
+        return self._effective(job, state)
+
+    def apply(self, job: Job, state: LockState, *, force: bool = False) -> bool:
+        """Follow ``state``'s schedule version if it is newer than the one this instance fires on (any other
+        with ``force``: a document read after a stale refusal, which may have been recreated); True if it
+        changed (the job is rescheduled at once when the scheduler runs). An older read, such as a sync that
+        raced a stale refusal, is ignored."""
         with self._lock:
             current = self._current.get(job.name)
-            if current is not None and current[0] == state.schedule_version:
+            if current is not None and current[0] is not None and (
+                    current[0] == state.schedule_version or (current[0] > state.schedule_version and not force)):
                 return False
         trigger = self.build(job, state)
         with self._lock:

@@ -76,6 +76,27 @@ def test_a_job_declared_elsewhere_is_paused_through_the_store(store: MemoryLockS
     assert instance(store, registry).pause("declared.elsewhere").paused
 
 
+def test_a_pause_until_a_time_already_passed_is_refused_and_writes_nothing(store: MemoryLockStore,
+                                                                          registry: Registry) -> None:
+    mutex_cron("0 6 * * *", name="digest", registry=registry)(lambda: None)
+    with pytest.raises(ValueError, match=r"'digest'.*already passed"):
+        instance(store, registry).pause("digest", until=store.now() - timedelta(seconds=1))
+    state = store.lock("digest")
+    assert state is None or not state.paused
+
+
+@pytest.mark.parametrize("field", ["spec", "by"])
+def test_a_spec_or_by_longer_than_a_store_keeps_is_refused_before_writing(store: MemoryLockStore,
+                                                                         registry: Registry, field: str) -> None:
+    mutex_cron("0 6 * * *", name="digest", registry=registry)(lambda: None)
+    long = "0 6 * * *" + " " * 300 + "*" if field == "spec" else "x" * 256
+    arguments = {"spec": long} if field == "spec" else {"spec": "0 7 * * *", "by": long}
+    with pytest.raises((CronSpecError, ValueError), match="255"):
+        instance(store, registry).set_schedule("digest", **arguments)  # type: ignore[arg-type]
+    state = store.lock("digest")
+    assert state is None or state.schedule_version == 0
+
+
 def test_pause_until_must_be_aware(store: MemoryLockStore, registry: Registry) -> None:
     mutex_cron("0 6 * * *", name="digest", registry=registry)(lambda: None)
     with pytest.raises(ValueError, match="'digest': until"):
@@ -379,6 +400,75 @@ def test_an_instance_that_started_while_the_store_was_down_keeps_to_the_override
     wait_until(lambda: any(r.outcome is Outcome.SKIPPED_STALE_SCHEDULE for r in records), timeout=3,
                what="a fire of the code's schedule refused as stale")
     assert bodies == []
+
+
+def test_a_catch_up_after_a_schedule_change_runs_no_tick_of_the_old_schedule(registry: Registry,
+                                                                            schedulers: list[Scheduler]) -> None:
+    store = FlakyStore()
+    bodies: list[JobContext] = []
+    mutex_cron("* * * * * *", name="job", registry=registry, catch_up="all")(bodies.append)
+    scheduler = instance(store, registry, sync_interval=timedelta(hours=1))  # its copy stays on version 0
+    records = recorder(scheduler)
+    schedulers.append(scheduler)
+    scheduler.start()
+    wait_until(lambda: bodies, timeout=3, what="a first run")
+    store.down.set()
+    wait_until(lambda: sum(r.outcome is Outcome.SKIPPED_STORE_ERROR for r in records) >= 3, timeout=5,
+               what="three ticks lost to the outage")
+    store.set_schedule("job", "0 0 1 1 *")  # an operator, who still reaches the store: yearly from now on
+    changed = store.now()
+    store.down.clear()
+    wait_until(lambda: any(r.outcome is Outcome.SKIPPED_STALE_SCHEDULE for r in records), timeout=3,
+               what="a fire of the old schedule refused as stale")
+    assert [ctx.fire_time for ctx in bodies if ctx.catch_up] == []
+    assert [ctx.fire_time for ctx in bodies if ctx.fire_time >= changed] == []
+
+
+class ChangedAfterReadStore(MemoryLockStore):
+    """The memory store, where an operator bumps the job's schedule version (same spec) right after the next
+    read of its document: the acquire that follows is stale."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = threading.Event()
+
+    def lock(self, name: str) -> LockState | None:
+        state = super().lock(name)
+        if self.armed.is_set() and state is not None:
+            self.armed.clear()
+            self.set_schedule(name, "* * * * * *")
+        return state
+
+
+def test_a_catch_up_tick_refused_as_stale_and_run_on_the_new_schedule_is_still_a_catch_up(
+        registry: Registry, schedulers: list[Scheduler]) -> None:
+    store = ChangedAfterReadStore()
+    bodies: list[JobContext] = []
+    run_then_stop(store, registry, "latest", bodies)
+    scheduler = instance(store, registry, sync_interval=timedelta(hours=1))
+    records = recorder(scheduler)
+    schedulers.append(scheduler)
+    store.armed.set()
+    scheduler.start()
+    wait_until(lambda: any(ctx.catch_up for ctx in bodies), timeout=3, what="the catch-up run")
+    assert not any(r.outcome is Outcome.SKIPPED_STALE_SCHEDULE and r.catch_up for r in records)
+    caught = [r for r in records if r.catch_up]
+    assert caught and all(r.outcome is Outcome.SUCCEEDED for r in caught)
+
+
+def test_a_tick_still_waiting_out_its_jitter_is_not_missed_yet(registry: Registry) -> None:
+    spread = timedelta(hours=1)
+    noon = NOW.replace(minute=0)
+
+    def late_noon(name: str) -> bool:
+        return noon + jitter_delay(name, noon, spread) > NOW  # its instances run it after 12:30
+
+    name = next(f"job.{i}" for i in range(1000) if late_noon(f"job.{i}"))
+    mutex_cron("0 * * * *", name=name, registry=registry, catch_up="all", jitter=spread,
+               catch_up_window=timedelta(hours=6))(lambda: None)
+    job = registry.get(name)
+    state = LockState(name, False, None, None, None, None, NOW.replace(hour=9, minute=0), 1)
+    assert [tick.hour for tick in missed_ticks(job, state, job.trigger(UTC), now=NOW)] == [10, 11]
 
 
 # -- jitter ---------------------------------------------------------------------------------------------
