@@ -161,16 +161,19 @@ class LockControlAdmin(ModelAdmin[Lock]):
         return self._pause(request, [name], form) or redirect(self._changelist_url())
 
     def _pause(self, request: HttpRequest, names: list[str], form: PauseForm) -> HttpResponse | None:
+        """Pause each job; one that fails is reported and the others are still paused (None if all were)."""
+        failed: HttpResponse | None = None
         for name in names:
             try:
                 with open_store() as (_, store):
                     state = control.pause(store, default_registry, name, until=form.end(store.now()),
                                           by=request.user.get_username())
             except (ImproperlyConfigured, MutexcronError, ValueError) as error:
-                return self._fail(request, f"pause “{name}”", error)
+                failed = self._fail(request, f"pause “{name}”", error)
+                continue
             until = f"until {show_time(state.paused_until)}" if state.paused_until else "until resumed"
             self._done(request, name, f"Paused {until}")
-        return None
+        return failed
 
     @named_post("job", permission="has_pause_permission")
     def resume_view(self, request: HttpRequest, name: str) -> HttpResponse:
@@ -180,14 +183,17 @@ class LockControlAdmin(ModelAdmin[Lock]):
         return self._resume(request, [name]) or redirect(self._changelist_url())
 
     def _resume(self, request: HttpRequest, names: list[str]) -> HttpResponse | None:
+        """Resume each job; one that fails is reported and the others are still resumed (None if all were)."""
+        failed: HttpResponse | None = None
         for name in names:
             try:
                 with open_store() as (_, store):
                     control.resume(store, default_registry, name)
             except (ImproperlyConfigured, MutexcronError) as error:
-                return self._fail(request, f"resume “{name}”", error)
+                failed = self._fail(request, f"resume “{name}”", error)
+                continue
             self._done(request, name, "Resumed")
-        return None
+        return failed
 
     @named_post("job", permission="has_schedule_permission")
     def schedule_view(self, request: HttpRequest, name: str) -> HttpResponse:

@@ -18,6 +18,7 @@ from mutexcron.stores import LockState, LockStore
 from mutexcron_django.store import DjangoLockStore
 from tests.django.jobhelpers import Declarations
 from tests.django.test_admin import redis_store  # noqa: F401  (a fixture)
+from tests.support import wait_until
 
 LOCKS_URL = "/admin/mutexcron/lock/"
 PAUSE_URL = LOCKS_URL + "pause/"
@@ -243,6 +244,32 @@ def test_bulk_pause_and_resume_with_a_confirmation_page(admin_client: Client, jo
     admin_client.post(BULK_URL, {"action": "resume_selected", "confirm": "yes", **names})
     assert not any(state and state.paused for state in map(state_of, [job, other]))
     assert LogEntry.objects.count() == 4
+
+
+@pytest.mark.django_db
+def test_a_bulk_pause_that_fails_on_one_job_still_pauses_the_others(admin_client: Client, job: str) -> None:
+    unknown = "control.aaa-gone"  # sorted first; neither declared here nor in the store: UnknownJobError
+
+    response = admin_client.post(BULK_URL, {"action": "pause_selected", "confirm": "yes", "duration": "1h",
+                                            "names": [unknown, job]}, follow=True)
+
+    page = text(response)
+    assert f"Could not pause “{unknown}”" in page
+    state = state_of(job)
+    assert state is not None and state.paused
+
+
+@pytest.mark.django_db
+def test_a_pause_whose_end_has_passed_offers_pause_not_resume(admin_client: Client, job: str) -> None:
+    store = DjangoLockStore()
+    store.seed([job])
+    until = store.now() + timedelta(milliseconds=200)
+    store.pause(job, until=until)
+    wait_until(lambda: store.now() > until, timeout=3, what="the pause's end")
+
+    row = row_of(text(admin_client.get(LOCKS_URL)), job)
+
+    assert 'value="Pause…"' in row and 'value="Resume…"' not in row
 
 
 @pytest.mark.django_db
