@@ -5,6 +5,7 @@ Mixed into :class:`tests.contract.LockStoreContract`, so every store runs it aga
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 
 from mutexcron.stores import AcquireStatus, LockState, LockStore
@@ -199,3 +200,25 @@ class FleetControlContract:
         self.run_together(take, [(f"owner-{i}",) for i in range(6)])  # type: ignore[attr-defined]
         assert statuses == [AcquireStatus.STALE_SCHEDULE] * 6
         assert not self.state().locked
+
+    def test_no_acquire_racing_a_pause_wins_once_pause_has_returned(self) -> None:
+        self.store.seed(["job"])
+        paused = threading.Event()
+        won_after: list[str] = []
+
+        def take(owner: str) -> None:
+            for _ in range(40):  # manual runs: only a pause (or a holder, briefly) refuses them
+                started_after_pause = paused.is_set()
+                if self.acquire(None, owner=owner) is AcquireStatus.ACQUIRED:
+                    self.store.force_unlock("job")
+                    if started_after_pause:
+                        won_after.append(owner)
+
+        def pause() -> None:
+            self.store.pause("job")
+            paused.set()
+
+        self.run_together(lambda kind, owner: pause() if kind == "pause" else take(owner),  # type: ignore[attr-defined]
+                          [("pause", "")] + [("take", f"owner-{i}") for i in range(4)])
+        assert won_after == []
+        assert self.acquire(TICK) is AcquireStatus.PAUSED
