@@ -13,9 +13,11 @@ from .urls import scrub
 
 __all__ = ["MAX_ERROR_CHARS", "clip_error", "duration_ms", "epoch_ms", "store_errors"]
 
-# The longest error text (a handler's traceback) a backend stores with a task: the head and the tail of
-# a longer one are kept, since the head says where it started and the tail what finally went wrong.
-MAX_ERROR_CHARS = 32_000
+# The longest error text (a handler's traceback) any backend or task record store keeps with a task, marker
+# included: of a longer one the head and the tail are kept, since the head says where it started and the
+# tail what finally went wrong. One limit for every store, so how a traceback is cut never depends on the backend.
+MAX_ERROR_CHARS = 20_000
+_CUT = "\n[…]\n"  # stands where the middle of a clipped error was
 
 
 @contextmanager
@@ -37,14 +39,16 @@ def store_errors(
 
 
 def clip_error(error: str | None) -> str:
-    """``error`` as a backend stores it: at most :data:`MAX_ERROR_CHARS`, cut in the middle; "" for None."""
+    """``error`` as every store keeps it: at most :data:`MAX_ERROR_CHARS` characters, a longer one cut in the
+    middle (its head and tail kept around a ``[…]`` line); "" for None."""
     if not error:
         return ""
     error = str(error)
     if len(error) <= MAX_ERROR_CHARS:
         return error
-    half = MAX_ERROR_CHARS // 2
-    return f"{error[:half]}\n[…]\n{error[-half:]}"
+    kept = MAX_ERROR_CHARS - len(_CUT)
+    head = kept // 2
+    return f"{error[:head]}{_CUT}{error[len(error) - (kept - head):]}"
 
 
 def epoch_ms(value: datetime) -> int:

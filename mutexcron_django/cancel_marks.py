@@ -27,10 +27,10 @@ from urllib.parse import unquote, urlsplit
 from django.db import connections, router, transaction
 from django.db.models import F, Q, QuerySet
 
+from mutexcron._common import clip_error
 from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.tasks.cancel_marks import (
     DEFAULT_RETENTION,
-    MAX_ERROR_CHARS,
     CancelMarkStore,
     Claim,
     TaskRecord,
@@ -56,13 +56,6 @@ T = TypeVar("T")
 
 def _live() -> Q:
     return Q(expires_at__isnull=True) | Q(expires_at__gt=DbNow())
-
-
-def _clip(error: str | None) -> str | None:
-    """The tail of ``error``, at most MAX_ERROR_CHARS (the RabbitMQ records' own limit, not clip_error's)."""
-    if not error:
-        return None
-    return error if len(error) <= MAX_ERROR_CHARS else "…" + error[-MAX_ERROR_CHARS:]
 
 
 class DjangoCancelMarks(CancelMarkStore):
@@ -180,13 +173,13 @@ class DjangoCancelMarks(CancelMarkStore):
             raise ValueError(f"finish() takes succeeded, failed or cancelled, not {status!r}")
         expires = None if status == TaskStatus.FAILED else self._expiry(datetime.now(UTC))
         return self._call(lambda: self._marks.filter(_live(), pk=task_id, status=TaskStatus.RUNNING.value, gen=gen)
-                          .update(status=status.value, error=_clip(error), expires_at=expires,
+                          .update(status=status.value, error=clip_error(error) or None, expires_at=expires,
                                   updated_at=DbNow()) == 1)
 
     def reschedule(self, task_id: str, *, gen: int, new_gen: int, run_at: datetime, error: str) -> bool:
         return self._call(lambda: self._marks.filter(_live(), pk=task_id, status=TaskStatus.RUNNING.value, gen=gen)
-                          .update(status=TaskStatus.SCHEDULED.value, gen=new_gen, run_at=run_at, error=_clip(error),
-                                  expires_at=None, updated_at=DbNow()) == 1)
+                          .update(status=TaskStatus.SCHEDULED.value, gen=new_gen, run_at=run_at,
+                                  error=clip_error(error) or None, expires_at=None, updated_at=DbNow()) == 1)
 
     def reopen(self, task_id: str, *, gen: int, new_gen: int, run_at: datetime) -> bool:
         def run() -> bool:

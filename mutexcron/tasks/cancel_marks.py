@@ -37,7 +37,6 @@ __all__ = [
 
 DEFAULT_RETENTION = timedelta(days=7)
 DEFAULT_PREFIX = "mutexcron:taskmark:"
-MAX_ERROR_CHARS = 20_000  # the SQL store's own clip (mutexcron_django.cancel_marks); the others use clip_error
 RESULT_FIELD = "django_result"  # the hash field of a Redis record (or task) that store_result() fills
 
 
