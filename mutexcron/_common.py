@@ -11,31 +11,42 @@ from datetime import datetime, timedelta
 from .errors import StoreUnavailable
 from .urls import scrub
 
-__all__ = ["MAX_ERROR_CHARS", "clip_error", "duration_ms", "epoch_ms", "store_errors"]
+__all__ = ["MAX_ERROR_CHARS", "clip_error", "duration_ms", "epoch_ms", "store_errors", "unavailable"]
 
-# The longest error text (a handler's traceback) any backend or task record store keeps with a task, marker
-# included: of a longer one the head and the tail are kept, since the head says where it started and the
-# tail what finally went wrong. One limit for every store, so how a traceback is cut never depends on the backend.
+# The longest error text (a handler's traceback) any task backend or task record store keeps with a task,
+# marker included: of a longer one the head and the tail are kept, since the head says where it started and
+# the tail what finally went wrong. One limit everywhere: how a traceback is cut never depends on the backend.
 MAX_ERROR_CHARS = 20_000
 _CUT = "\n[…]\n"  # stands where the middle of a clipped error was
+
+
+def unavailable(
+    error: BaseException, where: str, *, url: str | None = None, name_error: bool = False, detail: bool = True,
+) -> StoreUnavailable:
+    """``error`` (a client's) as the StoreUnavailable that :func:`store_errors` raises, for a caller that
+    reports an error it did not catch in such a block (a connection found closed)."""
+    if not detail:  # the client's settings were not given as a URL: its message cannot be scrubbed
+        return StoreUnavailable(f"{where}: {type(error).__name__}")
+    message = scrub(str(error), url) if url else str(error)
+    if name_error:
+        message = f"{type(error).__name__}: {message}"
+    return StoreUnavailable(f"{where}: {message}")
 
 
 @contextmanager
 def store_errors(
     errors: type[BaseException] | tuple[type[BaseException], ...], where: str, *, url: str | None = None,
-    name_error: bool = False,
+    name_error: bool = False, detail: bool = True,
 ) -> Iterator[None]:
     """Raise a client error of ``errors`` inside the block as StoreUnavailable naming ``where`` (a store or
     backend as its repr shows it, password masked), so that callers fail closed; with ``url``, that URL's
     secrets are scrubbed from the client's message; with ``name_error``, the message starts with the error's
-    class (a database's message alone often does not say what kind of error it is)."""
+    class (a database's message alone often does not say what kind of error it is); without ``detail``, the
+    class is all it says."""
     try:
         yield
     except errors as error:
-        message = scrub(str(error), url) if url else str(error)
-        if name_error:
-            message = f"{type(error).__name__}: {message}"
-        raise StoreUnavailable(f"{where}: {message}") from error
+        raise unavailable(error, where, url=url, name_error=name_error, detail=detail) from error
 
 
 def clip_error(error: str | None) -> str:

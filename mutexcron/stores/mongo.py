@@ -20,7 +20,8 @@ from pymongo.collection import Collection
 from pymongo.errors import BulkWriteError, ConfigurationError, InvalidName, OperationFailure, PyMongoError
 from pymongo.write_concern import WriteConcern
 
-from ..errors import StoreConfigError, StoreUnavailable
+from .._common import store_errors
+from ..errors import StoreConfigError
 from ..urls import check_host_and_port, mask_url, pop_query_options, scrub
 from .base import AcquireStatus, Acquisition, LockState, LockStore, datetime_to_ms, duration_ms, ms_to_datetime
 
@@ -58,6 +59,7 @@ class MongoLockStore(LockStore):
         self.collection: Collection[Document] = collection.with_options(
             codec_options=codec_options, write_concern=WriteConcern("majority")
         )
+        self._url = url
         self._display = mask_url(url) if url else f"{collection.database.name}.{collection.name}"
         self._owns_client = False
 
@@ -95,10 +97,8 @@ class MongoLockStore(LockStore):
         return store
 
     def _call(self, operation: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        try:
+        with store_errors(PyMongoError, f"MongoDB store {self._display}", url=self._url):
             return operation(*args, **kwargs)
-        except PyMongoError as error:
-            raise StoreUnavailable(f"MongoDB store {self._display}: {error}") from error
 
     def seed(self, names: Iterable[str]) -> int:
         requests = []

@@ -13,8 +13,8 @@ from typing import Any, ParamSpec, TypeVar
 import redis
 from redis.commands.core import Script
 
+from .._common import store_errors
 from .._redis import check_key_prefix, client_from_url, eviction_policy
-from ..errors import StoreUnavailable
 from ..urls import mask_url
 from .base import AcquireStatus, Acquisition, LockState, LockStore, datetime_to_ms, duration_ms, ms_to_datetime
 
@@ -138,6 +138,7 @@ class RedisLockStore(LockStore):
     def __init__(self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX, url: str | None = None) -> None:
         self.client = client
         self.prefix = check_key_prefix(prefix)
+        self._url = url
         self._display = mask_url(url) if url else repr(client)
         self._seed = client.register_script(_SEED)
         self._acquire = client.register_script(_ACQUIRE)
@@ -159,10 +160,8 @@ class RedisLockStore(LockStore):
         return f"{self.prefix}{{{name}}}"
 
     def _call(self, operation: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        try:
+        with store_errors(redis.RedisError, f"Redis store {self._display}", url=self._url):
             return operation(*args, **kwargs)
-        except redis.RedisError as error:
-            raise StoreUnavailable(f"Redis store {self._display}: {error}") from error
 
     def seed(self, names: Iterable[str]) -> int:
         def run() -> int:

@@ -12,15 +12,16 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
 
 import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
+from ..._common import store_errors, unavailable
 from ...errors import StoreConfigError, StoreUnavailable
-from ...urls import mask_url, scrub
+from ...urls import mask_url
 from .rabbitmq_topology import HEADER_ATTEMPT, HEADER_GEN, HEADER_RUN_AT, HEADER_UNTIL, TaskMessage, Topology
 
 __all__ = ["CONNECTION_ERRORS", "BrokerConnection", "Session", "queue_exists"]
@@ -66,10 +67,28 @@ class BrokerConnection:
         self._lock = threading.RLock()
         self._producer: Session | None = None
 
+    # Settings given as ConnectionParameters, not as a URL, cannot be scrubbed: their errors name the class only.
+
     def unavailable(self, error: BaseException, doing: str) -> StoreUnavailable:
         """``error`` (a client error) as StoreUnavailable naming this broker and what it was ``doing``."""
-        detail = scrub(f"{type(error).__name__}: {error}", self._url) if self._url else f"{type(error).__name__}"
-        return StoreUnavailable(f"RabbitMQ {self.display}: {doing}: {detail}")
+        where = f"RabbitMQ {self.display}: {doing}"
+        return unavailable(error, where, url=self._url or None, name_error=True, detail=bool(self._url))
+
+    def errors(self, doing: str) -> AbstractContextManager[None]:
+        """Connection errors inside the block raised as :meth:`unavailable` makes them."""
+        where = f"RabbitMQ {self.display}: {doing}"
+        return store_errors(CONNECTION_ERRORS, where, url=self._url or None, name_error=True, detail=bool(self._url))
+
+    @contextmanager
+    def refusals(self) -> Iterator[None]:
+        """The broker refusing the settings (a channel closed with 403 or 406) inside the block raised as
+        StoreConfigError; its other channel closures propagate (connection errors)."""
+        try:
+            yield
+        except pika.exceptions.ChannelClosedByBroker as error:
+            if error.reply_code in _CONFIG_CODES:
+                raise self._config_error(error) from error
+            raise
 
     def _config_error(self, error: pika.exceptions.ChannelClosedByBroker) -> StoreConfigError:
         hint = ""
@@ -86,10 +105,8 @@ class BrokerConnection:
         if heartbeat is not None:
             parameters = copy.copy(parameters)
             parameters.heartbeat = heartbeat
-        try:
+        with self.errors("cannot connect"):
             session = Session(BlockingConnection(parameters))
-        except CONNECTION_ERRORS as error:
-            raise self.unavailable(error, "cannot connect") from error
         try:
             self._ensure_topology(session)
         except BaseException:
@@ -100,7 +117,7 @@ class BrokerConnection:
     def _ensure_topology(self, session: Session, *, force: bool = False) -> None:
         """Declare the levels unless the marker shows that they exist with these settings."""
         topology = self.topology
-        try:
+        with self.errors("cannot declare the delay queues"), self.refusals():
             if not force:
                 probe = session.connection.channel()
                 try:
@@ -113,26 +130,14 @@ class BrokerConnection:
             setup = session.connection.channel()
             topology.declare(setup)
             setup.close()
-        except pika.exceptions.ChannelClosedByBroker as error:
-            if error.reply_code in _CONFIG_CODES:
-                raise self._config_error(error) from error
-            raise self.unavailable(error, "cannot declare the delay queues") from error
-        except CONNECTION_ERRORS as error:
-            raise self.unavailable(error, "cannot declare the delay queues") from error
 
     def declare_task_types(self, session: Session, task_types: Iterable[str]) -> None:
         """Declare the queues of ``task_types`` (already checked by the caller) not yet declared on ``session``."""
         for task_type in task_types:
             if task_type in session.declared_types:
                 continue
-            try:
+            with self.errors(f"cannot declare the queue of {task_type!r}"), self.refusals():
                 self.topology.declare_task_queue(session.publisher, task_type)
-            except pika.exceptions.ChannelClosedByBroker as error:
-                if error.reply_code in _CONFIG_CODES:
-                    raise self._config_error(error) from error
-                raise self.unavailable(error, f"cannot declare the queue of {task_type!r}") from error
-            except CONNECTION_ERRORS as error:
-                raise self.unavailable(error, f"cannot declare the queue of {task_type!r}") from error
             session.declared_types.add(task_type)
 
     def publish_on(self, session: Session, message: TaskMessage, delay_ms: float) -> None:
@@ -226,18 +231,15 @@ class BrokerConnection:
         """
         self.close_producer()
         queues, exchanges = self.topology.names(task_types)
-        try:
+        with self.errors("cannot connect"):
             connection = BlockingConnection(self.parameters)
-        except CONNECTION_ERRORS as error:
-            raise self.unavailable(error, "cannot connect") from error
         try:
-            channel = connection.channel()
-            for name in queues:
-                channel.queue_delete(name)
-            for name in exchanges:
-                channel.exchange_delete(name)
-        except CONNECTION_ERRORS as error:
-            raise self.unavailable(error, "cannot delete the topology") from error
+            with self.errors("cannot delete the topology"):
+                channel = connection.channel()
+                for name in queues:
+                    channel.queue_delete(name)
+                for name in exchanges:
+                    channel.exchange_delete(name)
         finally:
             with suppress(*CONNECTION_ERRORS):
                 connection.close()

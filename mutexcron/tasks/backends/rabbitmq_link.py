@@ -149,10 +149,8 @@ class ConsumerLink:
         session = self._session
         if session is None:
             raise self.lost()
-        try:
+        with self.broker.errors("consumer connection lost"):
             session.connection.add_callback_threadsafe(run)
-        except CONNECTION_ERRORS as error:
-            raise self.broker.unavailable(error, "consumer connection lost") from error
         while not done.wait(1.0):
             if not self._thread.is_alive() and not done.is_set():
                 raise self.lost()
