@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import math
 from datetime import timedelta, tzinfo
+from urllib.parse import urlsplit
 
 from .cron import resolve_timezone
+from .urls import mask_url
 
 # Longer leases, grace times or timeouts are mistakes (seconds given as minutes...), and far-off lock
 # expiries overflow the stores' datetimes.
@@ -38,6 +40,21 @@ def duration(value: object, *, what: str, error: type[Exception], allow_zero: bo
         raise error(f"{what} must be {'>= 0' if allow_zero else '> 0'}, not {_shown(value)}")
     if result == timedelta(0) and not allow_zero:
         raise error(f"{what} must be > 0, not {_shown(value)}")
+    return result
+
+
+def positive_duration(value: object, *, what: str, error: type[Exception], seconds: bool = True) -> timedelta:
+    """``value`` (a timedelta, or a number of seconds if ``seconds``) as a timedelta longer than zero, with no
+    upper bound: a store's or backend's setting (a retention may well be years)."""
+    result: object = value
+    if seconds and isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            result = timedelta(seconds=value)
+        except (ValueError, OverflowError):  # nan, inf, too large
+            result = None
+    if not isinstance(result, timedelta) or result <= timedelta(0):
+        kind = "timedelta or seconds" if seconds else "duration"
+        raise error(f"{what} must be a positive {kind}, not {_shown(value)}")
     return result
 
 
@@ -71,3 +88,29 @@ def instance_id(value: object, *, what: str, error: type[Exception]) -> str | No
     if value is not None and (not isinstance(value, str) or not value.strip()):
         raise error(f"{what} must be a non-empty string or None, not {_shown(value)}")
     return value
+
+
+def alert_after(value: object, *, what: str, error: type[Exception]) -> timedelta | bool | None:
+    """``value`` as an alert delay: None (the default delay), False (no alerts), or a duration >= 0."""
+    if value is None or value is False:
+        return value
+    if value is True:
+        raise error(f"{what} must be None (the default), False (no alerts) or a duration >= 0, not True")
+    return duration(value, what=what, error=error)
+
+
+def http_url(value: object, *, what: str, error: type[Exception]) -> str | None:
+    """``value`` if it is None or an absolute http(s) URL (a dead man's switch to GET)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise error(f"{what} must be an http(s) URL or None, not {_shown(value)}")
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or any(
+            ch.isspace() for ch in value):
+        raise error(f"{what} must be an absolute http:// or https:// URL, not {mask_url(value)!r}")
+    return value.rstrip("/")

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .heartbeats import Heartbeats
+from .pings import Pings
 from .records import JobContext
 
 if TYPE_CHECKING:
@@ -109,6 +110,7 @@ class Generation:
         self.heartbeats = heartbeats
         self.pool: WorkerPool | None = None
         self.sync: ScheduleSync | None = None  # reads the store's schedules; stopped with the heartbeats
+        self.pings = Pings()  # the jobs' ping_url GETs; its thread starts with the first one
         self.closing = threading.Event()  # set once shutdown began; also wakes fires waiting for a busy lock
         self._close_store = close_store
         self._changed = threading.Condition()
@@ -204,6 +206,8 @@ class Generation:
             logger.warning("shutdown: the schedule sync thread is stuck in a store call; left behind")
         if self.pool is not None:
             self.pool.close()
+        if not self.pings.stop(deadline):
+            logger.warning("shutdown: a ping is still waiting for its server; left to a daemon thread")
         if self._close_store is not None:
             closer = threading.Thread(target=self._close_store, name="mutexcron-close-store", daemon=True)
             closer.start()

@@ -1,20 +1,24 @@
 """The callbacks a scheduler tells about its runs: ``"started"`` when a body starts, ``"finished"`` for every
-run or skip. A failing callback is logged, never raised into the run."""
+run or skip (each with a :class:`RunRecord`); ``"overdue"``, ``"failing"`` and ``"recovered"`` once per
+incident fleet-wide (with an :class:`~mutexcron.alerts.Alert`). A failing callback is logged, never raised."""
 
 from __future__ import annotations
 
 import logging
 import threading
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .records import RunRecord
+
+if TYPE_CHECKING:
+    from .alerts import Alert
 
 __all__ = ["LISTENER_EVENTS", "Listener", "Listeners"]
 
 logger = logging.getLogger("mutexcron.scheduler")
-Listener = Callable[[RunRecord], Any]
-LISTENER_EVENTS = ("started", "finished")
+Listener = Callable[[Any], Any]  # gets a RunRecord ("started", "finished") or an Alert (the others)
+LISTENER_EVENTS = ("started", "finished", "overdue", "failing", "recovered")
 
 
 class Listeners:
@@ -39,7 +43,7 @@ class Listeners:
     def wants(self, event: str) -> bool:
         return any(event in events for _, events in self._callbacks)
 
-    def notify(self, record: RunRecord, event: str) -> None:
+    def notify(self, record: RunRecord | Alert, event: str) -> None:
         for callback, events in list(self._callbacks):
             if event in events:
                 try:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from datetime import timedelta, tzinfo
 from typing import Any, Literal, TypeVar
 
-from ._options import duration
+from ._options import alert_after as check_alert_after
+from ._options import duration, http_url
 from ._options import registry as check_registry
 from ._options import zone as as_zone
 from .cron import CronSpec, CronTrigger, parse_cron
@@ -66,6 +67,9 @@ class Job:
     catch_up: CatchUp = "skip"  # what to run of the ticks missed while no instance ran (see docs/fleet-control.md)
     catch_up_window: timedelta = timedelta(hours=1)  # only ticks this recent are caught up
     jitter: timedelta = timedelta(0)  # each tick runs up to this much late, the same on every instance
+    alert_after: timedelta | bool | None = None  # overdue this long after a tick nobody ran (None: the default
+    # of one lease plus the scheduler's misfire grace; False: no alerts); see mutexcron.alerts
+    ping_url: str | None = None  # GET after each run this instance ran (+ "/fail" on failure); mutexcron.pings
 
     def trigger(self, default_timezone: tzinfo) -> CronTrigger:
         return CronTrigger(self.spec, self.timezone or default_timezone)
@@ -169,6 +173,8 @@ def mutex_cron(
     catch_up: CatchUp = "skip",
     catch_up_window: timedelta | float = timedelta(hours=1),
     jitter: timedelta | float = timedelta(0),
+    alert_after: timedelta | float | bool | None = None,
+    ping_url: str | None = None,
 ) -> Callable[[F], F]:
     """Declare ``func`` as a job that fires on every instance at ``spec`` and runs on one.
 
@@ -176,7 +182,9 @@ def mutex_cron(
     Every problem (bad spec, name, lease, zone, policy) raises here, at declaration time.
     ``catch_up`` (``"skip"``, ``"latest"``, ``"all"``) says what runs of the ticks missed within
     ``catch_up_window`` when an instance starts or its store comes back; ``jitter`` delays each tick's run
-    by a fixed amount in ``[0, jitter)`` derived from the job name and fire time.
+    by a fixed amount in ``[0, jitter)`` derived from the job name and fire time. ``alert_after``: how long
+    after a tick that no instance ran the job is overdue (None: one lease plus the misfire grace; False:
+    never); ``ping_url``: a dead man's switch GET after each run (``/fail`` appended on failure).
     """
 
     def decorate(func: F) -> F:
@@ -200,8 +208,10 @@ def mutex_cron(
         window = duration(catch_up_window, what=f"job {job_name!r}: catch_up_window", error=JobDefinitionError,
                           allow_zero=False)
         spread = duration(jitter, what=f"job {job_name!r}: jitter", error=JobDefinitionError)
+        alert = check_alert_after(alert_after, what=f"job {job_name!r}: alert_after", error=JobDefinitionError)
+        ping = http_url(ping_url, what=f"job {job_name!r}: ping_url", error=JobDefinitionError)
         job = Job(job_name, func, parsed, lease_duration, hold, zone, on_busy, _takes_context(func, job_name),
-                  catch_up, window, spread)
+                  catch_up, window, spread, alert, ping)
         (registry if registry is not None else default_registry).add(job)
         return func
 

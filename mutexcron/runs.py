@@ -18,6 +18,7 @@ from .records import JobContext, Outcome, RunRecord
 from .registry import Job
 from .schedules import Schedules
 from .stores import AcquireStatus, Acquisition, LockStore
+from .telemetry import Telemetry
 
 __all__ = ["Runs"]
 
@@ -33,9 +34,11 @@ class Runs:
     """Runs fires for one scheduler; ``instance_id()`` names this instance (read at each run, see Scheduler)."""
 
     def __init__(self, store: LockStore, *, instance_id: Callable[[], str], busy_grace: timedelta,
-                 listeners: Listeners, health: StoreHealth, schedules: Schedules) -> None:
+                 listeners: Listeners, health: StoreHealth, schedules: Schedules, telemetry: Telemetry,
+                 succeeded: Callable[[str], None]) -> None:
         self.store, self.instance_id, self.busy_grace = store, instance_id, busy_grace
         self.listeners, self.health, self.schedules = listeners, health, schedules
+        self.telemetry, self._succeeded = telemetry, succeeded
 
     def execute(self, life: Generation, job: Job, fire_time: datetime, *, manual: bool, version: int | None = None,
                  catch_up: bool = False) -> RunRecord | None:
@@ -133,7 +136,8 @@ class Runs:
                                             token=token, manual=manual, catch_up=ctx.catch_up), "started")
         outcome, error = Outcome.SUCCEEDED, None
         try:
-            job.call(ctx)
+            with self.telemetry.body(job, ctx):
+                job.call(ctx)
         except Exception:
             outcome, error = Outcome.FAILED, traceback.format_exc()
             logger.exception("job %r (fire %s) failed", job.name, fire_time.isoformat())
@@ -143,13 +147,16 @@ class Runs:
                 logger.warning("job %r (fire %s) ended after shutdown gave up waiting for it; its lock expires "
                                "with its lease", job.name, fire_time.isoformat())
             else:
-                self._release(job, token)
+                self._release(job, token, outcome, error)
             life.done(ctx)
         record = RunRecord(job.name, fire_time, self.instance_id(), outcome, started_at, _utc_now(), error=error,
                            token=token, lock_lost=ctx.lock_lost, manual=manual, catch_up=ctx.catch_up)
         if outcome is Outcome.SUCCEEDED and logger.isEnabledFor(logging.INFO):
             logger.info("job %r (fire %s) succeeded in %.3fs", job.name, fire_time.isoformat(),
                         (record.finished_at - started_at).total_seconds())  # type: ignore[operator]
+        life.pings.send(job.ping_url, record)  # after the release: a slow ping server never holds the lock
+        if outcome is Outcome.SUCCEEDED:
+            self._succeeded(job.name)
         return self._finish(record)
 
     def _release_unrun(self, life: Generation, job: Job, ctx: JobContext) -> None:
@@ -164,9 +171,11 @@ class Runs:
                        job.name, ctx.fire_time.isoformat())
         self._release(job, ctx.token)
 
-    def _release(self, job: Job, token: int) -> None:
+    def _release(self, job: Job, token: int, outcome: Outcome | None = None, error: str | None = None) -> None:
+        """Give the lock back, with the run's outcome for alerts (None: the body did not run)."""
         try:
-            released = self.store.release(job.name, token=token, hold_at_least=job.hold_at_least)
+            released = self.store.release(job.name, token=token, hold_at_least=job.hold_at_least,
+                                          outcome=None if outcome is None else str(outcome), error=error)
         except StoreUnavailable as error:
             self.health.failed(error)
             logger.error("job %r: could not release its lock (it expires with its lease): %s", job.name, error)
@@ -177,5 +186,6 @@ class Runs:
     def _finish(self, record: RunRecord) -> RunRecord:
         if record.outcome is Outcome.SKIPPED_STORE_ERROR:
             self.health.skipped()
+        self.telemetry.finished(record)
         self.listeners.notify(record, "finished")
         return record

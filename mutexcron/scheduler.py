@@ -15,6 +15,7 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from . import _options, control
+from .alerts import Alerts
 from .catchup import CatchUps
 from .errors import LockBusy, SchedulerConfigError, StoreUnavailable
 from .health import StoreHealth
@@ -26,6 +27,7 @@ from .registry import BUSY_POLICIES, BusyPolicy, Job, Registry, default_registry
 from .runs import Runs
 from .schedules import Schedules, ScheduleSync
 from .stores import LockState, LockStore, store_from_url
+from .telemetry import build_telemetry
 from .triggers import LockingExecutor, run_by_locking_executor
 
 __all__ = ["Listener", "Scheduler"]
@@ -47,7 +49,9 @@ class Scheduler:
     around each fire in its worker thread (Django uses it to close stale database connections).
     ``busy_grace``: how long a scheduled fire that finds the lock held by an earlier run keeps trying
     before it records ``skipped_busy`` (with ``on_busy="skip"`` or ``"raise"``). ``sync_interval``: how
-    often a running scheduler reads the store's schedule overrides (and notices that the store came back).
+    often a running scheduler reads the store's schedule overrides (and notices that the store came back,
+    and judges overdue and failing jobs). ``metrics`` / ``tracing``: Prometheus metrics and OpenTelemetry
+    spans of the runs (the ``prometheus`` and ``otel`` extras; :mod:`mutexcron.telemetry`).
     """
 
     def __init__(
@@ -64,6 +68,8 @@ class Scheduler:
         fire_context: Callable[[], AbstractContextManager[Any]] | None = None,
         busy_grace: timedelta = timedelta(seconds=1),
         sync_interval: timedelta = timedelta(seconds=5),
+        metrics: bool = False,
+        tracing: bool = False,
     ) -> None:
         bad = SchedulerConfigError  # every option is checked before the store is built
         _options.registry(registry, what="Scheduler registry", error=bad)
@@ -83,6 +89,7 @@ class Scheduler:
         self.busy_grace = _options.duration(busy_grace, what="Scheduler busy_grace", error=bad, seconds=False)
         self.sync_interval = _options.duration(sync_interval, what="Scheduler sync_interval", error=bad,
                                                seconds=False, allow_zero=False)
+        self._telemetry = build_telemetry(metrics=metrics, tracing=tracing, error=bad)
         self._owns_store = not isinstance(store, LockStore)
         self.store = store_from_url(store)
         self._listeners = Listeners()
@@ -93,8 +100,12 @@ class Scheduler:
         # Ticks are missed while the store is away: catch them up once it is back.
         self._health = StoreHealth(on_down=lambda: self._catch_ups.mark(self._catching_up_jobs()),
                                    on_back=lambda: self._start_catch_up(self._life) if self._aps else None)
+        self._alerts = Alerts(self.store, instance_id=lambda: self.instance_id,
+                              misfire_grace_time=self.misfire_grace_time, notify=self._listeners.notify,
+                              overdue=self._telemetry.overdue)
         self._runs = Runs(self.store, instance_id=lambda: self.instance_id, busy_grace=self.busy_grace,
-                          listeners=self._listeners, health=self._health, schedules=self._schedules)
+                          listeners=self._listeners, health=self._health, schedules=self._schedules,
+                          telemetry=self._telemetry, succeeded=lambda name: self._alerts.succeeded(name, _utc_now()))
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -109,7 +120,9 @@ class Scheduler:
         return self._aps is not None
 
     def add_listener(self, callback: Listener, *, events: Collection[str] = ("finished",)) -> Listener:
-        """Call ``callback(record)`` on every ``"finished"`` run or skip (and, if asked, ``"started"``)."""
+        """Call ``callback(record)`` on every ``"finished"`` run or skip (and, if asked, ``"started"``);
+        ``callback(alert)`` for ``"overdue"``, ``"failing"`` and ``"recovered"`` (once per incident, fleet-wide,
+        on the instance that noticed first: see :mod:`mutexcron.alerts`)."""
         return self._listeners.add(callback, events)
 
     def remove_listener(self, callback: Listener) -> None:
@@ -143,6 +156,7 @@ class Scheduler:
                                  life.closing)
         life.sync.start()
         self._start_catch_up(life)
+        self._check_alerts(states)
         logger.info(
             "mutexcron scheduler %s started with %d job(s) on %r", self.instance_id, len(jobs), self.store
         )
@@ -303,12 +317,19 @@ class Scheduler:
         return states
 
     def _sync(self, life: Generation) -> None:
-        """Every sync_interval: follow schedule overrides; notice that the store came back."""
+        """Every sync_interval: follow schedule overrides; notice that the store came back; judge alerts from
+        the same read."""
         states = self._read_states()
         for job in self.registry:
             state = states.get(job.name)
             if state is not None:
                 self._schedules.apply(job, state)
+        self._check_alerts(states)
+
+    def _check_alerts(self, states: dict[str, LockState]) -> None:
+        """Overdue and failing jobs, from lock documents just read (nothing to judge if none could be)."""
+        if states:
+            self._alerts.check(self.registry, states, self._schedules.trigger, _utc_now() + self.clock_skew)
 
     def _follow(self, state: LockState) -> None:
         """After this instance changed a schedule: fire on it now rather than at the next sync."""

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from mutexcron.stores import AcquireStatus, LockStore
+from tests.alert_contract import AlertsContract
 from tests.control_contract import FleetControlContract
 from tests.support import wait_until
 
@@ -19,7 +20,7 @@ FIRE_1 = datetime(2026, 1, 1, 6, 0, 0, tzinfo=UTC)
 FIRE_2 = FIRE_1 + timedelta(days=1)
 
 
-class LockStoreContract(FleetControlContract):
+class LockStoreContract(FleetControlContract, AlertsContract):
     """Behaviour shared by every LockStore (memory, Redis, MongoDB, Django ORM)."""
 
     store: LockStore  # set by the subclass's autouse fixture

@@ -11,12 +11,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 
-from .._common import duration_ms, epoch_ms
+from .._common import duration_ms, epoch_ms, ms_to_datetime
 
-__all__ = ["AcquireStatus", "Acquisition", "LockState", "LockStore", "datetime_to_ms", "duration_ms", "ms_to_datetime"]
+__all__ = ["MAX_ERROR_LINE", "OUTCOMES", "AcquireStatus", "Acquisition", "LockState", "LockStore", "check_outcome",
+           "datetime_to_ms", "duration_ms", "ms_to_datetime"]
 
 datetime_to_ms = epoch_ms  # the stores' name for it (Redis keeps times as epoch milliseconds)
 
@@ -43,6 +44,14 @@ class LockState:
     schedule_version: int = 0  # bumped by every set_schedule(); acquires fired for another one are refused
     schedule_by: str | None = None
     schedule_changed_at: datetime | None = None
+    # What the runs left behind, for alerts (mutexcron.alerts): written by release(outcome=...), atomically.
+    created_at: datetime | None = None  # when the document was first made (kept across delete and revive)
+    last_outcome: str | None = None  # "succeeded" or "failed": the latest run released with an outcome
+    last_finished_at: datetime | None = None  # when that run was released (store clock)
+    last_success_at: datetime | None = None  # when the latest succeeded run was released (store clock)
+    last_error: str | None = None  # the failed run's error, one line (at most MAX_ERROR_LINE characters)
+    incident: str | None = None  # the open alert ("overdue ..." or "failing ..."), claimed by one instance
+    incident_at: datetime | None = None  # when it was opened (store clock)
 
     def is_held(self, now: datetime) -> bool:
         """True if the lock is taken and its lease (or hold_at_least) has not run out at ``now``."""
@@ -108,9 +117,12 @@ class LockStore(ABC):
         """Extend the lease to store-now + ``lease`` if ``token`` still holds the lock."""
 
     @abstractmethod
-    def release(self, name: str, *, token: int, hold_at_least: timedelta = timedelta(0)) -> bool:
+    def release(self, name: str, *, token: int, hold_at_least: timedelta = timedelta(0),
+                outcome: str | None = None, error: str | None = None) -> bool:
         """Release the lock if ``token`` holds it; with ``hold_at_least``, keep it until the acquisition
-        time plus that duration. Returns False (and changes nothing) for a stale token."""
+        time plus that duration. With ``outcome`` (``"succeeded"`` or ``"failed"``), in the same atomic step:
+        ``last_outcome``, ``last_finished_at`` = now, ``last_error`` (``error``, None on success) and, on
+        success, ``last_success_at`` = now. Returns False (and changes nothing) for a stale token."""
 
     @abstractmethod
     def locks(self) -> list[LockState]:
@@ -150,6 +162,18 @@ class LockStore(ABC):
         bump ``schedule_version``, so acquires fired for the old schedule are refused. The caller validates
         the spec. Returns the new state, or ``None`` if the store has no visible document for ``name``."""
 
+    # -- alerts: one instance claims each incident (mutexcron.alerts) ------------------------------------
+
+    @abstractmethod
+    def open_incident(self, name: str, incident: str) -> bool:
+        """Set ``incident`` and ``incident_at`` = now if the visible document has no open incident. True only
+        for the one call that opened it (the fleet's one alert); False, changing nothing, otherwise."""
+
+    @abstractmethod
+    def close_incident(self, name: str, incident: str) -> bool:
+        """Clear the document's incident if it is ``incident``. True only for the one call that closed it
+        (the fleet's one "recovered"); False, changing nothing, otherwise."""
+
     @abstractmethod
     def now(self) -> datetime:
         """The store's clock, aware UTC: the clock leases are decided on."""
@@ -168,8 +192,19 @@ class LockStore(ABC):
         self.close()
 
 
-def ms_to_datetime(value: int | str | bytes | None) -> datetime | None:
-    """Milliseconds since the epoch (as stored in Redis) to aware UTC; empty values become ``None``."""
-    if value is None or value == "" or value == b"":
+OUTCOMES = ("succeeded", "failed")  # what release(outcome=) takes
+MAX_ERROR_LINE = 500
+
+
+def check_outcome(outcome: str | None, error: str | None) -> str | None:
+    """The ``error`` a store keeps for ``outcome``: one line, clipped (None on success); ValueError for an
+    outcome release() does not take."""
+    if outcome is not None and outcome not in OUTCOMES:
+        raise ValueError(f"release outcome must be one of {OUTCOMES} or None, not {outcome!r}")
+    if outcome != "failed" or not error:
         return None
-    return datetime.fromtimestamp(int(value) / 1000, UTC)
+    lines = [line for line in error.strip().splitlines() if line.strip()]
+    line = lines[-1].strip() if lines else ""  # a traceback's last line names the exception
+    return line[:MAX_ERROR_LINE]
+
+

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from .base import AcquireStatus, Acquisition, LockState, LockStore
+from .base import AcquireStatus, Acquisition, LockState, LockStore, check_outcome
 
 __all__ = ["MemoryLockStore"]
 
@@ -32,15 +32,15 @@ class MemoryLockStore(LockStore):
     def from_url(cls, url: str) -> MemoryLockStore:
         return cls()
 
-    @staticmethod
-    def _fresh(name: str) -> LockState:
-        return LockState(name, False, None, None, None, None, None, 0)
+    def _fresh(self, name: str) -> LockState:
+        return LockState(name, False, None, None, None, None, None, 0, created_at=self._clock())
 
     def seed(self, names: Iterable[str]) -> int:
         with self._mutex:
             missing = [name for name in dict.fromkeys(names) if name not in self._locks or name in self._deleted]
             for name in missing:
-                self._locks.setdefault(name, self._fresh(name))
+                if name not in self._locks:
+                    self._locks[name] = self._fresh(name)
                 self._deleted.discard(name)
             return len(missing)
 
@@ -49,7 +49,9 @@ class MemoryLockStore(LockStore):
         with self._mutex:
             now = self._clock()
             self._deleted.discard(name)  # acquiring revives a tombstone, with its token and last fire time
-            state = self._locks.setdefault(name, self._fresh(name))
+            if name not in self._locks:
+                self._locks[name] = self._fresh(name)
+            state = self._locks[name]
             if state.is_paused(now):
                 return Acquisition(AcquireStatus.PAUSED, holder=state.locked_by)
             if fire_time is not None and schedule_version is not None and schedule_version != state.schedule_version:
@@ -82,7 +84,9 @@ class MemoryLockStore(LockStore):
             self._locks[name] = replace(state, lock_until=self._clock() + lease)
             return True
 
-    def release(self, name: str, *, token: int, hold_at_least: timedelta = timedelta(0)) -> bool:
+    def release(self, name: str, *, token: int, hold_at_least: timedelta = timedelta(0),
+                outcome: str | None = None, error: str | None = None) -> bool:
+        error = check_outcome(outcome, error)
         with self._mutex:
             state = self._holding(name, token)
             if state is None:
@@ -91,9 +95,13 @@ class MemoryLockStore(LockStore):
             assert state.last_locked_at is not None
             hold_until = state.last_locked_at + hold_at_least
             if hold_until > now:
-                self._locks[name] = replace(state, lock_until=hold_until, last_released_at=now)
+                state = replace(state, lock_until=hold_until, last_released_at=now)
             else:
-                self._locks[name] = replace(state, locked=False, lock_until=now, last_released_at=now)
+                state = replace(state, locked=False, lock_until=now, last_released_at=now)
+            if outcome is not None:
+                state = replace(state, last_outcome=outcome, last_finished_at=now, last_error=error,
+                                last_success_at=now if outcome == "succeeded" else state.last_success_at)
+            self._locks[name] = state
             return True
 
     def locks(self) -> list[LockState]:
@@ -146,6 +154,30 @@ class MemoryLockStore(LockStore):
         return self._change(name, lambda state, now: replace(
             state, schedule=spec, schedule_timezone=timezone, schedule_version=state.schedule_version + 1,
             schedule_by=by, schedule_changed_at=now))
+
+    def open_incident(self, name: str, incident: str) -> bool:
+        opened: list[bool] = []
+
+        def open_(state: LockState, now: datetime) -> LockState:
+            if state.incident is not None:
+                return state
+            opened.append(True)
+            return replace(state, incident=incident, incident_at=now)
+
+        self._change(name, open_)
+        return bool(opened)
+
+    def close_incident(self, name: str, incident: str) -> bool:
+        closed: list[bool] = []
+
+        def close(state: LockState, now: datetime) -> LockState:
+            if state.incident != incident:
+                return state
+            closed.append(True)
+            return replace(state, incident=None, incident_at=None)
+
+        self._change(name, close)
+        return bool(closed)
 
     def now(self) -> datetime:
         return self._clock()

@@ -1,0 +1,179 @@
+"""Missed and failing runs, told once per incident by the whole fleet.
+
+A job is *overdue* when a nominal tick of its effective schedule (not paused) is older than its
+``alert_after`` (default: one lease plus the scheduler's misfire grace, plus the tick's jitter) and no
+instance ran that tick or a later one; it is *failing* when its latest run failed. Every running scheduler
+judges its jobs from the lock documents it already reads at each schedule sync (no extra store read); the
+first instance to see a problem opens the incident in the store (:meth:`LockStore.open_incident`, atomic), so
+one ERROR and one ``"overdue"`` (or ``"failing"``) event go out per incident, and one ``"recovered"`` when a
+run succeeds again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Literal
+
+from .control import jitter_delay
+from .errors import StoreUnavailable
+
+if TYPE_CHECKING:
+    from .cron import CronTrigger
+    from .registry import Job
+    from .stores import LockState, LockStore
+
+__all__ = ["ALERT_EVENTS", "Alert", "Alerts", "Problem", "alert_delay", "job_problems"]
+
+logger = logging.getLogger("mutexcron.alerts")
+ProblemKind = Literal["overdue", "failing"]
+ALERT_EVENTS = ("overdue", "failing", "recovered")
+MAX_INCIDENT = 255  # what a store keeps of an incident's text
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What is wrong with one job now: ``since`` is the missed tick (overdue) or when the failed run ended."""
+
+    job_name: str
+    kind: ProblemKind
+    since: datetime
+    detail: str
+
+    @property
+    def incident(self) -> str:
+        """The incident's text as the store keeps it."""
+        return f"{self.kind} since {self.since.isoformat()}: {self.detail}"[:MAX_INCIDENT]
+
+
+@dataclass(frozen=True)
+class Alert:
+    """What ``"overdue"``, ``"failing"`` and ``"recovered"`` listeners get: the incident, and who told it."""
+
+    job_name: str
+    event: str  # "overdue", "failing" or "recovered"
+    incident: str  # the store's text of the incident ("overdue since <tick>: ..." or "failing since ...")
+    instance_id: str  # the instance that opened (or closed) it
+    at: datetime  # when this instance noticed
+    problem: Problem | None = None  # what was found (None for "recovered")
+
+    @property
+    def kind(self) -> str:
+        return self.incident.split(" ", 1)[0]
+
+
+def alert_delay(job: Job, misfire_grace_time: timedelta) -> timedelta | None:
+    """How long after a tick that nobody ran ``job`` is overdue; None if its alerts are off."""
+    if job.alert_after is False:
+        return None
+    if job.alert_after is None or job.alert_after is True:
+        return job.lease + misfire_grace_time
+    return job.alert_after
+
+
+def overdue_tick(job: Job, state: LockState, trigger: CronTrigger, *, now: datetime, delay: timedelta,
+                 known_since: datetime) -> datetime | None:
+    """The first tick that no instance ran and that is past its alert delay at ``now``, or None. Ticks count
+    from the lock's last fire, the end of a pause, or the document's creation (``known_since`` if unknown);
+    none while paused."""
+    if state.is_paused(now):
+        return None
+    floors = [state.last_fire_time, state.pause_ended_at(now), state.created_at or known_since]
+    tick = trigger.next_after(max(floor for floor in floors if floor is not None))
+    if tick is None or tick + jitter_delay(job.name, tick, job.jitter) + delay >= now:
+        return None
+    return tick
+
+
+def job_problems(job: Job, state: LockState | None, trigger: CronTrigger, *, now: datetime,
+                 misfire_grace_time: timedelta, known_since: datetime) -> list[Problem]:
+    """Overdue and failing, in that order, as ``state`` shows them at ``now`` (none if alerts are off)."""
+    delay = alert_delay(job, misfire_grace_time)
+    if state is None or delay is None:
+        return []
+    problems: list[Problem] = []
+    tick = overdue_tick(job, state, trigger, now=now, delay=delay, known_since=known_since)
+    if tick is not None:
+        problems.append(Problem(job.name, "overdue", tick, f"no instance ran the tick of {tick.isoformat()} "
+                                                           f"(alert after {delay})"))
+    if state.last_outcome == "failed":
+        since = state.last_finished_at or now
+        problems.append(Problem(job.name, "failing", since, state.last_error or "its latest run failed"))
+    return problems
+
+
+def recovered(state: LockState) -> bool:
+    """True once a run succeeded after the open incident was opened."""
+    return (state.incident is not None and state.incident_at is not None and state.last_success_at is not None
+            and state.last_success_at > state.incident_at)
+
+
+class Alerts:
+    """One scheduler's alerts: judge its jobs at each check, open and close incidents, tell the listeners."""
+
+    def __init__(self, store: LockStore, *, instance_id: Callable[[], str], misfire_grace_time: timedelta,
+                 notify: Callable[[Alert, str], None], overdue: Callable[[str, bool], None]) -> None:
+        self.store, self.instance_id, self.misfire_grace_time = store, instance_id, misfire_grace_time
+        self._notify, self._overdue = notify, overdue
+        self._lock = threading.Lock()
+        self._open: dict[str, str] = {}  # job name -> the incident open at the last check
+        self._known_since: datetime | None = None
+
+    def check(self, jobs: Iterable[Job], states: Mapping[str, LockState], trigger: Callable[[Job], CronTrigger],
+              now: datetime) -> None:
+        """Judge every job from ``states`` (just read); open or close incidents where this instance is first."""
+        known_since = self._known_since = self._known_since or now  # documents from before created_at
+        for job in jobs:
+            state = states.get(job.name)
+            found = job_problems(job, state, trigger(job), now=now, misfire_grace_time=self.misfire_grace_time,
+                                 known_since=known_since)
+            self._overdue(job.name, any(problem.kind == "overdue" for problem in found))
+            if state is None:
+                continue
+            incident = state.incident
+            if incident is None and found:
+                incident = self._open_incident(found[0], now)
+            elif incident is not None and recovered(state):
+                incident = None if self._close(job.name, incident, now) else incident
+            with self._lock:
+                if incident is None:
+                    self._open.pop(job.name, None)
+                else:
+                    self._open[job.name] = incident
+
+    def succeeded(self, job_name: str, now: datetime) -> None:
+        """A run of ``job_name`` just succeeded here: close the incident this instance last saw open, at once."""
+        with self._lock:
+            incident = self._open.pop(job_name, None)
+        if incident is not None:
+            self._close(job_name, incident, now)
+
+    def _open_incident(self, problem: Problem, now: datetime) -> str | None:
+        try:
+            opened = self.store.open_incident(problem.job_name, problem.incident)
+        except StoreUnavailable as error:
+            logger.debug("job %r: could not open its incident (checked again at the next sync): %s",
+                         problem.job_name, error)
+            return None
+        if not opened:  # another instance was first; it told the fleet
+            return None
+        logger.error("job %r is %s since %s: %s", problem.job_name, problem.kind, problem.since.isoformat(),
+                     problem.detail)
+        self._notify(Alert(problem.job_name, problem.kind, problem.incident, self.instance_id(), now, problem),
+                     problem.kind)
+        return problem.incident
+
+    def _close(self, job_name: str, incident: str, now: datetime) -> bool:
+        try:
+            closed = self.store.close_incident(job_name, incident)
+        except StoreUnavailable as error:
+            logger.debug("job %r: could not close its incident (checked again at the next sync): %s", job_name,
+                         error)
+            return False
+        if closed:
+            logger.warning("job %r recovered: a run succeeded after %s", job_name, incident)
+            self._notify(Alert(job_name, "recovered", incident, self.instance_id(), now), "recovered")
+        return True  # closed here or by another instance: not open any more

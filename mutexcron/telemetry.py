@@ -1,0 +1,96 @@
+"""What a scheduler tells its telemetry: the hooks that metrics (:mod:`mutexcron.metrics`) and traces
+(:mod:`mutexcron.tracing`) implement, and the composite a scheduler calls. Telemetry never breaks a run: a
+failing hook is logged and the run goes on."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from typing import TYPE_CHECKING
+
+from .errors import SchedulerConfigError
+
+if TYPE_CHECKING:
+    from .records import JobContext, RunRecord
+    from .registry import Job
+
+__all__ = ["Telemetry", "build_telemetry"]
+
+logger = logging.getLogger("mutexcron.telemetry")
+
+
+class Telemetry:
+    """The hooks, each a no-op here."""
+
+    def body(self, job: Job, ctx: JobContext) -> AbstractContextManager[object]:
+        """Entered around a job body in its thread (a span is current inside it); an exception from the body
+        passes through it before the run records ``failed``."""
+        return nullcontext()
+
+    def finished(self, record: RunRecord) -> None:
+        """Every run or skip of this instance, as the ``"finished"`` listeners get it."""
+
+    def overdue(self, job_name: str, overdue: bool) -> None:
+        """This instance's latest view of whether ``job_name`` is overdue (at every alerts check)."""
+
+
+class Telemetries(Telemetry):
+    """Several telemetries as one; a hook that raises is logged, the others still run."""
+
+    def __init__(self, parts: Sequence[Telemetry]) -> None:
+        self.parts = list(parts)
+
+    def __bool__(self) -> bool:
+        return bool(self.parts)
+
+    @contextmanager
+    def _body(self, job: Job, ctx: JobContext) -> Iterator[None]:
+        with ExitStack() as stack:
+            for part in self.parts:
+                try:
+                    stack.enter_context(part.body(job, ctx))
+                except Exception:
+                    logger.exception("mutexcron telemetry %r failed at the start of job %r", part, job.name)
+            yield
+
+    def body(self, job: Job, ctx: JobContext) -> AbstractContextManager[object]:
+        return self._body(job, ctx) if self.parts else nullcontext()
+
+    def finished(self, record: RunRecord) -> None:
+        for part in self.parts:
+            try:
+                part.finished(record)
+            except Exception:
+                logger.exception("mutexcron telemetry %r failed on a record of job %r", part, record.job_name)
+
+    def overdue(self, job_name: str, overdue: bool) -> None:
+        for part in self.parts:
+            try:
+                part.overdue(job_name, overdue)
+            except Exception:
+                logger.exception("mutexcron telemetry %r failed on the overdue state of %r", part, job_name)
+
+
+def build_telemetry(*, metrics: bool, tracing: bool, error: type[Exception] = SchedulerConfigError) -> Telemetries:
+    """The telemetry for ``Scheduler(metrics=..., tracing=...)``; ``error`` (naming the extra to install) when
+    the library it needs is missing."""
+    for option, value in (("metrics", metrics), ("tracing", tracing)):
+        if not isinstance(value, bool):
+            raise error(f"Scheduler {option} must be True or False, not {value!r}")
+    parts: list[Telemetry] = []
+    if metrics:
+        try:
+            from .metrics import JobMetrics
+        except ImportError as missing:
+            raise error(f"Scheduler metrics=True needs prometheus-client: pip install 'mutexcron[prometheus]' "
+                        f"({missing})") from None
+        parts.append(JobMetrics())
+    if tracing:
+        try:
+            from .tracing import JobTracing
+        except ImportError as missing:
+            raise error(f"Scheduler tracing=True needs opentelemetry-api: pip install 'mutexcron[otel]' "
+                        f"({missing})") from None
+        parts.append(JobTracing())
+    return Telemetries(parts)
