@@ -24,7 +24,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -33,6 +32,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from mutexcron._signals import SignalFlag
 
 HERE = Path(__file__).resolve().parent
 TICK_JOB = "ticks.record_tick"
@@ -193,7 +194,7 @@ def check_alive(instances: list[Instance]) -> None:
             raise Died(f"{instance.name} exited with status {instance.process.returncode}:\n{instance.log_tail()}")
 
 
-def wait_ready(instances: list[Instance], stop: threading.Event, timeout: float = 60) -> None:
+def wait_ready(instances: list[Instance], stop: SignalFlag, timeout: float = 60) -> None:
     """Until every instance answers HTTP and has started its scheduler (polled, with a deadline)."""
     deadline = time.monotonic() + timeout
     waiting = list(instances)
@@ -268,7 +269,7 @@ def pause_line() -> str:
     return f"  {TICK_JOB} PAUSED by {lock.paused_by or 'someone'}{until}: no instance runs its ticks"
 
 
-def watch(instances: list[Instance], first: datetime, until: float, stop: threading.Event) -> None:
+def watch(instances: list[Instance], first: datetime, until: float, stop: SignalFlag) -> None:
     """Print each tick as it is run, and every pause or resume of the job, until the monotonic time ``until``."""
     shown: set[datetime] = set()
     state = pause_line()
@@ -366,7 +367,7 @@ def report(instances: list[Instance], first: datetime, last: datetime) -> bool:
 def main(argv: list[str] | None = None) -> int:
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # in order with the logs, when piped
     args = parse_args(argv)
-    stop = threading.Event()
+    stop = SignalFlag()  # a threading.Event set from a signal handler can deadlock the main thread
 
     def on_signal(signum: int, frame: Any) -> None:
         stop.set()

@@ -29,9 +29,8 @@ JOB = "demo.heartbeat"
 
 def run_instance(store: str, name: str, ledger: Path) -> None:
     """One app instance: declare the job, start the scheduler, write each RunRecord, stop on SIGTERM."""
-    import threading
-
     from mutexcron import JobContext, Registry, RunRecord, Scheduler, mutex_cron
+    from mutexcron._signals import SignalFlag
 
     registry = Registry()
 
@@ -44,7 +43,7 @@ def run_instance(store: str, name: str, ledger: Path) -> None:
         with ledger.open("a") as file:
             file.write(json.dumps(line) + "\n")
 
-    stop = threading.Event()
+    stop = SignalFlag()  # a threading.Event set from a signal handler can deadlock the main thread
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     scheduler = Scheduler(store, registry=registry, instance_id=name)
     scheduler.add_listener(write)

@@ -44,6 +44,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
+from mutexcron._signals import SignalFlag
 from mutexcron.records import JobContext, RunRecord
 from mutexcron.registry import Registry, mutex_cron
 from mutexcron.scheduler import Scheduler
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             catch_up=record.catch_up,
         )
 
-    stop = threading.Event()
+    stop = SignalFlag()  # a threading.Event set from a signal handler can deadlock the main thread
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
 

@@ -24,8 +24,10 @@ Every line carries "worker" and "at" (this process's wall clock, time.time()).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import select
 import signal
 import sys
 import threading
@@ -92,13 +94,17 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(args.task_seconds)
         ledger.write("ran", n=payload["n"], started_at=started)
 
-    wakeup = threading.Event()
+    # A signal handler must not take a lock the main thread may hold (an Event's would deadlock it): it
+    # writes a byte to a pipe that the main loop selects on.
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
     flags = {"stop": False, "cpu": False}
 
     def on_signal(name: str) -> Any:
         def handler(signum: int, frame: object) -> None:
             flags[name] = True
-            wakeup.set()
+            with contextlib.suppress(BlockingIOError):  # a full pipe: the main loop is already due to wake
+                os.write(wake_write, b"!")
 
         return handler
 
@@ -111,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     queue.start(prefetch=args.prefetch)
     ledger.write("ready", pid=os.getpid())
     while not flags["stop"]:
-        wakeup.wait(1.0)  # a bounded wait keeps the main thread responsive to signals
-        wakeup.clear()
+        if select.select([wake_read], [], [], 1.0)[0]:  # bounded, to notice a dead worker thread too
+            os.read(wake_read, 1024)
         if not queue.worker_alive and not hanging.is_set():
             ledger.write("died", error=repr(queue.worker_error))
             return 1  # a worker thread that died must not look like a clean stop

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
+from mutexcron._signals import SignalFlag
 from mutexcron.errors import MutexcronError
 from mutexcron.urls import scrub
 
@@ -26,10 +27,10 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # how `run` and `worker` are sto
 
 
 @contextlib.contextmanager
-def foreground(command: str, verbosity: int) -> Iterator[tuple[threading.Event, list[int]]]:
+def foreground(command: str, verbosity: int) -> Iterator[tuple[SignalFlag, list[int]]]:
     """While the block runs: SIGTERM and SIGINT set the yielded event (and are listed, first first), and
     mutexcron's log goes to stderr unless the project configured logging. Both are undone after."""
-    stop = threading.Event()
+    stop = SignalFlag()  # not a threading.Event: setting one from a signal handler can deadlock
     received: list[int] = []
 
     def on_signal(signum: int, frame: object) -> None:
