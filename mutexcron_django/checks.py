@@ -1,5 +1,5 @@
-"""System checks: bad job declarations (errors), orphan locks, an unreachable store and a Redis eviction
-policy that may evict mutexcron's keys (warnings)."""
+"""System checks: bad job declarations (errors), orphan locks, an unreachable store, a Redis eviction
+policy that may evict mutexcron's keys and overdue or failing jobs (warnings)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from mutexcron.errors import DuplicateJobError, MutexcronError
 
 from .conf import get_settings
 from .discovery import declaration_errors, declaration_messages
+from .health import health_report
 from .store import DjangoLockStore
 
 TAG = "mutexcron"
@@ -75,16 +76,21 @@ def check_store(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
         store.close()
 
 
-# Policies that may evict keys without a TTL (lock hashes, scheduled tasks); the cancel store's records
-# carry a TTL, so a volatile-* policy may evict those early too.
+# Policies that may evict keys without a TTL (lock hashes, scheduled tasks, task records whose message has not
+# come), and those that evict only keys with one (the records of tasks whose message came).
 _ALLKEYS = frozenset({"allkeys-lru", "allkeys-lfu", "allkeys-random"})
 _VOLATILE = frozenset({"volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"})
-_EVICTION_RISKS = {
-    "the lock store": (_ALLKEYS, "an evicted lock hash resets its token and last fire time: a tick may run twice "
-                                 "and fencing tokens may repeat"),
-    "the task backend": (_ALLKEYS, "scheduled tasks have no TTL: an evicted one may vanish unrun"),
-    "the task cancel store": (_ALLKEYS | _VOLATILE, "an evicted task record loses its cancel mark: a cancelled "
-                                                    "task may run"),
+_EVICTION_RISKS: dict[str, tuple[tuple[frozenset[str], str], ...]] = {
+    "the lock store": ((_ALLKEYS, "an evicted lock hash resets its token and last fire time: a tick may run twice "
+                                  "and fencing tokens may repeat"),),
+    "the task backend": ((_ALLKEYS, "scheduled tasks have no TTL: an evicted one may vanish unrun"),),
+    "the task cancel store": (
+        (_ALLKEYS, "a scheduled task's record (no TTL until its message comes) may be evicted: its message is then "
+                   "dead-lettered unrun and its status is lost (a cancelled task still never runs)"),
+        (_VOLATILE, "the record of a task whose message already came (it has a TTL) may be evicted early: its "
+                    "status and result are lost, and a redelivered message of a running task is dead-lettered, "
+                    "not retried (pending and failed records have no TTL and stay)"),
+    ),
 }
 
 
@@ -96,8 +102,8 @@ def _eviction_warning(what: str, part: Any) -> list[Warning]:
         policy = policy_of()
     except MutexcronError:  # unreachable: W002 says so for the lock store; the queue reports its own errors
         return []
-    risky, consequence = _EVICTION_RISKS[what]
-    if policy not in risky:
+    consequence = next((text for risky, text in _EVICTION_RISKS[what] if policy in risky), None)
+    if consequence is None:
         return []
     return [Warning(
         f"{what} {part!r} is on a Redis server whose maxmemory-policy is {policy!r}: {consequence}",
@@ -129,3 +135,16 @@ def check_redis_eviction(app_configs: Any = None, **kwargs: Any) -> list[Warning
         finally:
             queue.close()
     return warnings
+
+
+@register(TAG, deploy=True)
+def check_job_health(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """mutexcron.W004 (deploy): a declared job is overdue or failing (an unreachable store is W002's)."""
+    report = health_report()
+    return [Warning(
+        f"job {problem.job_name!r} is {problem.kind} since {problem.since.isoformat()}: {problem.detail}",
+        hint="See manage.py mutexcron health and the job's timeline in the admin; an overdue job's ticks are "
+             "not being run by any instance (is any scheduler running? is its lock held by a dead holder?).",
+        obj=problem.job_name,
+        id="mutexcron.W004",
+    ) for problem in report.problems]

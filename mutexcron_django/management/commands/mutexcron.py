@@ -5,6 +5,7 @@
 - ``trigger NAME``: run a job now under its lock; fails (exit 1) if the job failed or did not run.
 - ``unlock NAME [--delete [--force]]``: free a job's lock (an operator's action); ``--delete`` hides an orphan's.
 - ``seed``: create the missing lock documents; ``prune [--older-than DAYS]``: delete old run history.
+- ``health [--json]``: exit 0 when the store answers and no job is overdue or failing, else 1.
 - ``worker [--types A,B] [--prefetch N]``: a foreground task worker; SIGTERM or SIGINT stops it cleanly.
 - ``pause NAME [--until ISO-8601 | --for 2h30m] [--by WHO]``, ``resume NAME``: stop and restart a job's runs
   on every instance; ``schedule NAME SPEC [--timezone TZ]`` / ``schedule NAME --reset``: override its
@@ -29,8 +30,8 @@ from ..subcommands.arguments import Argument, Subcommand, argument, subcommand
 
 
 class Command(BaseCommand):
-    help = ("Inspect and operate mutexcron jobs and tasks: list, run, trigger, unlock, seed, prune, worker, pause, "
-            "resume, schedule.")
+    help = ("Inspect and operate mutexcron jobs and tasks: list, run, trigger, unlock, seed, prune, worker, health, "
+            "pause, resume, schedule.")
 
     @classmethod
     def subcommands(cls) -> Iterator[tuple[Subcommand, str]]:
@@ -120,6 +121,15 @@ class Command(BaseCommand):
     )
     def worker(self, *, types: list[str] | None = None, prefetch: int = 10, verbosity: int = 1, **_: Any) -> None:
         foreground.worker(self, types=types, prefetch=prefetch, verbosity=verbosity)
+
+    @subcommand(
+        "health",
+        "Exit 0 when the lock store answers and no declared job is overdue or failing; else exit 1, one line "
+        "per problem.",
+        argument("--json", action="store_true", dest="as_json", help="Print the report as JSON."),
+    )
+    def health(self, *, as_json: bool = False, **_: Any) -> None:
+        jobs.health(self, as_json=as_json)
 
     @control.declared("pause")
     def pause(self, **options: Any) -> None:

@@ -1,5 +1,5 @@
 """The subcommands that inspect and operate the declared jobs, their locks and their history: ``list``,
-``trigger``, ``unlock``, ``seed`` and ``prune``. Each is a function of the running command (for its
+``health``, ``trigger``, ``unlock``, ``seed`` and ``prune``. Each is a function of the running command (for its
 output streams); a store it opens is closed before it returns."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from mutexcron.stores import LockStore
 
 from ... import runtime
 from ...conf import get_settings
+from ...health import health_json, health_report
 from ...models import JobRun
 from .output import when
 
@@ -49,6 +50,23 @@ def list_jobs(command: BaseCommand, *, as_json: bool) -> None:
             orphans="Orphan locks (no declared job; remove with: manage.py mutexcron unlock --delete NAME):"))
     if listing.error is not None:
         raise CommandError(f"the lock store {listing.store} cannot be reached: {listing.error}")
+
+
+# -- health -----------------------------------------------------------------------------------------------
+
+
+def health(command: BaseCommand, *, as_json: bool) -> None:
+    """Exit 0 when healthy; else CommandError (exit 1) after one line per problem on stdout."""
+    report = health_report()
+    if as_json:
+        command.stdout.write(health_json(report))
+    elif report.ok:
+        command.stdout.write(f"ok: {report.jobs} job(s) on {report.store}, none overdue or failing")
+    else:
+        for line in report.lines():
+            command.stdout.write(line)
+    if not report.ok:
+        raise CommandError(f"unhealthy: {len(report.lines())} problem(s)")
 
 
 # -- trigger ----------------------------------------------------------------------------------------------
