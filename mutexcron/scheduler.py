@@ -17,6 +17,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from . import _options, control
 from .alerts import Alerts
 from .catchup import CatchUps
+from .checkup import DEFAULT_MISFIRE_GRACE_TIME
 from .errors import LockBusy, SchedulerConfigError, StoreUnavailable
 from .health import StoreHealth
 from .heartbeats import Heartbeats
@@ -61,7 +62,7 @@ class Scheduler:
         registry: Registry | None = None,
         instance_id: str | None = None,
         timezone: str | tzinfo = "UTC",
-        misfire_grace_time: timedelta = timedelta(seconds=60),
+        misfire_grace_time: timedelta = DEFAULT_MISFIRE_GRACE_TIME,
         max_workers: int = 10,
         shutdown_timeout: timedelta = timedelta(seconds=30),
         clock_skew: timedelta = timedelta(0),
