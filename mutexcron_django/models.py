@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from .dbclock import aware
+
 
 class Lock(models.Model):
     """A job's lock document, the same fields as in the Redis and MongoDB stores."""
@@ -72,7 +74,8 @@ class JobRun(models.Model):
         indexes = [models.Index(fields=["job_name", "-started_at"])]
 
     def __str__(self) -> str:
-        return f"{self.job_name} @ {self.fire_time:%Y-%m-%d %H:%M:%S} on {self.instance_id}: {self.outcome}"
+        fire_time = aware(getattr(self, "utc_fire_time", self.fire_time))  # as the admin reads it, in UTC
+        return f"{self.job_name} @ {fire_time:%Y-%m-%d %H:%M:%S} on {self.instance_id}: {self.outcome}"
 
     @property
     def duration(self):  # type: ignore[no-untyped-def]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from django.contrib import admin
 from django.core.exceptions import ImproperlyConfigured
-from django.db.models import Model
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone as dj_timezone
 from django.utils.html import format_html
@@ -19,6 +19,7 @@ from django.utils.html import format_html
 from mutexcron.urls import scrub
 
 from ..conf import MutexcronSettings, get_settings
+from ..dbclock import AsUTC, aware
 
 M = TypeVar("M", bound=Model)
 
@@ -52,12 +53,25 @@ def show_time(moment: datetime | None, zone: tzinfo | None = None) -> str:
     return local.strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
+def with_utc_times(queryset: QuerySet[M], fields: tuple[str, ...]) -> QuerySet[M]:
+    """``queryset`` with each time field also read as UTC, as ``utc_<field>`` (see :class:`AsUTC`): on
+    PostgreSQL, Django labels what the server sends in the session's zone as UTC, so a session in another zone
+    would shift every time shown by its offset."""
+    annotated: QuerySet[M] = queryset.annotate(**{f"utc_{field}": AsUTC(field) for field in fields})
+    return annotated
+
+
+def utc_time(obj: Any, field: str) -> datetime | None:
+    """The time ``field`` of ``obj``: its ``utc_<field>`` if read by :func:`with_utc_times`, else the field."""
+    return aware(getattr(obj, f"utc_{field}")) if hasattr(obj, f"utc_{field}") else getattr(obj, field)
+
+
 def seconds_column(field: str, description: str, empty: str = "") -> Callable[[Any, Any], str]:
     """An admin column showing a time field with seconds (Django's default format stops at minutes)."""
 
     @admin.display(description=description, ordering=field)
     def column(self: Any, obj: Any) -> str:
-        return show_time(getattr(obj, field)) or empty
+        return show_time(utc_time(obj, field)) or empty
 
     return column
 

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.db.models import F
+from django.db.models import F, QuerySet
+from django.http import HttpRequest
 
 from ..models import JobRun
-from .display import ModelAdmin, WrittenByMutexcron, error_block, format_duration, seconds_column
+from .display import (
+    ModelAdmin,
+    WrittenByMutexcron,
+    error_block,
+    format_duration,
+    seconds_column,
+    with_utc_times,
+)
 
 
 @admin.register(JobRun)
@@ -22,6 +30,9 @@ class JobRunAdmin(WrittenByMutexcron, ModelAdmin[JobRun]):
     fields = ("job_name", "fire_time_display", "instance_id", "outcome", "started_at_display",
               "finished_at_display", "duration_display", "token", "lock_lost", "manual", "error_display")
     readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[JobRun]:
+        return with_utc_times(super().get_queryset(request), ("fire_time", "started_at", "finished_at"))
 
     # Times with seconds (Django's default format stops at minutes; ticks can be seconds apart).
     fire_time_display = seconds_column("fire_time", "fire time")

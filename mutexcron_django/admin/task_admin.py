@@ -31,6 +31,8 @@ from .display import (
     last_line,
     seconds_column,
     show_time,
+    utc_time,
+    with_utc_times,
     without_task_secrets,
 )
 
@@ -48,6 +50,8 @@ def _task_backend_alias() -> str | None:
         return backend.using
     return None
 
+
+_TIMES = ("run_at", "due", "visible_until", "created_at", "updated_at", "started_at", "finished_at")
 
 
 @admin.register(ScheduledTask)
@@ -73,7 +77,7 @@ class ScheduledTaskAdmin(WrittenByMutexcron, ModelAdmin[ScheduledTask]):
             return None
 
     def get_queryset(self, request: HttpRequest) -> Any:
-        queryset = super().get_queryset(request)
+        queryset = with_utc_times(super().get_queryset(request), _TIMES)
         alias = self._alias()
         return queryset.using(alias) if alias else queryset
 
@@ -147,7 +151,7 @@ class ScheduledTaskAdmin(WrittenByMutexcron, ModelAdmin[ScheduledTask]):
 
     @admin.display(description="claim expires", ordering="visible_until")
     def visible_until_display(self, obj: ScheduledTask) -> str:
-        return show_time(obj.visible_until) if obj.status == ScheduledTask.Status.RUNNING else "-"
+        return show_time(utc_time(obj, "visible_until")) if obj.status == ScheduledTask.Status.RUNNING else "-"
 
     @admin.display(description="error")
     def error_summary(self, obj: ScheduledTask) -> str:

@@ -21,6 +21,7 @@ from mutexcron import default_registry, mutex_cron, next_fire_times
 from mutexcron.stores import LockStore, store_from_url
 from mutexcron_django.models import JobRun, Lock
 from mutexcron_django.store import DjangoLockStore
+from tests.django.session_zone import session_time_zone
 
 LOCKS_URL = "/admin/mutexcron/lock/"
 RUN_URL = "/admin/mutexcron/lock/run/"
@@ -600,3 +601,27 @@ def test_history_is_visible_to_a_staff_user_with_view_permission(staff_client: C
 
     assert staff_client.get(HISTORY_URL).status_code == 200
     assert "Run history" in text(staff_client.get(LOCKS_URL))
+
+
+class HistoryOnPostgreSQL:
+    """A database router: the run history lives in the ``postgres`` database, everything else in ``default``."""
+
+    def db_for_read(self, model: type, **hints: Any) -> str | None:
+        return "postgres" if model is JobRun else None
+
+    db_for_write = db_for_read
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "postgres"])
+def test_history_shows_utc_times_whatever_the_postgresql_session_time_zone(admin_client: Client,
+                                                                           settings: Any) -> None:
+    settings.DATABASE_ROUTERS = [f"{__name__}.HistoryOnPostgreSQL"]
+    started = datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC)
+    with session_time_zone("postgres", "Asia/Kathmandu"):  # +05:45
+        run = make_run("history.zone", "succeeded", started_at=started)
+        listing = text(admin_client.get(HISTORY_URL))
+        detail = text(admin_client.get(reverse("admin:mutexcron_jobrun_change", args=[run.pk])))
+
+    assert "2031-01-02 03:04:05 UTC" in listing
+    assert "2031-01-02 03:04:05 UTC" in detail and "2031-01-02 03:04:06 UTC" in detail  # started, finished
+    assert "08:49:0" not in listing + detail  # not the Kathmandu wall clock read as UTC

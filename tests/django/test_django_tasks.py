@@ -94,6 +94,10 @@ class TestMariaDBTaskQueueFiveHoursWestOfUTC(TestMariaDBTaskQueue):
     session_zone = "-05:00"
 
 
+class TestMariaDBTaskQueueTwoHoursEastOfUTC(TestMariaDBTaskQueue):
+    session_zone = "+02:00"
+
+
 class TestPostgreSQLTaskQueueInKathmandu(TestPostgreSQLTaskQueue):
     session_zone = "Asia/Kathmandu"  # +05:45
 
@@ -682,6 +686,8 @@ class TestSQLCancelMarks(CancelMarksContract):
 @pytest.mark.parametrize("marks", [
     pytest.param(("mariadb", "-05:00"), marks=pytest.mark.django_db(transaction=True, databases=["mariadb"]),
                  id="mysql-five-hours-west"),
+    pytest.param(("mariadb", "+02:00"), marks=pytest.mark.django_db(transaction=True, databases=["mariadb"]),
+                 id="mysql-two-hours-east"),
     pytest.param(("postgres", "Asia/Kathmandu"), marks=pytest.mark.django_db(transaction=True, databases=["postgres"]),
                  id="postgresql-kathmandu"),
 ], indirect=True)

@@ -9,7 +9,7 @@ import signal
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from mutexcron_django.discovery import autodiscover, handler_errors
 from mutexcron_django.models import ScheduledTask
 from mutexcron_django.tasks import DjangoHandlers, get_task_queue, reset_task_queue
 from tests.django.jobhelpers import CommandProcess, wait_for
+from tests.django.session_zone import session_time_zone
 
 UNREACHABLE = "redis://:s3cret-pw@127.0.0.1:1/0"  # nothing listens on port 1: connection refused at once
 TASKS_URL = "/admin/mutexcron/scheduledtask/"
@@ -630,3 +631,18 @@ def test_with_another_backend_the_page_is_read_only_and_names_the_queue_without_
     act(admin_client, "cancel_tasks", task)
     assert status_of(task) == "scheduled"
 
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "postgres"])
+def test_tasks_page_shows_utc_times_whatever_the_postgresql_session_time_zone(admin_client: Client,
+                                                                               settings: Any) -> None:
+    settings.MUTEXCRON = {"AUTOSTART": False, "TASKS": {"BACKEND": "django://postgres"}}
+    run_at = datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC)
+    with session_time_zone("postgres", "Asia/Kathmandu"):  # +05:45
+        task_id = get_task_queue().schedule("admin.sms", 1, run_at=run_at)
+        listing = text(admin_client.get(TASKS_URL))
+        detail = text(admin_client.get(f"{TASKS_URL}{task_id}/change/"))
+
+    assert task_id in listing and "2031-01-02 03:04:05 UTC" in listing
+    assert detail.count("2031-01-02 03:04:05 UTC") == 2  # scheduled for, due
+    assert "08:49:05" not in listing + detail  # not the Kathmandu wall clock read as UTC
