@@ -236,8 +236,11 @@ class RedisCancelMarks(TaskRecordStore):
         return self._results.load(self.key(task_id))
 
     def eviction_policy(self) -> str | None:
-        """The server's ``maxmemory-policy`` (None if CONFIG is not allowed). Records carry a TTL, so any policy
-        but ``noeviction`` may evict one early."""
+        """The server's ``maxmemory-policy`` (None if CONFIG is not allowed). Records of scheduled (and failed)
+        tasks have no TTL until their message comes: an ``allkeys-*`` policy may evict one, and the message is
+        then dead-lettered unrun (a missing record never runs) and its status lost. A ``volatile-*`` policy
+        evicts only records whose message already came (they carry the retention as TTL): their status goes
+        early, and a redelivered message of a running one is dead-lettered, not retried."""
         with self._errors():
             return eviction_policy(self.client)
 

@@ -8,7 +8,7 @@ from contextlib import AbstractContextManager
 
 import pytest
 from django.conf import settings
-from django.core.checks import run_checks
+from django.core.checks import Warning, run_checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.db import connection
@@ -203,11 +203,44 @@ def test_a_redis_task_backend_that_may_evict_its_tasks_is_w003(evicting_redis: s
     assert "allkeys-lru" in warning.msg and "task backend" in warning.msg and "vanish" in warning.msg
 
 
-def test_a_redis_cancel_store_that_may_evict_its_records_is_w003(evicting_redis: str, redis_url: str) -> None:
+def cancel_store_w003(cancel_store: str, store: str) -> Warning:
+    """The one W003 of a RabbitMQ task backend whose cancel store is ``cancel_store`` (the lock store: ``store``)."""
     rabbitmq = "amqp://guest:guest@127.0.0.1:5672/"
-    (warning,) = w003(STORE=redis_url, TASKS={"BACKEND": rabbitmq, "CANCEL_STORE": evicting_redis})
+    (warning,) = w003(STORE=store, TASKS={"BACKEND": rabbitmq, "CANCEL_STORE": cancel_store})
+    return warning
+
+
+def test_a_redis_cancel_store_that_may_evict_its_records_is_w003(evicting_redis: str, redis_url: str) -> None:
+    warning = cancel_store_w003(evicting_redis, redis_url)
 
     assert "allkeys-lru" in warning.msg and "cancel store" in warning.msg
+
+
+def test_w003_for_an_allkeys_cancel_store_says_a_scheduled_task_is_dead_lettered_unrun(evicting_redis: str,
+                                                                                      redis_url: str) -> None:
+    warning = cancel_store_w003(evicting_redis, redis_url)
+
+    assert "scheduled task's record" in warning.msg and "dead-lettered unrun" in warning.msg
+    assert "status is lost" in warning.msg and "cancelled task still never runs" in warning.msg
+
+
+@pytest.fixture(scope="module")
+def volatile_redis() -> Iterator[str]:
+    """A private Redis whose maxmemory-policy evicts only keys with a TTL."""
+    with PrivateRedis("--maxmemory-policy", "volatile-lru") as url:
+        yield url
+
+
+def test_w003_for_a_volatile_cancel_store_names_only_records_whose_message_came(volatile_redis: str,
+                                                                               redis_url: str) -> None:
+    warning = cancel_store_w003(volatile_redis, redis_url)
+
+    assert "volatile-lru" in warning.msg and "cancel store" in warning.msg
+    assert "whose message already came" in warning.msg and "pending and failed records have no TTL" in warning.msg
+
+
+def test_a_volatile_policy_gives_no_w003_for_the_lock_store_or_task_backend(volatile_redis: str) -> None:
+    assert w003(STORE=volatile_redis, TASKS={"BACKEND": volatile_redis}) == []
 
 
 def test_a_redis_with_noeviction_gives_no_w003(redis_url: str) -> None:
