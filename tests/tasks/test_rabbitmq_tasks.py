@@ -761,6 +761,54 @@ def test_a_worker_also_drains_the_queue_of_the_old_name(
     wait_until(lambda: queue.status(task.id) == TaskStatus.SUCCEEDED)
 
 
+def test_a_name_of_the_delay_topology_is_never_taken_for_an_old_task_queue() -> None:
+    """``<queue_prefix><type>`` can spell a level queue of this or another app's topology when the prefixes
+    differ: such a name is never drained as the type's old queue (it would take every delayed message)."""
+    topology = Topology("app.", queue_prefix="", levels=6)
+    assert topology.legacy_task_queue("app.mutexcron.delay.0") is None  # this topology's level 0
+    assert topology.legacy_task_queue("app.mutexcron.delay.40") is None  # a level of a longer topology
+    assert topology.legacy_task_queue("billing.mutexcron.delay.3") is None  # another app's level
+    assert Topology("", queue_prefix="").legacy_task_queue("mutexcron.delay.12") is None
+    assert topology.legacy_task_queue("app.mutexcron.delay.x") == "app.mutexcron.delay.x"  # not a level
+    assert topology.legacy_task_queue("send-sms") == "send-sms"
+    assert Topology(queue_prefix="billing.").legacy_task_queue("sync") == "billing.sync"
+
+
+def test_a_worker_whose_old_queue_name_is_a_delay_level_leaves_that_level_alone(
+    own_prefix: Callable[..., str], amqp_session_prefix: str, redis_url: str, recorder: Recorder,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """prefix ``<p>own-….`` with queue_prefix ``<p>``: the old name of type ``own-….mutexcron.delay.0`` is the
+    topology's level 0 queue. Delayed tasks of every type pass through it and all run; none is dead-lettered."""
+    url = own_prefix(levels="4", queue_prefix=amqp_session_prefix)
+    prefix = dict(item.split("=") for item in urlsplit(url).query.split("&"))["prefix"]
+    shadow = recorder.define(prefix.removeprefix(amqp_session_prefix) + "mutexcron.delay.0")
+    recorder.define()
+    queue = TaskQueue(url, cancel_store=redis_url, handlers=recorder.handlers)
+    try:
+        topology = backend_of(queue).topology
+        assert f"{topology.queue_prefix}{shadow}" == topology.level_queue(0)
+        with caplog.at_level(logging.ERROR, logger="mutexcron.tasks.rabbitmq"):
+            queue.schedule("rabbit.task", "first")  # declares the topology: its level 0 queue now exists
+            queue.start()
+            recorder.wait_for("first")  # the worker consumes
+            sent = [(task_type, f"{task_type}-{ms}") for task_type in ("rabbit.task", shadow) for ms in (10, 30, 70)]
+            queue.schedule_many([(task_type, payload, {"delay": timedelta(milliseconds=int(payload.rsplit("-")[-1]))})
+                                 for task_type, payload in sent])
+            for _, payload in sent:
+                recorder.wait_for(payload)
+        assert sorted(recorder.payloads()) == sorted(["first", *(payload for _, payload in sent)])
+        assert [r.getMessage() for r in caplog.records if "dead-letter" in r.getMessage()] == []
+        connection, channel = _amqp_channel()
+        try:
+            for task_type in ("rabbit.task", shadow):
+                assert channel.basic_get(topology.dead_letter_queue(task_type), auto_ack=True)[0] is None
+        finally:
+            connection.close()
+    finally:
+        queue.close()
+
+
 def test_a_delivery_can_only_be_settled_once(queues: Callable[..., TaskQueue], recorder: Recorder) -> None:
     recorder.define()
     queue = queues()

@@ -86,9 +86,12 @@ class ConsumerLink:
             self.channel.add_on_cancel_callback(self._on_cancelled)
             topology = self.broker.topology
             for task_type in self._types:
-                for name in (topology.task_queue(task_type), topology.legacy_task_queue(task_type)):
-                    if name == topology.task_queue(task_type) or queue_exists(session.connection, name):
-                        self.channel.basic_consume(name, functools.partial(self._on_message, task_type, name))
+                names = [topology.task_queue(task_type)]
+                legacy = topology.legacy_task_queue(task_type)  # None: that name is a queue of the topology
+                if legacy is not None and queue_exists(session.connection, legacy):
+                    names.append(legacy)
+                for name in names:
+                    self.channel.basic_consume(name, functools.partial(self._on_message, task_type, name))
         except BaseException as error:
             self._error = error
             if self._session is not None:

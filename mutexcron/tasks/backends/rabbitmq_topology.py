@@ -9,13 +9,14 @@ Each name has exactly one ``@``, so it splits back into one prefix and one type:
 type ``sync`` is ``billing.task@sync``, the empty prefix with type ``billing.sync`` is ``task@billing.sync``.
 Earlier versions named the queue ``Q<task type>`` (``billing.sync`` for both); a worker also consumes a
 queue of that old name while it exists (:meth:`Topology.legacy_task_queue`), so messages that delayed
-routes still carry to it are not lost.
+routes still carry to it are not lost, unless that name is a level queue (``…mutexcron.delay.<k>``).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,7 @@ HEADER_DEAD_QUEUE = "x-mutexcron-dead-queue"  # on a dead-lettered message: the 
 
 QUEUE_TYPES = ("quorum", "classic")
 _MAX_TTL_MS = 2**32 - 1  # x-message-ttl is an unsigned 32-bit integer
+_LEVEL_QUEUE = re.compile(r".*mutexcron\.delay\.[0-9]+")  # level_queue() under any prefix, of any levels
 
 
 class Topology:
@@ -85,9 +87,16 @@ class Topology:
         """Where the undecodable messages of ``task_type``'s queue are kept for an operator."""
         return f"{self.queue_prefix}dead-letter@{task_type}"
 
-    def legacy_task_queue(self, task_type: str) -> str:
-        """The queue's name before the ``task@`` form (ambiguous); workers drain it while it exists."""
-        return f"{self.queue_prefix}{task_type}"
+    def legacy_task_queue(self, task_type: str) -> str | None:
+        """The queue's name before the ``task@`` form (ambiguous); workers drain it while it exists.
+
+        None when that name is one of the topology's own queues: with a ``queue_prefix`` unlike the ``prefix``,
+        ``<queue_prefix><type>`` can spell a level queue (``app.mutexcron.delay.0``) of this or another app's
+        topology, whose every delayed message a worker would then take. Names with an ``@`` (task and
+        dead-letter queues of any type) cannot be old names either.
+        """
+        name = f"{self.queue_prefix}{task_type}"
+        return None if "@" in name or _LEVEL_QUEUE.fullmatch(name) else name
 
     def level_queue(self, level: int) -> str:
         return f"{self.prefix}mutexcron.delay.{level}"
