@@ -43,6 +43,9 @@ _FROM_ENTRY_POINTS: dict[Kind, dict[str, str]] | None = None
 _LOCK = threading.Lock()
 
 _EXTRAS = {"redis": "redis", "pymongo": "mongo", "bson": "mongo", "pika": "rabbitmq", "django": "django"}
+# What a scheme needs besides its package, said whenever its class cannot be loaded.
+_NEEDS = {"django": "django:// needs Django and mutexcron_django installed and configured: 'mutexcron_django' in "
+                    "INSTALLED_APPS, the settings loaded (DJANGO_SETTINGS_MODULE) and django.setup() run"}
 
 
 def _check_kind(kind: str) -> Kind:
@@ -140,6 +143,9 @@ def import_class(path: str, *, what: str) -> Any:
         hint = f"; install it with: pip install 'mutexcron[{extra}]'" if extra else ""
         reason = "its module cannot be imported" if secret else str(error) or type(error).__name__
         raise StoreConfigError(f"cannot load {what} {shown(path)}: {reason}{hint}") from None
+    except Exception as error:  # the module's own set-up failed (Django's models outside a configured project)
+        reason = "its module cannot be imported" if secret else f"{type(error).__name__}: {error}"
+        raise StoreConfigError(f"cannot load {what} {shown(path)}: importing it failed with {reason}") from None
     found: Any = module
     try:
         for part in class_name.split("."):
@@ -154,12 +160,16 @@ def class_for_scheme(url: str, table: Mapping[str, str], what: str, *, loading: 
     """The class that ``table`` names for ``url``'s scheme, imported on first use. ``what`` names the kind in
     errors; an unknown scheme's error lists the known ones, with ``url`` masked."""
     scheme = url_scheme(url)
+    needs = f"; {_NEEDS[scheme]}" if scheme in _NEEDS else ""
     if scheme is None or scheme not in table:
         named = f"scheme {scheme!r}" if scheme else "URL scheme (letters, digits, + . - before ://)"
         raise StoreConfigError(
-            f"unknown {what} {named} in {shown(url)}; use one of {', '.join(sorted(table))}{alternative}"
+            f"unknown {what} {named} in {shown(url)}; use one of {', '.join(sorted(table))}{alternative}{needs}"
         )
-    return import_class(table[scheme], what=loading or what)
+    try:
+        return import_class(table[scheme], what=loading or what)
+    except StoreConfigError as error:
+        raise StoreConfigError(f"{error}{needs}") from None
 
 
 def build_from_url(url: str, table: Mapping[str, str], what: str, base: type, *, loading: str | None = None,

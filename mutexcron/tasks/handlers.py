@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from .._options import duration
 from ..errors import JobDefinitionError
 from .model import TaskError, UnknownTaskType
 
@@ -27,6 +28,7 @@ __all__ = [
 F = TypeVar("F", bound=Callable[..., Any])
 # A task type is a queue name in RabbitMQ and a key part in Redis: keep it plain.
 _TYPE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")
+_MICROSECOND = timedelta(microseconds=1)
 
 
 class InvalidTaskType(UnknownTaskType, ValueError):
@@ -63,8 +65,10 @@ class Handler:
     visibility_timeout: timedelta = timedelta(minutes=5)  # a claimed task returns after this if its worker dies
 
     def delay_before(self, attempt: int) -> timedelta:
-        """The backoff before attempt number ``attempt`` (2, 3, ...): backoff * 2**(attempt - 2), capped."""
-        return min(self.backoff * (1 << max(0, attempt - 2)), self.max_backoff)
+        """The backoff before attempt number ``attempt`` (2, 3, ...): backoff * 2**(attempt - 2), capped by
+        max_backoff. In whole microseconds, so that a late attempt's doubling never overflows a timedelta."""
+        doubled = (self.backoff // _MICROSECOND) << min(max(0, attempt - 2), 80)  # 2**80 µs: ~38 billion years
+        return min(self.max_backoff, timedelta(microseconds=min(doubled, self.max_backoff // _MICROSECOND)))
 
 
 class HandlerRegistry:
@@ -122,12 +126,12 @@ def task_handler(
 ) -> Callable[[F], F]:
     """Register ``func(payload)`` as the handler of ``task_type``; the function is returned unchanged."""
     validate_task_type(task_type)
-    if not isinstance(max_attempts, int) or max_attempts < 1:
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
         raise TaskHandlerError(f"task type {task_type!r}: max_attempts must be an integer >= 1, not {max_attempts!r}")
     durations = {"backoff": backoff, "max_backoff": max_backoff, "visibility_timeout": visibility_timeout}
-    for field, value in durations.items():
-        if not isinstance(value, timedelta) or value <= timedelta(0):
-            raise TaskHandlerError(f"task type {task_type!r}: {field} must be a positive timedelta, not {value!r}")
+    for field, value in durations.items():  # a positive timedelta of at most a year, as every other option
+        duration(value, what=f"task type {task_type!r}: {field}", error=TaskHandlerError, allow_zero=False,
+                 seconds=False)
 
     def register(func: F) -> F:
         if not callable(func) or len(inspect.signature(func).parameters) < 1:

@@ -38,7 +38,7 @@ import redis
 from ..._common import clip_error, duration_ms, epoch_ms, store_errors
 from ..._redis import check_key_prefix, client_from_url, eviction_policy
 from ...errors import StoreConfigError
-from ...urls import mask_url
+from ...urls import mask_url, shown
 from ..model import NewTask, TaskInfo, TaskStatus
 from ..redis_records import RedisResultField
 from . import redis_lua as lua
@@ -117,7 +117,7 @@ class RedisTaskBackend(ClaimingBackend):
         if cancel_store is not None:
             raise StoreConfigError(
                 "the Redis task backend cancels atomically in Redis itself: it takes no cancel_store "
-                f"(given {mask_url(cancel_store)!r})"
+                f"(given {shown(cancel_store)})"
             )
         backend_options = {name: options.pop(name) for name in ("retention", "max_idle") if name in options}
         options.setdefault("health_check_interval", 30)  # a worker's idle pub/sub connection is pinged
