@@ -3,7 +3,7 @@
     python tests/fleet_instance.py --store URL --instance NAME --ledger PATH
         [--spec "* * * * * *"] [--lease SECONDS] [--clock-skew SECONDS] [--body-seconds SECONDS] [--hang-first]
         [--catch-up skip|latest|all] [--sync-interval SECONDS] [--start-gate PATH] [--django-settings MODULE]
-        [--operator]
+        [--alert-after SECONDS] [--fail-while PATH] [--operator]
 
 Declares one job, "fleet.tick", in a registry of its own, runs a Scheduler on it and appends one JSON line
 per event to its own ledger file (opened with O_APPEND; each line is written with a single write() and
@@ -13,6 +13,7 @@ fsync'ed, so a ledger never loses, splits or merges lines, and no two processes 
     {"event": "record", "outcome": ...}      one per RunRecord of a run or a skip (listener)
     {"event": "body", "fire_time": ...}      written by the job body before it returns
     {"event": "holding", "fire_time": ...}   --hang-first: the first body of the fleet, which never returns
+    {"event": "alert", "kind": ...}          an "overdue", "failing" or "recovered" listener event
     {"event": "stopped", ...}                after a clean shutdown on SIGTERM
 
 With ``--start-gate PATH`` it writes {"event": "waiting"} once it is built, and starts only when PATH exists
@@ -22,7 +23,10 @@ Django first (for the ``django://`` store; the database comes from the settings'
 ``--operator`` runs no scheduler: it builds a never-started ``Scheduler`` on the same job, writes "ready",
 then reads commands from its standard input, one a line, and answers each with a line once it returned:
 
-    pause | resume | schedule SPEC | reset   ->  {"event": "operated", "action": ..., "called": ISO, ...}
+    pause | resume | schedule SPEC | reset | hold | unlock
+                                            ->  {"event": "operated", "action": ..., "called": ISO, ...}
+
+(``hold`` takes the job's lock for an hour as a hung holder would; ``unlock`` forces it open.)
 
 ("called" is the wall clock before the call, "at" after it returned), until "quit" or the end of its input.
 
@@ -76,6 +80,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="seconds between reads of the store's schedules (default 5)")
     parser.add_argument("--start-gate", type=Path, help="start the scheduler only once this file exists")
     parser.add_argument("--django-settings", help="configure Django with this settings module first")
+    parser.add_argument("--alert-after", type=float, help="the job's alert_after in seconds (default: None)")
+    parser.add_argument("--fail-while", type=Path, help="the body raises while this file exists")
     parser.add_argument("--operator", action="store_true",
                         help="run no scheduler: pause, resume or re-time the job on commands from stdin")
     return parser.parse_args(argv)
@@ -103,6 +109,8 @@ def operate(scheduler: Scheduler, ledger: Ledger, commands: TextIO) -> None:
         "resume": lambda _: scheduler.resume(JOB_NAME),
         "schedule": lambda spec: scheduler.set_schedule(JOB_NAME, spec, by="fleet-operator"),
         "reset": lambda _: scheduler.reset_schedule(JOB_NAME),
+        "hold": lambda _: hold(scheduler),
+        "unlock": lambda _: unlock(scheduler),
     }
     for line in commands:
         action, _, argument = line.strip().partition(" ")
@@ -112,6 +120,21 @@ def operate(scheduler: Scheduler, ledger: Ledger, commands: TextIO) -> None:
         state = actions[action](argument)
         ledger.write("operated", action=action, argument=argument, called=called, paused=state.paused,
                      schedule=state.schedule, schedule_version=state.schedule_version)
+
+
+def hold(scheduler: Scheduler) -> LockState:
+    """Take the job's lock for an hour, as a holder that then hangs would: no instance runs a tick."""
+    scheduler.store.acquire(JOB_NAME, owner="fleet-ghost", lease=timedelta(hours=1), fire_time=None)
+    state = scheduler.store.lock(JOB_NAME)
+    assert state is not None
+    return state
+
+
+def unlock(scheduler: Scheduler) -> LockState:
+    scheduler.store.force_unlock(JOB_NAME)
+    state = scheduler.store.lock(JOB_NAME)
+    assert state is not None
+    return state
 
 
 class Stop(Exception):
@@ -150,9 +173,15 @@ def main(argv: list[str] | None = None) -> int:
 
     registry = Registry()
 
-    @mutex_cron(args.spec, name=JOB_NAME, lease=args.lease, catch_up=args.catch_up, registry=registry)
+    alert_after = None if args.alert_after is None else timedelta(seconds=args.alert_after)
+
+    @mutex_cron(args.spec, name=JOB_NAME, lease=args.lease, catch_up=args.catch_up, registry=registry,
+                alert_after=alert_after)
     def tick(ctx: JobContext) -> None:
         fields = {"fire_time": ctx.fire_time.isoformat(), "token": ctx.token, "catch_up": ctx.catch_up}
+        if args.fail_while is not None and args.fail_while.exists():
+            ledger.write("body", failed=True, **fields)
+            raise RuntimeError(f"{args.fail_while.name} exists")
         if args.hang_first and first_body_in_fleet():
             ledger.write("holding", **fields)
             hanging.set()
@@ -191,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
             operate(scheduler, ledger, sys.stdin)
         return stopped(scheduler, ledger)
     scheduler.add_listener(on_record)
+    scheduler.add_listener(lambda alert: ledger.write("alert", kind=alert.event, incident=alert.incident),
+                           events=("overdue", "failing", "recovered"))
     if args.start_gate is not None:
         ledger.write("waiting", pid=os.getpid())
         while not args.start_gate.exists():
