@@ -4,6 +4,7 @@ Declare jobs with :func:`mutex_cron`; run a :class:`Scheduler` on every instance
 store (Redis, MongoDB, or the app's SQL database through ``mutexcron_django``).
 """
 
+from .alerts import Alert
 from .cron import CronSpec, next_fire_times, parse_cron
 from .errors import (
     CronSpecError,
@@ -23,6 +24,7 @@ from .scheduler import Scheduler
 __version__ = "0.1.0"
 
 __all__ = [
+    "Alert",
     "CronSpec",
     "CronSpecError",
     "DuplicateJobError",
