@@ -1,17 +1,18 @@
 """Small helpers every store and backend shares, so that each policy exists once: client errors become
 :class:`StoreUnavailable`, stored tracebacks are clipped one way, and times go to the stores as epoch
-milliseconds one way."""
+milliseconds (and back) one way."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from .errors import StoreUnavailable
 from .urls import scrub
 
-__all__ = ["MAX_ERROR_CHARS", "clip_error", "duration_ms", "epoch_ms", "store_errors", "unavailable"]
+__all__ = ["MAX_ERROR_CHARS", "clip_error", "duration_ms", "epoch_ms", "ms_to_datetime", "store_errors",
+           "unavailable"]
 
 # The longest error text (a handler's traceback) any task backend or task record store keeps with a task,
 # marker included: of a longer one the head and the tail are kept, since the head says where it started and
@@ -67,6 +68,13 @@ def epoch_ms(value: datetime) -> int:
     if value.tzinfo is None:
         raise ValueError(f"naive datetime {value!r}; pass an aware one")
     return round(value.timestamp() * 1000)
+
+
+def ms_to_datetime(value: int | str | bytes | None) -> datetime | None:
+    """Milliseconds since the epoch (as Redis hashes hold them) as an aware UTC datetime; empty values are None."""
+    if value is None or value == "" or value == b"":
+        return None
+    return datetime.fromtimestamp(int(value) / 1000, UTC)
 
 
 def duration_ms(value: timedelta) -> int:

@@ -35,6 +35,7 @@ from mutexcron.tasks.cancel_marks import (
     Claim,
     TaskRecord,
     Verdict,
+    check_retention,
     retention_option,
 )
 from mutexcron.tasks.model import NewTask, TaskStatus
@@ -66,9 +67,7 @@ class DjangoCancelMarks(CancelMarkStore):
         if self.using not in connections.databases:
             known = ", ".join(sorted(connections.databases))
             raise StoreConfigError(f"django://{self.using}: no database alias {self.using!r} (DATABASES has {known})")
-        if not isinstance(retention, timedelta) or retention <= timedelta(0):
-            raise StoreConfigError(f"cancel store retention must be a positive duration, not {retention!r}")
-        self.retention = retention
+        self.retention = check_retention(retention)
         self._next_prune = 0.0
         self._prune_lock = threading.Lock()
 

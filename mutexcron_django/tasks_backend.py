@@ -19,6 +19,7 @@ from django.db import connections, router, transaction
 from django.db.models import QuerySet
 
 from mutexcron._common import epoch_ms
+from mutexcron._options import positive_duration
 from mutexcron.errors import StoreConfigError
 from mutexcron.tasks.backends.base import ClaimingBackend, ConsumeRequest
 from mutexcron.tasks.model import NewTask, TaskInfo, TaskStatus
@@ -77,8 +78,8 @@ class DjangoTaskBackend(ClaimingBackend):
             # On SQLite every producer is on this machine, so every producer can wake the workers.
             woken = self.listens or (self.vendor == "sqlite" and self.cross_process_wake == SOCKETS)
             max_sleep = DEFAULT_MAX_SLEEP_NOTIFIED if woken else DEFAULT_MAX_SLEEP
-        self.max_sleep = _positive_seconds(max_sleep, "max_sleep")
-        self.retention = timedelta(seconds=_positive_seconds(retention, "retention"))
+        self.max_sleep = _positive(max_sleep, "max_sleep").total_seconds()
+        self.retention = _positive(retention, "retention")
         # The SQL a consumer and its deliveries run; their wake-ups go through _notify and _post.
         self.claims = TaskClaims(self.using, notify=self._notify, post=self._post,
                                  cross_process_wake=bool(self.cross_process_wake))
@@ -243,12 +244,8 @@ def _seconds(raw: str, name: str, url: str) -> float:
     return value
 
 
-def _positive_seconds(value: timedelta | float, name: str) -> float:
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise StoreConfigError(f"Django task backend: {name} must be a positive timedelta or seconds, not {value!r}")
-    return float(value)
+def _positive(value: timedelta | float, name: str) -> timedelta:
+    return positive_duration(value, what=f"Django task backend: {name}", error=StoreConfigError)
 
 
 def _status(value: str | None) -> TaskStatus:

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from .._options import positive_duration
 from ..errors import StoreConfigError
 from ..plugins import build_from_url, schemes
 from ..urls import mask_url, shown
@@ -152,6 +153,11 @@ class TaskRecordStore(ABC):
 
 
 CancelMarkStore = TaskRecordStore  # its name before it was TaskRecordStore
+
+
+def check_retention(retention: object) -> timedelta:
+    """A record store's ``retention``, checked: a positive timedelta, else StoreConfigError."""
+    return positive_duration(retention, what="cancel store retention", error=StoreConfigError, seconds=False)
 
 
 def retention_option(url: str, options: dict[str, str]) -> timedelta:

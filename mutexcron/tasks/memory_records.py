@@ -14,8 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from .._common import clip_error
-from ..errors import StoreConfigError
-from .cancel_marks import DEFAULT_RETENTION, Claim, TaskRecord, TaskRecordStore, Verdict
+from .cancel_marks import DEFAULT_RETENTION, Claim, TaskRecord, TaskRecordStore, Verdict, check_retention
 from .model import NewTask, TaskStatus
 
 __all__ = ["MemoryTaskRecords"]
@@ -34,9 +33,7 @@ class MemoryTaskRecords(TaskRecordStore):
     """Task records in a dict of this process, guarded by one lock."""
 
     def __init__(self, *, retention: timedelta = DEFAULT_RETENTION) -> None:
-        if not isinstance(retention, timedelta) or retention <= timedelta(0):
-            raise StoreConfigError(f"cancel store retention must be a positive duration, not {retention!r}")
-        self.retention = retention
+        self.retention = check_retention(retention)
         self._entries: dict[str, _Entry] = {}
         self._lock = threading.Lock()
 

@@ -13,9 +13,8 @@ from typing import Any
 
 import redis
 
-from .._common import clip_error, duration_ms, epoch_ms, store_errors
+from .._common import clip_error, duration_ms, epoch_ms, ms_to_datetime, store_errors
 from .._redis import check_key_prefix, client_from_url, eviction_policy
-from ..errors import StoreConfigError
 from ..urls import mask_url
 from .cancel_marks import (
     DEFAULT_PREFIX,
@@ -25,6 +24,7 @@ from .cancel_marks import (
     TaskRecord,
     TaskRecordStore,
     Verdict,
+    check_retention,
     retention_option,
 )
 from .model import NewTask, TaskStatus
@@ -140,11 +140,9 @@ class RedisCancelMarks(TaskRecordStore):
         url: str | None = None,
     ) -> None:
         check_key_prefix(prefix)
-        if not isinstance(retention, timedelta) or retention <= timedelta(0):
-            raise StoreConfigError(f"cancel store retention must be a positive duration, not {retention!r}")
+        self.retention = check_retention(retention)
         self.client = client
         self.prefix = prefix
-        self.retention = retention
         self._display = mask_url(url) if url else repr(client)
         self._create = client.register_script(_CREATE)
         self._cancel = client.register_script(_CANCEL)
@@ -196,7 +194,7 @@ class RedisCancelMarks(TaskRecordStore):
             id=task_id,
             task_type=data.get("type", ""),
             payload=data.get("payload", ""),
-            run_at=datetime.fromtimestamp(int(data.get("run_at") or 0) / 1000, UTC),
+            run_at=ms_to_datetime(data.get("run_at")) or datetime.fromtimestamp(0, UTC),
             status=TaskStatus(data.get("status", "unknown")),
             attempts=int(data.get("attempts") or 0),
             gen=int(data.get("gen") or 1),

@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pika
 
-from ..._common import epoch_ms
+from ..._common import duration_ms, epoch_ms
 from ...errors import StoreConfigError, StoreUnavailable
 from ...urls import check_host_and_port, mask_url, pop_query_options, scrub
 from ..cancel_marks import TaskRecordStore, cancel_marks_from_url
@@ -115,7 +115,7 @@ class RabbitMQTaskBackend(BrokerConnection, TaskBackend):
         confirmed: list[str] = []
         try:
             self._publish_with_retry(
-                messages, lambda m: (due[m.task_id] - datetime.now(UTC)).total_seconds() * 1000, confirmed
+                messages, lambda m: duration_ms(due[m.task_id] - datetime.now(UTC)), confirmed
             )
         except BaseException:
             sent = set(confirmed)

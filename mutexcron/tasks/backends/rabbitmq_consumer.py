@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from ..._common import epoch_ms
+from ..._common import duration_ms, epoch_ms
 from ...errors import StoreUnavailable
 from ..cancel_marks import TaskRecordStore, Verdict
 from ..model import TaskStatus
@@ -156,7 +156,7 @@ class RabbitDelivery(Delivery):
 
     def retry_later(self, delay: timedelta, error: str) -> None:
         self._settle()
-        delay_ms = max(delay.total_seconds() * 1000, 0.0)
+        delay_ms = duration_ms(delay)
         run_at = datetime.now(UTC) + timedelta(milliseconds=delay_ms)
         retry = TaskMessage(self.id, self.task_type, self.payload, epoch_ms(run_at), self._gen + 1, self.attempt + 1)
         # Publish, then move the record, then ack: a crash in between reruns the original, never loses it.

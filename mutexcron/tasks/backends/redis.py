@@ -35,7 +35,8 @@ from typing import Any
 
 import redis
 
-from ..._common import clip_error, duration_ms, epoch_ms, store_errors
+from ..._common import clip_error, duration_ms, epoch_ms, ms_to_datetime, store_errors
+from ..._options import positive_duration
 from ..._redis import check_key_prefix, client_from_url, eviction_policy
 from ...errors import StoreConfigError
 from ...urls import mask_url, shown
@@ -60,16 +61,8 @@ def _text(value: bytes | str | None) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _from_ms(value: str | None) -> datetime | None:
-    return datetime.fromtimestamp(int(value) / 1000, UTC) if value else None
-
-
-def _duration(value: timedelta | float | int, name: str) -> timedelta:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        value = timedelta(seconds=value)
-    if not isinstance(value, timedelta) or value <= timedelta(0):
-        raise StoreConfigError(f"Redis task backend: {name} must be a positive timedelta or seconds, not {value!r}")
-    return value
+def _duration(value: timedelta | float, name: str) -> timedelta:
+    return positive_duration(value, what=f"Redis task backend: {name}", error=StoreConfigError)
 
 
 class RedisTaskBackend(ClaimingBackend):
@@ -176,7 +169,7 @@ class RedisTaskBackend(ClaimingBackend):
             id=task_id,
             task_type=data.get("type", ""),
             payload=payload,
-            run_at=_from_ms(data.get("run_at")) or datetime.fromtimestamp(0, UTC),
+            run_at=ms_to_datetime(data.get("run_at")) or datetime.fromtimestamp(0, UTC),
             status=_status(data.get("status")),
             attempts=int(data.get("attempts") or 0),
             error=data.get("error") or None,
