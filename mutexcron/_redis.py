@@ -1,13 +1,15 @@
-"""Shared by every Redis-backed piece (lock store, task backend, cancel marks): URL to client, key prefix,
-the server's eviction policy."""
+"""Shared by every Redis-backed piece (lock store, task backend, task records): URL to client, key prefix,
+replies as text, the server's eviction policy, and :class:`RedisClient`, what each of them is built on."""
 
 from __future__ import annotations
 
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import redis
 
+from ._common import store_errors
 from .errors import StoreConfigError
 from .urls import check_host_and_port, mask_url, pop_query_options, scrub
 
@@ -51,3 +53,37 @@ def eviction_policy(client: redis.Redis) -> str | None:
     except redis.ResponseError:  # NOPERM, or CONFIG renamed or disabled
         return None
     return reply.get("maxmemory-policy") or None
+
+
+def text(value: bytes | str | None) -> str:
+    """A reply of redis-py (bytes, unless the client decodes them) as str; "" for None."""
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class RedisClient:
+    """What a Redis-backed store or backend is built on: its client and key prefix, its URL (password masked)
+    in errors and in its repr, and close(). A class sets ``kind``, how its errors name it, and calls
+    :meth:`_bind` first thing in ``__init__``."""
+
+    kind: ClassVar[str]
+    client: redis.Redis
+    prefix: str
+
+    def _bind(self, client: redis.Redis, prefix: str, url: str | None) -> None:
+        self.client = client
+        self.prefix = check_key_prefix(prefix)
+        self._url = url
+        self._display = mask_url(url) if url else repr(client)
+
+    def errors(self) -> AbstractContextManager[None]:
+        """Redis errors inside the block raised as StoreUnavailable naming this object (the URL's secrets
+        scrubbed from the client's message)."""
+        return store_errors(redis.RedisError, f"{self.kind} {self._display}", url=self._url)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._display} prefix={self.prefix!r}>"

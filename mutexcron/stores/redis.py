@@ -13,9 +13,8 @@ from typing import Any, ParamSpec, TypeVar
 import redis
 from redis.commands.core import Script
 
-from .._common import store_errors
-from .._redis import check_key_prefix, client_from_url, eviction_policy
-from ..urls import mask_url
+from .._redis import RedisClient, client_from_url, eviction_policy
+from .._redis import text as _text
 from .base import AcquireStatus, Acquisition, LockState, LockStore, datetime_to_ms, duration_ms, ms_to_datetime
 
 __all__ = ["RedisLockStore"]
@@ -132,14 +131,13 @@ def _glob_escape(text: str) -> str:
     return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
 
 
-class RedisLockStore(LockStore):
+class RedisLockStore(RedisClient, LockStore):
     """Lock hashes at ``<prefix>{<job name>}``; the braces make the name the Redis Cluster hash tag."""
 
+    kind = "Redis store"
+
     def __init__(self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX, url: str | None = None) -> None:
-        self.client = client
-        self.prefix = check_key_prefix(prefix)
-        self._url = url
-        self._display = mask_url(url) if url else repr(client)
+        self._bind(client, prefix, url)
         self._seed = client.register_script(_SEED)
         self._acquire = client.register_script(_ACQUIRE)
         self._renew = client.register_script(_RENEW)
@@ -160,7 +158,7 @@ class RedisLockStore(LockStore):
         return f"{self.prefix}{{{name}}}"
 
     def _call(self, operation: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        with store_errors(redis.RedisError, f"Redis store {self._display}", url=self._url):
+        with self.errors():
             return operation(*args, **kwargs)
 
     def seed(self, names: Iterable[str]) -> int:
@@ -238,16 +236,6 @@ class RedisLockStore(LockStore):
     def now(self) -> datetime:
         seconds, micros = self._call(self.client.time)
         return datetime.fromtimestamp(seconds, UTC) + timedelta(microseconds=micros)
-
-    def close(self) -> None:
-        self.client.close()
-
-    def __repr__(self) -> str:
-        return f"<RedisLockStore {self._display} prefix={self.prefix!r}>"
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _state(name: str, fields: dict[Any, Any]) -> LockState | None:

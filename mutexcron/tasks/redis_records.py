@@ -13,9 +13,9 @@ from typing import Any
 
 import redis
 
-from .._common import clip_error, duration_ms, epoch_ms, ms_to_datetime, store_errors
-from .._redis import check_key_prefix, client_from_url, eviction_policy
-from ..urls import mask_url
+from .._common import clip_error, duration_ms, epoch_ms, ms_to_datetime
+from .._redis import RedisClient, client_from_url, eviction_policy
+from .._redis import text as _text
 from .cancel_marks import (
     DEFAULT_PREFIX,
     DEFAULT_RETENTION,
@@ -132,25 +132,24 @@ class RedisResultField:
         return None if value is None else _text(value)
 
 
-class RedisCancelMarks(TaskRecordStore):
+class RedisCancelMarks(RedisClient, TaskRecordStore):
     """Records as Redis hashes at ``<prefix>{<task id>}``, each change one Lua script on one key (Cluster-safe)."""
+
+    kind = "task cancel store (Redis)"
 
     def __init__(
         self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX, retention: timedelta = DEFAULT_RETENTION,
         url: str | None = None,
     ) -> None:
-        check_key_prefix(prefix)
+        self._bind(client, prefix, url)
         self.retention = check_retention(retention)
-        self.client = client
-        self.prefix = prefix
-        self._display = mask_url(url) if url else repr(client)
         self._create = client.register_script(_CREATE)
         self._cancel = client.register_script(_CANCEL)
         self._claim = client.register_script(_CLAIM)
         self._finish = client.register_script(_FINISH)
         self._reschedule = client.register_script(_RESCHEDULE)
         self._reopen = client.register_script(_REOPEN)
-        self._results = RedisResultField(client, self._errors)
+        self._results = RedisResultField(client, self.errors)
 
     @classmethod
     def from_url(cls, url: str, **client_options: Any) -> RedisCancelMarks:
@@ -162,9 +161,6 @@ class RedisCancelMarks(TaskRecordStore):
     def key(self, task_id: str) -> str:
         return f"{self.prefix}{{{task_id}}}"
 
-    def _errors(self) -> AbstractContextManager[None]:
-        return store_errors(redis.RedisError, f"task cancel store (Redis) {self._display}")
-
     def _ttl_ms(self, run_at: datetime) -> int:
         """Milliseconds until ``run_at`` plus the retention: how long a record whose message came lives."""
         return max(1, duration_ms(max(run_at - datetime.now(UTC), timedelta(0)) + self.retention))
@@ -172,7 +168,7 @@ class RedisCancelMarks(TaskRecordStore):
     def create(self, tasks: Sequence[NewTask]) -> None:
         if not tasks:
             return
-        with self._errors():
+        with self.errors():
             pipe = self.client.pipeline(transaction=False)
             for task in tasks:
                 args: list[str | int] = [task.task_type, task.payload, epoch_ms(task.run_at)]
@@ -181,11 +177,11 @@ class RedisCancelMarks(TaskRecordStore):
 
     def discard(self, task_ids: Sequence[str]) -> None:
         if task_ids:
-            with self._errors():
+            with self.errors():
                 self.client.delete(*(self.key(task_id) for task_id in task_ids))
 
     def get(self, task_id: str) -> TaskRecord | None:
-        with self._errors():
+        with self.errors():
             raw = self.client.hgetall(self.key(task_id))
         if not raw:
             return None
@@ -202,12 +198,12 @@ class RedisCancelMarks(TaskRecordStore):
         )
 
     def cancel(self, task_id: str) -> bool:
-        with self._errors():
+        with self.errors():
             return bool(self._cancel(keys=[self.key(task_id)]))
 
     def claim(self, task_id: str, *, gen: int, attempt: int, redelivered: bool) -> Claim:
         args = [gen, "1" if redelivered else "0", self._ttl_ms(datetime.now(UTC)), attempt]
-        with self._errors():
+        with self.errors():
             verdict, attempts = self._claim(keys=[self.key(task_id)], args=args)
         return Claim(Verdict(_text(verdict)), int(attempts))
 
@@ -215,16 +211,16 @@ class RedisCancelMarks(TaskRecordStore):
         if status not in (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED):
             raise ValueError(f"finish() takes succeeded, failed or cancelled, not {status!r}")
         args: list[str | int] = [gen, status.value, clip_error(error), self._ttl_ms(datetime.now(UTC))]
-        with self._errors():
+        with self.errors():
             return bool(self._finish(keys=[self.key(task_id)], args=args))
 
     def reschedule(self, task_id: str, *, gen: int, new_gen: int, run_at: datetime, error: str) -> bool:
         args: list[str | int] = [gen, new_gen, epoch_ms(run_at), clip_error(error)]
-        with self._errors():
+        with self.errors():
             return bool(self._reschedule(keys=[self.key(task_id)], args=args))
 
     def reopen(self, task_id: str, *, gen: int, new_gen: int, run_at: datetime) -> bool:
-        with self._errors():
+        with self.errors():
             return bool(self._reopen(keys=[self.key(task_id)], args=[gen, new_gen, epoch_ms(run_at)]))
 
     def store_result(self, task_id: str, text: str) -> bool:
@@ -239,15 +235,5 @@ class RedisCancelMarks(TaskRecordStore):
         then dead-lettered unrun (a missing record never runs) and its status lost. A ``volatile-*`` policy
         evicts only records whose message already came (they carry the retention as TTL): their status goes
         early, and a redelivered message of a running one is dead-lettered, not retried."""
-        with self._errors():
+        with self.errors():
             return eviction_policy(self.client)
-
-    def close(self) -> None:
-        self.client.close()
-
-    def __repr__(self) -> str:
-        return f"<RedisCancelMarks {self._display} prefix={self.prefix!r}>"
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

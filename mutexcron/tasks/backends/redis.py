@@ -28,18 +28,18 @@ wake channel until then, and any script that makes something due earlier publish
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import redis
 
-from ..._common import clip_error, duration_ms, epoch_ms, ms_to_datetime, store_errors
+from ..._common import clip_error, duration_ms, epoch_ms, ms_to_datetime
 from ..._options import positive_duration
-from ..._redis import check_key_prefix, client_from_url, eviction_policy
+from ..._redis import RedisClient, client_from_url, eviction_policy
+from ..._redis import text as _text
 from ...errors import StoreConfigError
-from ...urls import mask_url, shown
+from ...urls import shown
 from ..model import NewTask, TaskInfo, TaskStatus
 from ..redis_records import RedisResultField
 from . import redis_lua as lua
@@ -55,18 +55,14 @@ DEFAULT_MAX_IDLE = timedelta(seconds=60)  # a worker that knows of nothing due l
 ENQUEUE_CHUNK = 500  # tasks per enqueue script call (each call blocks Redis for about a millisecond)
 
 
-def _text(value: bytes | str | None) -> str:
-    if value is None:
-        return ""
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def _duration(value: timedelta | float, name: str) -> timedelta:
     return positive_duration(value, what=f"Redis task backend: {name}", error=StoreConfigError)
 
 
-class RedisTaskBackend(ClaimingBackend):
+class RedisTaskBackend(RedisClient, ClaimingBackend):
     """Delayed tasks in Redis (see the module docstring for the keys and the protocol)."""
+
+    kind = "Redis task backend"
 
     def __init__(
         self,
@@ -77,18 +73,14 @@ class RedisTaskBackend(ClaimingBackend):
         retention: timedelta | float = DEFAULT_RETENTION,
         max_idle: timedelta | float = DEFAULT_MAX_IDLE,
     ) -> None:
-        check_key_prefix(prefix)
+        self._bind(client, prefix, url)
         super().__init__()
-        self.client = client
-        self.prefix = prefix
         self.base = f"{prefix}{HASH_TAG}:"
         self.processing_key = self.base + "processing"
         self.failed_key = self.base + "failed"
         self.channel = self.base + "wake"
         self.retention = _duration(retention, "retention")
         self.max_idle = _duration(max_idle, "max_idle")
-        self._url = url
-        self._display = mask_url(url) if url else repr(client)
         self._enqueue = client.register_script(lua.ENQUEUE)
         self._claim = client.register_script(lua.CLAIM)
         self._extend = client.register_script(lua.EXTEND)
@@ -117,19 +109,13 @@ class RedisTaskBackend(ClaimingBackend):
         client, cleaned, query = client_from_url(url, ("prefix",), **options)
         return cls(client, prefix=query.get("prefix", DEFAULT_PREFIX), url=cleaned, **backend_options)
 
-    # -- keys and errors --------------------------------------------------------------------------
+    # -- keys --------------------------------------------------------------------------------
 
     def task_key(self, task_id: str) -> str:
         return f"{self.base}task:{task_id}"
 
     def due_key(self, task_type: str) -> str:
         return f"{self.base}due:{task_type}"
-
-    @contextmanager
-    def errors(self) -> Iterator[None]:
-        """Redis errors inside the block become StoreUnavailable naming this backend (the URL's secrets scrubbed)."""
-        with store_errors(redis.RedisError, f"Redis task backend {self._display}", url=self._url):
-            yield
 
     # -- producing --------------------------------------------------------------------------------
 
@@ -204,12 +190,6 @@ class RedisTaskBackend(ClaimingBackend):
         """The server's ``maxmemory-policy`` (None if CONFIG is not allowed): an ``allkeys-*`` one may evict tasks."""
         with self.errors():
             return eviction_policy(self.client)
-
-    def close(self) -> None:
-        self.client.close()
-
-    def __repr__(self) -> str:
-        return f"<RedisTaskBackend {self._display} prefix={self.prefix!r}>"
 
     # -- the claim protocol: what a worker's consumer, deliveries and heartbeat call -----------------
     # Each settling call is fenced by the claim's token; False: the claim expired and the task moved on.

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from ..._common import duration_ms
+from ..._redis import text as _text
 from ...errors import StoreUnavailable
 from .base import ClaimedDelivery, ClaimHeartbeat, ClaimingConsumer, ConsumeRequest, run_batch
 
@@ -174,7 +175,3 @@ class RedisConsumer(ClaimingConsumer):
                 except ValueError:
                     return
                 deadline = min(deadline, answered_at + (due - now_ms) / 1000)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
