@@ -5,14 +5,11 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DatabaseError, close_old_connections, router, transaction
+from django.db import DatabaseError, router, transaction
 from django.utils import timezone
 
 from mutexcron import Outcome, RunRecord, Scheduler, StoreConfigError, default_registry
@@ -21,29 +18,14 @@ from mutexcron.registry import BusyPolicy
 from . import signals
 from .conf import get_settings
 from .models import JobRun
+from .per_process import PerProcess, fresh_connections
 
 logger = logging.getLogger("mutexcron.django")
 
-_lock = threading.Lock()
-_scheduler: Scheduler | None = None
-_scheduler_pid: int | None = None
 _exit_hook_registered = False
 _last_prune: float | None = None
 _history_failing = False
 PRUNE_EVERY = 3600.0  # seconds between automatic history prunes in one process
-
-
-@contextmanager
-def fresh_connections() -> Iterator[None]:
-    """Around each fire: drop connections that died or outlived CONN_MAX_AGE, as Django does per request.
-
-    Long-lived scheduler threads otherwise hit "server has gone away" (django-apscheduler's top bug).
-    """
-    close_old_connections()
-    try:
-        yield
-    finally:
-        close_old_connections()
 
 
 def build_scheduler() -> Scheduler:
@@ -80,20 +62,19 @@ def run_now(name: str, *, on_busy: BusyPolicy | None = None) -> RunRecord:
         scheduler.shutdown()  # nothing runs any more: stops its heartbeat thread and closes its store
 
 
+_scheduler = PerProcess(lambda: build_scheduler())  # its lock also guards starting it (start())
+
+
 def get_scheduler() -> Scheduler:
     """This process's scheduler (a forked child gets a new one: threads do not survive a fork)."""
-    global _scheduler, _scheduler_pid
-    with _lock:
-        if _scheduler is None or _scheduler_pid != os.getpid():
-            _scheduler, _scheduler_pid = build_scheduler(), os.getpid()
-        return _scheduler
+    return _scheduler.get()
 
 
 def start() -> Scheduler:
     """Start this process's scheduler if it is not running; stops cleanly at interpreter exit."""
     global _exit_hook_registered
     scheduler = get_scheduler()
-    with _lock:
+    with _scheduler.lock:
         if not scheduler.running:
             scheduler.start()
             logger.info("mutexcron scheduler started in process %d", os.getpid())
@@ -105,10 +86,7 @@ def start() -> Scheduler:
 
 def stop() -> None:
     """Stop this process's scheduler, waiting (bounded) for running jobs."""
-    global _scheduler
-    with _lock:
-        scheduler = _scheduler if _scheduler_pid == os.getpid() else None
-        _scheduler = None
+    scheduler = _scheduler.take()
     if scheduler is not None and scheduler.running:
         scheduler.shutdown(wait=True)
 
