@@ -100,7 +100,7 @@ class _Heartbeat(ClaimHeartbeat[DjangoDelivery]):
 class DjangoConsumer(ClaimingConsumer):
     """One consume() call: claim, run, and sleep until something may be due (or a wake-up).
 
-    It claims and looks through the backend's ``_claim`` and ``_next`` (one claim, one read each).
+    It claims and looks through the backend's ``claim_batch`` and ``next_due`` (one claim, one read each).
     """
 
     def __init__(self, backend: DjangoTaskBackend, request: ConsumeRequest) -> None:
@@ -153,7 +153,7 @@ class DjangoConsumer(ClaimingConsumer):
             try:
                 with self._cycle():
                     if look_first:
-                        next_due = self.claims.run(self.backend._next, self.types)
+                        next_due = self.claims.run(self.backend.next_due, self.types)
                         now_ms, next_ms = next_due
                         if next_ms is not None and next_ms <= now_ms:
                             next_due = None  # due now: claim
@@ -170,9 +170,9 @@ class DjangoConsumer(ClaimingConsumer):
     def _claim_and_run(self, heartbeat: _Heartbeat, claimed_at: float) -> tuple[int, int | None] | None:
         """Claim and run a batch (then None: look again at once), or, if none was due, when to look again."""
         visibility = {t: self.visibility_timeout(t) for t in self.types}
-        deliveries = self.claims.run(self.backend._claim, self.types, self.limit, self.owner, visibility)
+        deliveries = self.claims.run(self.backend.claim_batch, self.types, self.limit, self.owner, visibility)
         if not deliveries:
-            return self.claims.run(self.backend._next, self.types)
+            return self.claims.run(self.backend.next_due, self.types)
         for delivery in deliveries:
             heartbeat.track(delivery, claimed_at)
         run_batch(deliveries, self.handle, self.stop, heartbeat, self.owner)
@@ -243,7 +243,7 @@ class DjangoConsumer(ClaimingConsumer):
         """
         try:
             close_old_connections()
-            looked = self.backend._next(self.types)
+            looked = self.backend.next_due(self.types)
         except Error:
             return None  # the claim reports it
         self.warmed_at = time.monotonic()

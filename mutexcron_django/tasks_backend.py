@@ -217,16 +217,17 @@ class DjangoTaskBackend(ClaimingBackend):
     def __repr__(self) -> str:
         return f"<DjangoTaskBackend database={self.using!r} max_sleep={self.max_sleep}s>"
 
-    # -- what a consumer runs (one claim, one read: the tests count them) ------------------------------
+    # -- the claim protocol: what its consumer calls (one claim, one read: the tests count them) ----------
 
-    def _claim(self, types: list[str], limit: int, owner: str,
-               visibility: dict[str, timedelta]) -> list[DjangoDelivery]:
-        """Claim up to ``limit`` due tasks of ``types`` for ``owner``."""
+    def claim_batch(self, types: list[str], limit: int, owner: str,
+                    visibility: dict[str, timedelta]) -> list[DjangoDelivery]:
+        """Claim up to ``limit`` due tasks of ``types`` for ``owner``, each invisible to other workers for its
+        type's ``visibility``; the deliveries settle their rows themselves."""
         token, rows = self.claims.claim(types, limit, owner, visibility)
         return [DjangoDelivery(self.claims, pk, task_type, payload, attempt, token, visibility[task_type])
                 for pk, task_type, payload, attempt in rows]
 
-    def _next(self, types: list[str]) -> tuple[int, int | None]:
+    def next_due(self, types: list[str]) -> tuple[int, int | None]:
         """The database's now, and the earliest due time of ``types`` or visibility deadline of their
         running tasks (None: nothing), in ms."""
         return self.claims.next_due(types)

@@ -123,7 +123,7 @@ def new_task(task_id: str, task_type: str = "sql.task", payload: str = '"p"', de
 
 def claim(backend: DjangoTaskBackend, types: list[str], *, limit: int = 10, visibility: float = 30,
           owner: str = "test-worker") -> list[DjangoDelivery]:
-    return backend._claim(types, limit, owner, {t: timedelta(seconds=visibility) for t in types})
+    return backend.claim_batch(types, limit, owner, {t: timedelta(seconds=visibility) for t in types})
 
 
 class Deaf(DjangoTaskBackend):
@@ -331,14 +331,14 @@ def test_retry_later_and_claims_use_the_database_clock(alias: str) -> None:
     backend = DjangoTaskBackend(alias)
     backend.enqueue([new_task("t", delay=-1)])
     (delivery,) = claim(backend, ["sql.task"], visibility=120)
-    db_now, _ = backend._next(["sql.task"])
+    db_now, _ = backend.next_due(["sql.task"])
     row = ScheduledTask.objects.using(alias).get(pk="t")
     assert row.visible_until is not None and abs(row.visible_until.timestamp() * 1000 - (db_now + 120_000)) < 2000
     delivery.retry_later(timedelta(seconds=30), "oops")
     row = ScheduledTask.objects.using(alias).get(pk="t")
     assert abs(row.due.timestamp() * 1000 - (db_now + 30_000)) < 2000
     assert (row.status, row.attempts, row.error, row.visible_until) == ("scheduled", 1, "oops", None)
-    assert backend._next(["sql.task"])[1] == round(row.due.timestamp() * 1000)
+    assert backend.next_due(["sql.task"])[1] == round(row.due.timestamp() * 1000)
     assert backend.cancel("t") is True  # waiting for its retry, it has not started again
 
 
@@ -516,18 +516,18 @@ def test_an_idle_worker_does_not_poll(alias: str, queues: Callable[..., TaskQueu
 
         monkeypatch.setattr(DjangoTaskBackend, name, counted)
 
-    counting("_claim")
-    counting("_next")
+    counting("claim_batch")
+    counting("next_due")
     task_type = recorder.define()
     queue = queues(f"django://{alias}")
     queue.schedule(task_type, "in an hour", delay=timedelta(hours=1))
     queue.start()
     time.sleep(2.2)
     looks = 3 if alias == "mariadb" else 1  # after the claim (MariaDB: then after 1 and 2 s)
-    assert dict(calls) == {"_claim": 1, "_next": looks}
+    assert dict(calls) == {"claim_batch": 1, "next_due": looks}
     queue.schedule(task_type, "now")
     recorder.at("now")
-    assert calls["_claim"] <= 3  # the one that ran it, and the one that found nothing more
+    assert calls["claim_batch"] <= 3  # the one that ran it, and the one that found nothing more
 
 
 @pytest.mark.parametrize("alias", EVERY_DATABASE)

@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import ClassVar, Generic, Self, TypeVar, cast
+from typing import Any, ClassVar, Generic, Self, TypeVar, cast
 
 from ...errors import StoreUnavailable
 from ..handlers import validate_task_type
@@ -37,6 +37,12 @@ class Delivery(ABC):
     task_type: str
     payload: str  # JSON text
     attempt: int  # 1 for the first try
+    # What keeps the task this worker's while its handler runs: for a claiming backend (Redis, SQL) the
+    # ClaimHeartbeat that extends the claim before its visibility deadline (set by ClaimHeartbeat.track).
+    # None for a RabbitMQ delivery, which has no deadline to extend: the broker keeps an unacked message its
+    # consumer's for as long as that consumer's connection lives, and the connection's own AMQP heartbeats
+    # (sent by its I/O thread, whatever the handler does) keep the connection alive.
+    heartbeat: ClaimHeartbeat[Any] | None = None
 
     @abstractmethod
     def ack(self) -> None:
@@ -141,7 +147,7 @@ def consumed_types(task_types: Sequence[str]) -> list[str]:
 # -- shared by the backends that claim tasks with a visibility deadline (Redis, SQL) ---------------------
 
 
-class ClaimingConsumer:
+class ClaimingConsumer(ABC):
     """What one consume() call of a claiming backend knows, and how it backs off when the store fails."""
 
     def __init__(self, request: ConsumeRequest) -> None:
@@ -170,11 +176,11 @@ class ClaimingConsumer:
         self.claimed_once = True
         self._failures = 0
 
+    @abstractmethod
     def run(self) -> None:
         """Claim, run and sleep until ``stop`` is set: the consume() call itself."""
-        raise NotImplementedError
 
-    def wake(self) -> None:
+    def wake(self) -> None:  # noqa: B027 - a consumer that never waits for long needs none
         """Make this consumer look again now if it is waiting (called from another thread)."""
 
 
@@ -187,9 +193,8 @@ def warn_stale_settle(delivery: Delivery, what: str) -> None:
 
 class ClaimedDelivery(Delivery):
     """A delivery of a backend that claims tasks with a visibility deadline (Redis, SQL): a
-    :class:`ClaimHeartbeat` extends the claim while the handler runs; settling stops that first."""
-
-    heartbeat: ClaimHeartbeat[Self] | None = None  # set by ClaimHeartbeat.track
+    :class:`ClaimHeartbeat` (its :attr:`~Delivery.heartbeat`) extends the claim while the handler runs;
+    settling stops that first."""
 
     @property
     @abstractmethod
