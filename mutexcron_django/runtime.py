@@ -13,6 +13,7 @@ from django.db import DatabaseError, router, transaction
 from django.utils import timezone
 
 from mutexcron import Outcome, RunRecord, Scheduler, StoreConfigError, default_registry
+from mutexcron.alerts import ALERT_EVENTS, Alert
 from mutexcron.registry import BusyPolicy
 
 from . import signals
@@ -42,10 +43,13 @@ def build_scheduler() -> Scheduler:
             timezone=conf.timezone,
             fire_context=fresh_connections,
             sync_interval=conf.sync_interval,
+            metrics=conf.metrics,
+            tracing=conf.tracing,
         )
     except StoreConfigError as error:
         raise ImproperlyConfigured(f"MUTEXCRON['STORE']: {error}") from None
     scheduler.add_listener(send_signal, events=("started", "finished"))
+    scheduler.add_listener(send_alert_signal, events=ALERT_EVENTS)
     scheduler.add_listener(record_history)
     return scheduler
 
@@ -99,6 +103,12 @@ def send_signal(record: RunRecord) -> None:
     else:
         signal = signals.job_skipped
     signal.send(sender=Scheduler, record=record)
+
+
+def send_alert_signal(alert: Alert) -> None:
+    """``job_overdue``, ``job_failing`` or ``job_recovered``, with the alert."""
+    signal = {"overdue": signals.job_overdue, "failing": signals.job_failing}.get(alert.event, signals.job_recovered)
+    signal.send(sender=Scheduler, alert=alert)
 
 
 def record_history(record: RunRecord) -> None:

@@ -3,6 +3,13 @@
 - ``job_started``: a body is about to run (``record.outcome`` is None).
 - ``job_finished``: a body ran (``succeeded`` or ``failed``).
 - ``job_skipped``: this instance did not run the fire (``skipped_*``).
+
+Once per incident across the fleet, on the instance that noticed it first, each carrying the
+:class:`mutexcron.alerts.Alert` as ``alert``:
+
+- ``job_overdue``: a tick of the job's schedule went unrun past its ``alert_after``.
+- ``job_failing``: the job's latest run failed.
+- ``job_recovered``: a run succeeded after an overdue or failing incident.
 """
 
 from django.dispatch import Signal
@@ -10,3 +17,6 @@ from django.dispatch import Signal
 job_started = Signal()
 job_finished = Signal()
 job_skipped = Signal()
+job_overdue = Signal()
+job_failing = Signal()
+job_recovered = Signal()

@@ -519,3 +519,37 @@ def test_history_logs_when_it_is_recorded_again_after_an_outage(
     assert caplog.text.count("could not record") == 1
     assert "run history is being recorded again" in caplog.text
     assert JobRun.objects.filter(job_name="tests.rt.recovers").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(MUTEXCRON={"AUTOSTART": False, "SYNC_INTERVAL": 0.2})
+def test_job_failing_and_job_recovered_carry_the_alert_once_each(declare: Declarations) -> None:
+    broken = threading.Event()
+    broken.set()
+
+    def body() -> None:
+        if broken.is_set():
+            raise ValueError("no upstream")
+
+    declare("* * * * * *", body, name="tests.rt.alerting")
+    alerts: list[tuple[str, Any]] = []
+
+    def receiver(sender: Any, alert: Any, signal: Any, **_: Any) -> None:
+        alerts.append((signal, alert))
+
+    for signal in (signals.job_overdue, signals.job_failing, signals.job_recovered):
+        signal.connect(receiver)
+    scheduler = runtime.build_scheduler()
+    try:
+        scheduler.start()
+        wait_for(lambda: alerts, timeout=10, what="job_failing")
+        broken.clear()
+        wait_for(lambda: len(alerts) == 2, timeout=10, what="job_recovered")
+    finally:
+        scheduler.shutdown(timeout=timedelta(seconds=2))
+        for signal in (signals.job_overdue, signals.job_failing, signals.job_recovered):
+            signal.disconnect(receiver)
+    (failing_signal, failing), (recovered_signal, recovered) = alerts
+    assert failing_signal is signals.job_failing and failing.job_name == "tests.rt.alerting"
+    assert failing.problem is not None and "ValueError: no upstream" in failing.problem.detail
+    assert recovered_signal is signals.job_recovered and recovered.incident == failing.incident
