@@ -1,17 +1,8 @@
 """Task records of the RabbitMQ task backend in the app's SQL database: ``cancel_store="django://[alias]"``.
 
-The :class:`~mutexcron.tasks.cancel_marks.CancelMarkStore` interface on the ``TaskMark`` model (table
-``mutexcron_taskmark``): one row per task with its status, attempts, generation, error and expiry. Every
-change is a compare-and-set on one row: ``cancel``, ``finish``, ``reschedule`` and ``reopen`` are one
-conditional ``UPDATE … WHERE id = … AND status = … AND gen = …`` each; ``claim`` (whose verdict depends on
-the row) first locks the row with a no-op ``UPDATE`` (a row lock on PostgreSQL and MySQL/MariaDB, the
-write lock on SQLite, so no read-then-write upgrade can fail), then reads and decides, in one transaction.
-A cancel and a claim of one task are therefore serialised on its row: exactly one of them wins.
-
-Expiry: SQL has no TTL, so a row whose ``expires_at`` has passed (database clock) counts as absent, and
-expired rows are deleted by :meth:`DjangoCancelMarks.prune` (run by ``create`` at most every 10 minutes).
-``expires_at`` is NULL while the task's message has not arrived (scheduled or cancelled: a cancel holds
-however late workers start) and for a failed task (kept until it is retried); otherwise now + retention.
+:class:`DjangoCancelMarks`, the ``TaskRecordStore`` contract on the ``TaskMark`` model: each change one
+compare-and-set on one row, expired rows counted as absent and pruned. How it locks and expires rows is
+described in ``docs/sql-tasks.md``.
 """
 
 from __future__ import annotations

@@ -1,28 +1,7 @@
 """Delayed tasks in Redis: a hash per task, sorted sets for due and claimed tasks, Lua for every change.
 
-Keys (all under one Redis Cluster hash tag, ``{tasks}``, so every script's keys live in one slot)::
-
-    <prefix>{tasks}:task:<id>       hash: type, payload, run_at, due, status, attempts, claims, owner, error,
-                                    created_at, updated_at, started_at, finished_at (times in ms, server clock)
-    <prefix>{tasks}:due:<type>      zset: ids of scheduled tasks of that type, scored by due time (ms)
-    <prefix>{tasks}:processing      zset: ids of claimed tasks, scored by visibility deadline (ms)
-    <prefix>{tasks}:failed          zset: ids of tasks out of attempts, scored by when they failed
-    <prefix>{tasks}:wake            pub/sub channel: "<ms> <type>" when a type's earliest due time moves
-                                    earlier, "<ms> *" when the earliest visibility deadline does
-
-Scripts declare the keys they know in advance; the few they learn inside Redis (the hash of a claimed id,
-the due set of a cancelled task's type) are built from the same ``<prefix>{tasks}:`` base, so they are in
-the same Cluster slot too.
-
-A task moves between the sets only inside a script, so it is always in exactly one place: due (status
-scheduled), processing (running), failed, or nowhere (succeeded or cancelled; the hash then expires after
-the retention). ``claims`` counts claims and never goes back: it is the fencing token a delivery must
-show to ack, fail, retry or extend its claim, so a worker whose claim expired cannot touch a task another
-worker has taken since.
-
-Workers do not poll. A claim returns the server time and the earliest moment anything could change for
-the worker (the first due score of its types, the first visibility deadline); the worker sleeps on the
-wake channel until then, and any script that makes something due earlier publishes that moment.
+This module is the backend; its worker loop and deliveries are in ``redis_consumer``, its scripts in
+``redis_lua``. The keys, the claim protocol and the wake-ups are described in ``docs/redis-tasks.md``.
 """
 
 from __future__ import annotations
@@ -60,7 +39,7 @@ def _duration(value: timedelta | float, name: str) -> timedelta:
 
 
 class RedisTaskBackend(RedisClient, ClaimingBackend):
-    """Delayed tasks in Redis (see the module docstring for the keys and the protocol)."""
+    """Delayed tasks in Redis (see ``docs/redis-tasks.md`` for the keys and the protocol)."""
 
     kind = "Redis task backend"
 

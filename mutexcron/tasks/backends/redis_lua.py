@@ -1,7 +1,7 @@
 """The Lua scripts of the Redis task backend: every change to a task is one of them, atomic in Redis.
 
 Each script reads the server's clock (TIME), so due times and deadlines never depend on the workers'
-clocks; the keys they use are described in :mod:`mutexcron.tasks.backends.redis`.
+clocks; the keys they use are described in ``docs/redis-tasks.md``.
 """
 
 from __future__ import annotations
