@@ -9,7 +9,6 @@ limits, are in ``docs/sql-tasks.md``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
@@ -22,7 +21,7 @@ from mutexcron._common import epoch_ms
 from mutexcron._options import positive_duration
 from mutexcron.errors import StoreConfigError
 from mutexcron.tasks.backends.base import ClaimingBackend, ConsumeRequest
-from mutexcron.tasks.model import NewTask, TaskInfo, TaskStatus
+from mutexcron.tasks.model import NewTask, TaskInfo, stored_payload, stored_status
 from mutexcron.urls import mask_url, pop_query_options
 
 from .dbclock import AsUTC, DbNow, aware, now_minus
@@ -249,21 +248,11 @@ def _positive(value: timedelta | float, name: str) -> timedelta:
     return positive_duration(value, what=f"Django task backend: {name}", error=StoreConfigError)
 
 
-def _status(value: str | None) -> TaskStatus:
-    try:
-        return TaskStatus(value or "")
-    except ValueError:
-        return TaskStatus.UNKNOWN
-
-
 def _info(row: ScheduledTask) -> TaskInfo:
-    try:
-        payload: object = json.loads(row.payload)
-    except ValueError:
-        payload = row.payload  # not JSON (written by hand): shown as it is
     run_at = aware(row.utc_run_at)  # type: ignore[attr-defined]  # annotated by info()
     assert run_at is not None
     return TaskInfo(
-        id=row.id, task_type=row.task_type, payload=payload, run_at=run_at, status=_status(row.status),
+        id=row.id, task_type=row.task_type, payload=stored_payload(row.payload), run_at=run_at,
+        status=stored_status(row.status),
         attempts=row.attempts, error=row.error or None,
     )

@@ -11,7 +11,6 @@ and ``tests/tasks/contract.py`` proves them all. Stores are picked by URL with :
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from .._options import positive_duration
 from ..errors import StoreConfigError
 from ..plugins import build_from_url, schemes
 from ..urls import mask_url, shown
-from .model import NewTask, TaskInfo, TaskStatus
+from .model import NewTask, TaskInfo, TaskStatus, stored_payload
 
 __all__ = [
     "SCHEMES",
@@ -72,12 +71,9 @@ class TaskRecord:
     error: str | None = None
 
     def info(self) -> TaskInfo:
-        try:
-            payload = json.loads(self.payload) if self.payload else None
-        except ValueError:
-            payload = self.payload
         return TaskInfo(
-            id=self.id, task_type=self.task_type, payload=payload, run_at=self.run_at, status=self.status,
+            id=self.id, task_type=self.task_type, payload=stored_payload(self.payload) if self.payload else None,
+            run_at=self.run_at, status=self.status,
             attempts=self.attempts, error=self.error,
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -18,6 +19,22 @@ class TaskStatus(StrEnum):
     FAILED = "failed"  # out of attempts; kept with its error until retried by hand
     CANCELLED = "cancelled"
     UNKNOWN = "unknown"  # no such id (or its record expired)
+
+
+def stored_status(value: str | None) -> TaskStatus:
+    """A status as a backend keeps it, read back: UNKNOWN for anything else (a record written by hand)."""
+    try:
+        return TaskStatus(value or "")
+    except ValueError:
+        return TaskStatus.UNKNOWN
+
+
+def stored_payload(text: str) -> object:
+    """A payload as a backend keeps it (JSON text), decoded; text that is not JSON (written by hand) as it is."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 class TaskError(MutexcronError):

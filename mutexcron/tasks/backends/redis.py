@@ -6,7 +6,6 @@ This module is the backend; its worker loop and deliveries are in ``redis_consum
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,7 +18,7 @@ from ..._redis import RedisClient, client_from_url, eviction_policy
 from ..._redis import text as _text
 from ...errors import StoreConfigError
 from ...urls import shown
-from ..model import NewTask, TaskInfo, TaskStatus
+from ..model import NewTask, TaskInfo, stored_payload, stored_status
 from ..redis_records import RedisResultField
 from . import redis_lua as lua
 from .base import ClaimingBackend, ConsumeRequest
@@ -125,17 +124,12 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
         if not fields:
             return None
         data = {_text(k): _text(v) for k, v in fields.items()}
-        payload_text = data.get("payload", "null")
-        try:
-            payload: object = json.loads(payload_text)
-        except ValueError:
-            payload = payload_text  # not JSON (written by hand): shown as it is
         return TaskInfo(
             id=task_id,
             task_type=data.get("type", ""),
-            payload=payload,
+            payload=stored_payload(data.get("payload", "null")),
             run_at=ms_to_datetime(data.get("run_at")) or datetime.fromtimestamp(0, UTC),
-            status=_status(data.get("status")),
+            status=stored_status(data.get("status")),
             attempts=int(data.get("attempts") or 0),
             error=data.get("error") or None,
         )
@@ -219,10 +213,3 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
         keys = [self.task_key(task_id), self.processing_key, self.due_key(task_type)]
         with self.errors():
             return bool(self._release(keys=keys, args=[task_id, token, self.channel, task_type]))
-
-
-def _status(value: str | None) -> TaskStatus:
-    try:
-        return TaskStatus(value or "")
-    except ValueError:
-        return TaskStatus.UNKNOWN
