@@ -16,7 +16,7 @@ from django.db.models import BooleanField, ExpressionWrapper, F, Q, QuerySet
 
 from mutexcron._common import store_errors
 from mutexcron.errors import StoreConfigError, StoreUnavailable
-from mutexcron.stores.base import AcquireStatus, Acquisition, LockState, LockStore
+from mutexcron.stores.base import AcquireStatus, Acquisition, LockState, LockStore, check_outcome
 
 from .dbclock import AsUTC, DbNow, aware, db_now, now_minus, now_plus, plus
 from .models import Lock
@@ -58,7 +58,7 @@ class DjangoLockStore(LockStore):
                     continue
                 try:
                     with transaction.atomic(using=self.using):
-                        self._locks.create(name=name)
+                        self._locks.create(name=name, created_at=DbNow())
                     created += 1
                 except IntegrityError:  # another instance seeded it a moment ago
                     pass
@@ -100,16 +100,24 @@ class DjangoLockStore(LockStore):
         return self._call(lambda: self._locks.filter(name=name, locked=True, token=token)
                           .update(lock_until=now_plus(lease)) == 1)
 
-    def release(self, name: str, *, token: int, hold_at_least: timedelta = timedelta(0)) -> bool:
+    def release(self, name: str, *, token: int, hold_at_least: timedelta = timedelta(0),
+                outcome: str | None = None, error: str | None = None) -> bool:
+        error = check_outcome(outcome, error)
+        finished: dict[str, Any] = {}  # the outcome, written by the same UPDATE (one database now for all)
+        if outcome is not None:
+            finished = {"last_outcome": outcome, "last_finished_at": DbNow(), "last_error": error}
+            if outcome == "succeeded":
+                finished["last_success_at"] = DbNow()
+
         def run() -> bool:
             mine = self._locks.filter(name=name, locked=True, token=token)
             with transaction.atomic(using=self.using):
                 # Still inside hold_at_least: keep it locked until then. Otherwise free it now.
                 held = mine.filter(last_locked_at__gt=now_minus(hold_at_least))
                 if hold_at_least and held.update(lock_until=plus("last_locked_at", hold_at_least),
-                                                 last_released_at=DbNow()) == 1:
+                                                 last_released_at=DbNow(), **finished) == 1:
                     return True
-                return mine.update(locked=False, lock_until=DbNow(), last_released_at=DbNow()) == 1
+                return mine.update(locked=False, lock_until=DbNow(), last_released_at=DbNow(), **finished) == 1
 
         return self._call(run)
 
@@ -152,6 +160,16 @@ class DjangoLockStore(LockStore):
         return self._control(name, lambda rows: rows, schedule=spec, schedule_timezone=timezone, schedule_by=by,
                              schedule_changed_at=DbNow(), schedule_version=F("schedule_version") + 1)
 
+    # -- alerts: one conditional UPDATE each, so exactly one caller opens (or closes) an incident ----------
+
+    def open_incident(self, name: str, incident: str) -> bool:
+        return self._call(lambda: self._locks.filter(name=name, deleted=False, incident__isnull=True)
+                          .update(incident=incident, incident_at=DbNow()) == 1)
+
+    def close_incident(self, name: str, incident: str) -> bool:
+        return self._call(lambda: self._locks.filter(name=name, deleted=False, incident=incident)
+                          .update(incident=None, incident_at=None) == 1)
+
     def now(self) -> datetime:
         return self._call(db_now, self.using)
 
@@ -177,21 +195,18 @@ def _refusal(state: Mapping[str, Any], fire_time: datetime | None, schedule_vers
     return Acquisition(AcquireStatus.BUSY, holder=holder)
 
 
+# LockState's fields as the row holds them; the times are read as UTC whatever the session's time zone.
+_PLAIN = ("name", "locked", "locked_by", "token", "paused", "paused_by", "schedule", "schedule_timezone",
+          "schedule_version", "schedule_by", "last_outcome", "last_error", "incident")
+_TIMES = ("last_locked_at", "last_released_at", "lock_until", "last_fire_time", "paused_at", "paused_until",
+          "resumed_at", "schedule_changed_at", "created_at", "last_finished_at", "last_success_at", "incident_at")
+
+
 def _states(rows: QuerySet[Lock]) -> list[LockState]:
-    """The rows as lock states, their times read as UTC whatever the session's time zone."""
-    values = rows.values("name", "locked", "locked_by", "token", "paused", "paused_by", "schedule",
-                         "schedule_timezone", "schedule_version", "schedule_by",
-                         utc_last_locked_at=AsUTC("last_locked_at"), utc_last_released_at=AsUTC("last_released_at"),
-                         utc_lock_until=AsUTC("lock_until"), utc_last_fire_time=AsUTC("last_fire_time"),
-                         utc_paused_at=AsUTC("paused_at"), utc_paused_until=AsUTC("paused_until"),
-                         utc_resumed_at=AsUTC("resumed_at"), utc_schedule_changed_at=AsUTC("schedule_changed_at"))
-    return [LockState(name=row["name"], locked=row["locked"], locked_by=row["locked_by"], token=row["token"],
-                      last_locked_at=aware(row["utc_last_locked_at"]),
-                      last_released_at=aware(row["utc_last_released_at"]),
-                      lock_until=aware(row["utc_lock_until"]), last_fire_time=aware(row["utc_last_fire_time"]),
-                      paused=row["paused"], paused_at=aware(row["utc_paused_at"]),
-                      paused_until=aware(row["utc_paused_until"]), paused_by=row["paused_by"],
-                      resumed_at=aware(row["utc_resumed_at"]), schedule=row["schedule"],
-                      schedule_timezone=row["schedule_timezone"], schedule_version=row["schedule_version"],
-                      schedule_by=row["schedule_by"], schedule_changed_at=aware(row["utc_schedule_changed_at"]))
-            for row in values]
+    """The rows as lock states."""
+    states = []
+    for row in rows.values(*_PLAIN, **{f"utc_{field}": AsUTC(field) for field in _TIMES}):
+        fields: dict[str, Any] = {field: row[field] for field in _PLAIN}
+        fields.update((field, aware(row[f"utc_{field}"])) for field in _TIMES)
+        states.append(LockState(**fields))
+    return states

@@ -201,8 +201,13 @@ def test_close_closes_the_client_from_the_url(mongo_url: str) -> None:
 def test_seed_creates_a_fresh_document_per_new_name(
     store: MongoLockStore, raw: pymongo.MongoClient[dict[str, Any]], mongo_database: str
 ) -> None:
+    before = store.now()
     assert store.seed(["a", "b", "a"]) == 2
-    assert raw[mongo_database]["mutexcron_locks"].find_one({"_id": "a"}) == {
+    document = raw[mongo_database]["mutexcron_locks"].find_one({"_id": "a"})
+    assert document is not None
+    created_at = document.pop("created_at")  # the server's clock, as the raw client reads it (naive UTC)
+    assert abs(created_at.replace(tzinfo=UTC) - before) < timedelta(seconds=5)
+    assert document == {
         "_id": "a",
         "name": "a",
         "locked": False,

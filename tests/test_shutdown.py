@@ -78,9 +78,10 @@ class SlowStore(LockStore):
         self._enter("renew", name)
         return self.inner.renew(name, token=token, lease=lease)
 
-    def release(self, name: str, *, token: int, hold_at_least: timedelta = timedelta(0)) -> bool:
+    def release(self, name: str, *, token: int, hold_at_least: timedelta = timedelta(0),
+                outcome: str | None = None, error: str | None = None) -> bool:
         self._enter("release", name)
-        return self.inner.release(name, token=token, hold_at_least=hold_at_least)
+        return self.inner.release(name, token=token, hold_at_least=hold_at_least, outcome=outcome, error=error)
 
     def seed(self, names: Iterable[str]) -> int:
         return self.inner.seed(names)
@@ -106,6 +107,12 @@ class SlowStore(LockStore):
     def set_schedule(self, name: str, spec: str | None, *, timezone: str | None = None,
                      by: str | None = None) -> LockState | None:
         return self.inner.set_schedule(name, spec, timezone=timezone, by=by)
+
+    def open_incident(self, name: str, incident: str) -> bool:
+        return self.inner.open_incident(name, incident)
+
+    def close_incident(self, name: str, incident: str) -> bool:
+        return self.inner.close_incident(name, incident)
 
     def now(self) -> datetime:
         return self.inner.now()

@@ -36,7 +36,8 @@ class TestMongoLockStore(LockStoreContract):
         self.store.close()
 
 
-# -- the server stores' own documents: from before run-time control (issue 9), and refusals that write nothing --
+# -- the server stores' own documents: from before run-time control (issue 9) and alerts (issue 10), and refusals
+# that write nothing, and text that looks like a field path --
 
 LONG = timedelta(seconds=30)
 FIRE = datetime(2026, 3, 1, 6, 0, tzinfo=UTC)
@@ -57,13 +58,18 @@ def raw_document(store: LockStore) -> dict[Any, Any] | None:
     return store.collection.find_one({"_id": "job"})
 
 
-def test_a_document_from_before_run_time_control_is_unpaused_at_version_0(server_store: LockStore) -> None:
-    if isinstance(server_store, RedisLockStore):
+def old_document(store: LockStore) -> None:
+    """Write the job's hash or document as a version from before run-time control made it (token 3)."""
+    if isinstance(store, RedisLockStore):
         fields = {"name": "job", "locked": "0", "token": "3", "deleted": "0"}
-        server_store.client.hset(server_store.key("job"), mapping=fields)  # type: ignore[arg-type]
+        store.client.hset(store.key("job"), mapping=fields)  # type: ignore[arg-type]
     else:
-        assert isinstance(server_store, MongoLockStore)
-        server_store.collection.insert_one({"_id": "job", "name": "job", "locked": False, "token": 3})
+        assert isinstance(store, MongoLockStore)
+        store.collection.insert_one({"_id": "job", "name": "job", "locked": False, "token": 3})
+
+
+def test_a_document_from_before_run_time_control_is_unpaused_at_version_0(server_store: LockStore) -> None:
+    old_document(server_store)
     state = server_store.lock("job")
     assert state is not None and not state.paused and state.schedule is None and state.schedule_version == 0
     stale = server_store.acquire("job", owner="a", lease=LONG, fire_time=FIRE, schedule_version=1)
@@ -88,3 +94,48 @@ def test_a_refused_acquire_writes_nothing_to_the_server(server_store: LockStore)
     refused = server_store.acquire("job", owner="a", lease=LONG, fire_time=FIRE, schedule_version=0)
     assert refused.status is AcquireStatus.STALE_SCHEDULE and refused.schedule_version == 1
     assert raw_document(server_store) == resumed
+
+
+def test_a_document_from_before_alerts_has_no_outcome_and_takes_one(server_store: LockStore) -> None:
+    old_document(server_store)
+    state = server_store.lock("job")
+    assert state is not None and state.created_at is None and state.last_outcome is None
+    assert state.last_finished_at is None and state.last_success_at is None and state.last_error is None
+    assert state.incident is None and state.incident_at is None
+    assert server_store.seed(["job"]) == 0
+    assert server_store.lock("job") == state  # seeding an existing document neither resets it nor dates it
+    server_store.delete("job")
+    assert server_store.seed(["job"]) == 1
+    revived = server_store.lock("job")
+    assert revived is not None and revived.created_at is None and revived.token == 3
+    acquisition = server_store.acquire("job", owner="a", lease=LONG, fire_time=FIRE)
+    assert acquisition.token == 4
+    assert server_store.release("job", token=4, outcome="failed", error="ValueError: boom")
+    failed = server_store.lock("job")
+    assert failed is not None and failed.last_outcome == "failed" and failed.last_error == "ValueError: boom"
+    assert failed.last_finished_at is not None and failed.last_success_at is None and not failed.locked
+    assert server_store.open_incident("job", "failing since 06:00")
+    assert not server_store.open_incident("job", "failing since 06:00")
+    assert server_store.close_incident("job", "failing since 06:00")
+
+
+def test_a_document_from_before_alerts_takes_an_outcome_while_held(server_store: LockStore) -> None:
+    old_document(server_store)
+    token = server_store.acquire("job", owner="a", lease=LONG, fire_time=FIRE).token
+    assert token == 4
+    assert server_store.release("job", token=token, hold_at_least=LONG, outcome="succeeded")
+    state = server_store.lock("job")
+    assert state is not None and state.locked and state.last_outcome == "succeeded" and state.last_error is None
+    assert state.last_success_at is not None and state.last_success_at == state.last_finished_at
+
+
+def test_outcomes_and_incidents_that_look_like_field_paths_are_kept_as_text(server_store: LockStore) -> None:
+    server_store.seed(["$job"])
+    token = server_store.acquire("$job", owner="$owner", lease=LONG, fire_time=FIRE).token
+    assert token is not None
+    assert server_store.release("$job", token=token, outcome="failed", error="$last_success_at")
+    assert server_store.open_incident("$job", "$incident_at")
+    state = server_store.lock("$job")
+    assert state is not None and state.name == "$job" and state.created_at is not None
+    assert state.last_error == "$last_success_at" and state.incident == "$incident_at"
+    assert server_store.close_incident("$job", "$incident_at")

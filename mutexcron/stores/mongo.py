@@ -23,7 +23,16 @@ from pymongo.write_concern import WriteConcern
 from .._common import store_errors
 from ..errors import StoreConfigError
 from ..urls import check_host_and_port, mask_url, pop_query_options, scrub
-from .base import AcquireStatus, Acquisition, LockState, LockStore, datetime_to_ms, duration_ms, ms_to_datetime
+from .base import (
+    AcquireStatus,
+    Acquisition,
+    LockState,
+    LockStore,
+    check_outcome,
+    datetime_to_ms,
+    duration_ms,
+    ms_to_datetime,
+)
 
 __all__ = ["MongoLockStore"]
 
@@ -104,7 +113,7 @@ class MongoLockStore(LockStore):
         requests = []
         for name in dict.fromkeys(names):  # revive a tombstone, or create a missing document
             requests.append(UpdateOne({"_id": name, "deleted": True}, {"$set": {"deleted": False}}))
-            requests.append(UpdateOne({"_id": name}, {"$setOnInsert": _fresh(name)}, upsert=True))
+            requests.append(UpdateOne({"_id": name}, _insert_only(name), upsert=True))
         if not requests:
             return 0
 
@@ -175,20 +184,24 @@ class MongoLockStore(LockStore):
         result = self._call(self.collection.update_one, {"_id": name, "locked": True, "token": token}, update)
         return result.matched_count == 1
 
-    def release(self, name: str, *, token: int, hold_at_least: timedelta = timedelta(0)) -> bool:
+    def release(self, name: str, *, token: int, hold_at_least: timedelta = timedelta(0),
+                outcome: str | None = None, error: str | None = None) -> bool:
+        error = check_outcome(outcome, error)
         update: Document | list[Document] = _UNLOCK
-        if hold_at_least:
+        if hold_at_least or outcome is not None:  # a pipeline: one $$NOW for every time it writes
             hold_until = {"$add": ["$last_locked_at", duration_ms(hold_at_least)]}
             still_held = {"$gt": [hold_until, "$$NOW"]}
-            update = [
-                {
-                    "$set": {
-                        "locked": still_held,
-                        "lock_until": {"$cond": [still_held, hold_until, "$$NOW"]},
-                        "last_released_at": "$$NOW",
-                    }
-                }
-            ]
+            changes: Document = {
+                "locked": still_held,
+                "lock_until": {"$cond": [still_held, hold_until, "$$NOW"]},
+                "last_released_at": "$$NOW",
+            }
+            if outcome is not None:
+                changes |= {"last_outcome": {"$literal": outcome}, "last_finished_at": "$$NOW",
+                            "last_error": {"$literal": error}}
+                if outcome == "succeeded":
+                    changes["last_success_at"] = "$$NOW"
+            update = [{"$set": changes}]
         result = self._call(self.collection.update_one, {"_id": name, "locked": True, "token": token}, update)
         return result.matched_count == 1
 
@@ -225,6 +238,16 @@ class MongoLockStore(LockStore):
         }
         return self._control({"_id": name, **_VISIBLE}, update)
 
+    def open_incident(self, name: str, incident: str) -> bool:
+        query = {"_id": name, "incident": {"$in": [None, ""]}, **_VISIBLE}  # None: null or missing
+        update = {"$set": {"incident": incident}, "$currentDate": {"incident_at": True}}
+        return self._call(self.collection.update_one, query, update).matched_count == 1
+
+    def close_incident(self, name: str, incident: str) -> bool:
+        update = {"$set": {"incident": None, "incident_at": None}}
+        query = {"_id": name, "incident": incident, **_VISIBLE}
+        return self._call(self.collection.update_one, query, update).matched_count == 1
+
     def lock(self, name: str) -> LockState | None:
         document = self._call(self.collection.find_one, {"_id": name, **_VISIBLE})
         return None if document is None else _state(document)
@@ -256,17 +279,22 @@ class MongoLockStore(LockStore):
 _UNLOCK: Document = {"$set": {"locked": False}, "$currentDate": {"lock_until": True, "last_released_at": True}}
 
 
-def _fresh(name: str) -> Document:
-    return {
-        "name": name,
+def _insert_only(name: str) -> list[Document]:
+    """An upsert pipeline that makes a new document (created_at = the server's now) and leaves one that exists
+    as it is (every document has a token; an upsert starts from just the ``_id``)."""
+    fresh = {
+        "_id": "$_id",
+        "name": {"$literal": name},  # $literal: a name starting with "$" is not a field path
         "locked": False,
         "locked_by": None,
         "last_locked_at": None,
         "last_released_at": None,
         "lock_until": None,
         "last_fire_time": None,
-        "token": 0,
+        "token": {"$literal": 0},
+        "created_at": "$$NOW",
     }
+    return [{"$replaceWith": {"$cond": [{"$eq": [{"$type": "$token"}, "missing"]}, fresh, "$$ROOT"]}}]
 
 
 def _aware(value: datetime) -> datetime:

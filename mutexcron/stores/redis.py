@@ -15,7 +15,16 @@ from redis.commands.core import Script
 
 from .._redis import RedisClient, client_from_url, eviction_policy
 from .._redis import text as _text
-from .base import AcquireStatus, Acquisition, LockState, LockStore, datetime_to_ms, duration_ms, ms_to_datetime
+from .base import (
+    AcquireStatus,
+    Acquisition,
+    LockState,
+    LockStore,
+    check_outcome,
+    datetime_to_ms,
+    duration_ms,
+    ms_to_datetime,
+)
 
 __all__ = ["RedisLockStore"]
 
@@ -28,13 +37,14 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-# ARGV[1]: name. Creates a missing hash or revives a tombstone (with its token, fire time, pause and
-# override); sets ``revived`` to 1 if it did either.
+# ARGV[1]: name; after _NOW. Creates a missing hash (created_at = now) or revives a tombstone (with its
+# token, fire time, pause, override and created_at); sets ``revived`` to 1 if it did either.
 _REVIVE = """
 local revived = 0
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('HSET', KEYS[1], 'name', ARGV[1], 'locked', '0', 'locked_by', '', 'last_locked_at', '',
-             'last_released_at', '', 'lock_until', '', 'last_fire_time', '', 'token', '0', 'deleted', '0')
+             'last_released_at', '', 'lock_until', '', 'last_fire_time', '', 'token', '0', 'deleted', '0',
+             'created_at', now)
   revived = 1
 elseif redis.call('HGET', KEYS[1], 'deleted') == '1' then
   redis.call('HSET', KEYS[1], 'deleted', '0')
@@ -42,7 +52,7 @@ elseif redis.call('HGET', KEYS[1], 'deleted') == '1' then
 end
 """
 
-_SEED = _REVIVE + "return revived"
+_SEED = _NOW + _REVIVE + "return revived"
 
 # ARGV: name, owner, lease_ms, fire_ms ('' for a manual run), schedule_version ('' for unchecked).
 # Refusals in the contract's order: paused, stale schedule, already ran, busy; a refusal writes nothing.
@@ -74,7 +84,7 @@ redis.call('HSET', KEYS[1], 'lock_until', now + tonumber(ARGV[2]))
 return 1
 """
 
-# ARGV: token, hold_at_least_ms
+# ARGV: token, hold_at_least_ms, outcome ('' for none), error ('' for none)
 _RELEASE = _NOW + """
 local h = redis.call('HMGET', KEYS[1], 'locked', 'token', 'last_locked_at')
 if h[1] ~= '1' or h[2] ~= ARGV[1] then return 0 end
@@ -83,6 +93,10 @@ if hold_until > now then
   redis.call('HSET', KEYS[1], 'lock_until', hold_until, 'last_released_at', now)
 else
   redis.call('HSET', KEYS[1], 'locked', '0', 'lock_until', now, 'last_released_at', now)
+end
+if ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[1], 'last_outcome', ARGV[3], 'last_finished_at', now, 'last_error', ARGV[4])
+  if ARGV[3] == 'succeeded' then redis.call('HSET', KEYS[1], 'last_success_at', now) end
 end
 return 1
 """
@@ -123,6 +137,20 @@ redis.call('HSET', KEYS[1], 'schedule', ARGV[1], 'schedule_timezone', ARGV[2], '
            'schedule_changed_at', now)
 """ + _RETURN_ALL
 
+# ARGV: incident. Open it if the visible hash has none; close it if it is the open one.
+_OPEN_INCIDENT = _NOW + _VISIBLE + """
+local current = redis.call('HGET', KEYS[1], 'incident')
+if current and current ~= '' then return 0 end
+redis.call('HSET', KEYS[1], 'incident', ARGV[1], 'incident_at', now)
+return 1
+"""
+
+_CLOSE_INCIDENT = _VISIBLE + """
+if redis.call('HGET', KEYS[1], 'incident') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'incident', '', 'incident_at', '')
+return 1
+"""
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -147,6 +175,8 @@ class RedisLockStore(RedisClient, LockStore):
         self._pause = client.register_script(_PAUSE)
         self._resume = client.register_script(_RESUME)
         self._set_schedule = client.register_script(_SET_SCHEDULE)
+        self._open_incident = client.register_script(_OPEN_INCIDENT)
+        self._close_incident = client.register_script(_CLOSE_INCIDENT)
 
     @classmethod
     def from_url(cls, url: str, **client_options: Any) -> RedisLockStore:
@@ -186,8 +216,11 @@ class RedisLockStore(RedisClient, LockStore):
     def renew(self, name: str, *, token: int, lease: timedelta) -> bool:
         return bool(self._call(self._renew, keys=[self.key(name)], args=[token, duration_ms(lease)]))
 
-    def release(self, name: str, *, token: int, hold_at_least: timedelta = timedelta(0)) -> bool:
-        return bool(self._call(self._release, keys=[self.key(name)], args=[token, duration_ms(hold_at_least)]))
+    def release(self, name: str, *, token: int, hold_at_least: timedelta = timedelta(0),
+                outcome: str | None = None, error: str | None = None) -> bool:
+        error = check_outcome(outcome, error)
+        args: list[str | int] = [token, duration_ms(hold_at_least), outcome or "", error or ""]
+        return bool(self._call(self._release, keys=[self.key(name)], args=args))
 
     def force_unlock(self, name: str) -> bool:
         return bool(self._call(self._force_unlock, keys=[self.key(name)]))
@@ -209,6 +242,12 @@ class RedisLockStore(RedisClient, LockStore):
     def set_schedule(self, name: str, spec: str | None, *, timezone: str | None = None,
                      by: str | None = None) -> LockState | None:
         return self._control(self._set_schedule, name, [spec or "", timezone or "", by or ""])
+
+    def open_incident(self, name: str, incident: str) -> bool:
+        return bool(self._call(self._open_incident, keys=[self.key(name)], args=[incident]))
+
+    def close_incident(self, name: str, incident: str) -> bool:
+        return bool(self._call(self._close_incident, keys=[self.key(name)], args=[incident]))
 
     def lock(self, name: str) -> LockState | None:
         return _state(name, self._call(self.client.hgetall, self.key(name)))
@@ -261,4 +300,11 @@ def _state(name: str, fields: dict[Any, Any]) -> LockState | None:
         schedule_version=int(data.get("schedule_version") or 0),
         schedule_by=data.get("schedule_by") or None,
         schedule_changed_at=ms_to_datetime(data.get("schedule_changed_at")),
+        created_at=ms_to_datetime(data.get("created_at")),
+        last_outcome=data.get("last_outcome") or None,
+        last_finished_at=ms_to_datetime(data.get("last_finished_at")),
+        last_success_at=ms_to_datetime(data.get("last_success_at")),
+        last_error=data.get("last_error") or None,
+        incident=data.get("incident") or None,
+        incident_at=ms_to_datetime(data.get("incident_at")),
     )

@@ -9,6 +9,7 @@ import pytest
 from django.db import connections
 
 from mutexcron.stores import AcquireStatus, store_from_url
+from mutexcron_django.models import Lock
 from mutexcron_django.store import DjangoLockStore
 from tests.contract import FIRE_1, FIRE_2, LockStoreContract
 from tests.django.session_zone import InSessionZone, session_time_zone, set_session_zone
@@ -92,3 +93,20 @@ def test_a_lease_of_days_lasts_exactly_that_long_across_daylight_saving_time() -
     now = datetime.now(UTC)
     for name, lease in leases.items():
         assert ends[name] is not None and abs(ends[name] - (now + lease)) < timedelta(seconds=5), name
+
+
+@pytest.mark.parametrize("alias", [pytest.param(alias, marks=pytest.mark.django_db(transaction=True, databases=[alias]))
+                                   for alias in ("default", "postgres", "mariadb")])
+def test_a_row_from_before_alerts_has_no_outcome_and_takes_one(alias: str) -> None:
+    """Migration 0006 leaves the new columns of existing rows NULL: they read as None and work."""
+    Lock.objects.using(alias).create(name="job", token=3)
+    store = DjangoLockStore(alias)
+    state = store.lock("job")
+    assert state is not None and state.created_at is None and state.last_outcome is None and state.incident is None
+    assert store.seed(["job"]) == 0 and store.lock("job") == state
+    token = store.acquire("job", owner="a", lease=timedelta(seconds=30), fire_time=FIRE_1).token
+    assert token == 4 and store.release("job", token=token, outcome="failed", error="ValueError: boom")
+    failed = store.lock("job")
+    assert failed is not None and failed.last_outcome == "failed" and failed.last_error == "ValueError: boom"
+    assert failed.last_success_at is None and failed.created_at is None
+    assert store.open_incident("job", "failing since 06:00") and store.close_incident("job", "failing since 06:00")
