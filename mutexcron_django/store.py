@@ -16,7 +16,7 @@ from django.db.models import BooleanField, ExpressionWrapper, F, Q, QuerySet
 
 from mutexcron._common import store_errors
 from mutexcron.errors import StoreConfigError, StoreUnavailable
-from mutexcron.stores.base import AcquireStatus, Acquisition, LockState, LockStore, check_outcome
+from mutexcron.stores.base import AcquireStatus, Acquisition, LockState, LockStore, check_incident, check_outcome
 
 from .dbclock import AsUTC, DbNow, aware, db_now, now_minus, now_plus, plus
 from .models import Lock
@@ -163,10 +163,12 @@ class DjangoLockStore(LockStore):
     # -- alerts: one conditional UPDATE each, so exactly one caller opens (or closes) an incident ----------
 
     def open_incident(self, name: str, incident: str) -> bool:
+        check_incident(incident)
         return self._call(lambda: self._locks.filter(name=name, deleted=False, incident__isnull=True)
                           .update(incident=incident, incident_at=DbNow()) == 1)
 
     def close_incident(self, name: str, incident: str) -> bool:
+        check_incident(incident)
         return self._call(lambda: self._locks.filter(name=name, deleted=False, incident=incident)
                           .update(incident=None, incident_at=None) == 1)
 

@@ -168,6 +168,15 @@ class AlertsContract:
         assert not self.store.close_incident("job", "overdue since 06:00")
         assert self.store.lock("job") is None
 
+    @pytest.mark.parametrize("incident", ["", "x" * 256])
+    def test_an_empty_or_too_long_incident_is_a_value_error_and_changes_nothing(self, incident: str) -> None:
+        self.store.seed(["job"])
+        with pytest.raises(ValueError, match="incident"):
+            self.store.open_incident("job", incident)
+        with pytest.raises(ValueError, match="incident"):
+            self.store.close_incident("job", incident)
+        assert self.alert_state().incident is None
+
     def test_an_incident_survives_runs_and_releases(self) -> None:
         self.store.seed(["job"])
         self.store.open_incident("job", "failing since 07:00")

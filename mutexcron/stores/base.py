@@ -16,8 +16,8 @@ from enum import StrEnum
 
 from .._common import duration_ms, epoch_ms, ms_to_datetime
 
-__all__ = ["MAX_ERROR_LINE", "OUTCOMES", "AcquireStatus", "Acquisition", "LockState", "LockStore", "check_outcome",
-           "datetime_to_ms", "duration_ms", "ms_to_datetime"]
+__all__ = ["MAX_ERROR_LINE", "MAX_INCIDENT", "OUTCOMES", "AcquireStatus", "Acquisition", "LockState", "LockStore",
+           "check_incident", "check_outcome", "datetime_to_ms", "duration_ms", "ms_to_datetime"]
 
 datetime_to_ms = epoch_ms  # the stores' name for it (Redis keeps times as epoch milliseconds)
 
@@ -208,3 +208,12 @@ def check_outcome(outcome: str | None, error: str | None) -> str | None:
     return line[:MAX_ERROR_LINE]
 
 
+MAX_INCIDENT = 255  # the longest incident text a store keeps
+
+
+def check_incident(incident: object) -> str:
+    """``incident`` if a store can keep it: a non-empty string of at most MAX_INCIDENT characters."""
+    if not isinstance(incident, str) or not incident or len(incident) > MAX_INCIDENT:
+        raise ValueError(f"an incident must be a non-empty string of at most {MAX_INCIDENT} characters, "
+                         f"not {incident!r:.80}")
+    return incident

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from .base import AcquireStatus, Acquisition, LockState, LockStore, check_outcome
+from .base import AcquireStatus, Acquisition, LockState, LockStore, check_incident, check_outcome
 
 __all__ = ["MemoryLockStore"]
 
@@ -156,6 +156,7 @@ class MemoryLockStore(LockStore):
             schedule_by=by, schedule_changed_at=now))
 
     def open_incident(self, name: str, incident: str) -> bool:
+        check_incident(incident)
         opened: list[bool] = []
 
         def open_(state: LockState, now: datetime) -> LockState:
@@ -168,6 +169,7 @@ class MemoryLockStore(LockStore):
         return bool(opened)
 
     def close_incident(self, name: str, incident: str) -> bool:
+        check_incident(incident)
         closed: list[bool] = []
 
         def close(state: LockState, now: datetime) -> LockState:

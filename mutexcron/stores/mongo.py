@@ -28,6 +28,7 @@ from .base import (
     Acquisition,
     LockState,
     LockStore,
+    check_incident,
     check_outcome,
     datetime_to_ms,
     duration_ms,
@@ -239,11 +240,13 @@ class MongoLockStore(LockStore):
         return self._control({"_id": name, **_VISIBLE}, update)
 
     def open_incident(self, name: str, incident: str) -> bool:
+        check_incident(incident)
         query = {"_id": name, "incident": {"$in": [None, ""]}, **_VISIBLE}  # None: null or missing
         update = {"$set": {"incident": incident}, "$currentDate": {"incident_at": True}}
         return self._call(self.collection.update_one, query, update).matched_count == 1
 
     def close_incident(self, name: str, incident: str) -> bool:
+        check_incident(incident)
         update = {"$set": {"incident": None, "incident_at": None}}
         query = {"_id": name, "incident": incident, **_VISIBLE}
         return self._call(self.collection.update_one, query, update).matched_count == 1

@@ -20,6 +20,7 @@ from .base import (
     Acquisition,
     LockState,
     LockStore,
+    check_incident,
     check_outcome,
     datetime_to_ms,
     duration_ms,
@@ -244,9 +245,11 @@ class RedisLockStore(RedisClient, LockStore):
         return self._control(self._set_schedule, name, [spec or "", timezone or "", by or ""])
 
     def open_incident(self, name: str, incident: str) -> bool:
+        check_incident(incident)
         return bool(self._call(self._open_incident, keys=[self.key(name)], args=[incident]))
 
     def close_incident(self, name: str, incident: str) -> bool:
+        check_incident(incident)
         return bool(self._call(self._close_incident, keys=[self.key(name)], args=[incident]))
 
     def lock(self, name: str) -> LockState | None:

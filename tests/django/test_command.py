@@ -82,7 +82,8 @@ def test_a_subcommand_is_one_decorated_method() -> None:
     call_command(Extended(), "hello", "--to", "ops", stdout=out)
     assert out.getvalue() == "hello ops\n"
     assert [spec.name for spec, _ in Extended.subcommands()] == [
-        "list", "run", "trigger", "unlock", "seed", "prune", "worker", "pause", "resume", "schedule", "hello"]
+        "list", "run", "trigger", "unlock", "seed", "prune", "worker", "health", "pause", "resume", "schedule",
+        "hello"]
 
 
 @pytest.mark.django_db
