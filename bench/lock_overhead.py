@@ -14,6 +14,9 @@ The exit status is 0 whatever the ratios: it is a report.
 
     python bench/lock_overhead.py [--runs N] [--rounds R] [--redis URL] [--mongo URL] [--json]
 
+Then it times what ``metrics=True`` and ``tracing=True`` add to a guarded run (bench/telemetry_cost.py;
+``--skip telemetry`` leaves that out).
+
 Without ``--mongo`` a mongoeco wire server (tests/servers.py) is started for the run. Redis keys go
 under a unique prefix and the MongoDB data into a unique database; both are removed afterwards.
 """
@@ -168,8 +171,9 @@ def measure(result: StoreResult, guarded: Callable[[], None], raw: Callable[[], 
                 getattr(result, side).rounds_us.append(seconds / runs * 1e6)
 
 
-def _scheduler_op(store: Any) -> tuple[Any, Callable[[], None]]:
-    """A scheduler on ``store`` with one no-op job, and the operation that runs it once under its lock."""
+def _scheduler_op(store: Any, **options: Any) -> tuple[Any, Callable[[], None]]:
+    """A scheduler on ``store`` with one no-op job, and the operation that runs it once under its lock
+    (``options`` for the Scheduler: metrics, tracing)."""
     from mutexcron.records import Outcome
     from mutexcron.registry import Registry, mutex_cron
     from mutexcron.scheduler import Scheduler
@@ -180,7 +184,7 @@ def _scheduler_op(store: Any) -> tuple[Any, Callable[[], None]]:
     def noop() -> None:
         pass
 
-    scheduler = Scheduler(store, registry=registry, instance_id="bench-instance")  # store given: not closed by it
+    scheduler = Scheduler(store, registry=registry, instance_id="bench-instance", **options)  # store: not closed
     scheduler.seed()
     run_now, succeeded = scheduler.run_now, Outcome.SUCCEEDED
 
@@ -379,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis", metavar="URL", default=DEFAULT_REDIS_URL, help=f"default {DEFAULT_REDIS_URL}")
     parser.add_argument("--mongo", metavar="URL", default=None,
                         help="a MongoDB server URL (default: start a mongoeco wire server for the run)")
-    parser.add_argument("--skip", action="append", choices=("redis", "mongo"), default=[], help="leave a store out")
+    parser.add_argument("--skip", action="append", choices=("redis", "mongo", "telemetry"), default=[],
+                        help="leave a store (or the telemetry cost) out")
     parser.add_argument("--cpu", type=int, default=None,
                         help="pin the benchmark (not the servers) to this CPU while timing: steadier figures")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
@@ -398,6 +403,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{store}] {warmup} warm-up + {args.rounds} x {runs} runs per side ...", file=sys.stderr)
         results.append(bench(url, runs=runs, rounds=args.rounds, warmup=warmup, cpu=args.cpu))
 
+    costs = []
+    if "telemetry" not in args.skip:
+        import telemetry_cost  # bench/ is sys.path[0] when this file runs as a script
+
+        if not args.json:
+            print(f"[telemetry] {len(telemetry_cost.VARIANTS)} variants x {args.rounds} rounds ...", file=sys.stderr)
+        costs = telemetry_cost.run(None if "redis" in args.skip else args.redis, runs=args.runs,
+                                   rounds=args.rounds, warmup=args.warmup, cpu=args.cpu)
+
     if args.json:
         print(json.dumps({
             "benchmark": "mutexcron lock overhead",
@@ -405,9 +419,13 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(),
             "target_ratio": TARGET_RATIO,
             "results": [result.to_json() for result in results],
+            "telemetry": [cost.to_json() for cost in costs],
         }, indent=2))
     else:
         print_table(results)
+        if costs:
+            print()
+            telemetry_cost.print_costs(costs)
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any
@@ -28,6 +29,13 @@ DEFAULTS: dict[str, Any] = {
     "MODULES": ["cron"],  # <app>.<module> files imported at start-up to find @mutex_cron jobs
     "TASKS": {},  # delayed one-off tasks: see TASKS_DEFAULTS
     "SYNC_INTERVAL": timedelta(seconds=5),  # how often a running scheduler reads schedule overrides (or seconds)
+    "METRICS": False,  # Prometheus metrics of the runs (the "prometheus" extra); served by mutexcron_django.urls
+    "TRACING": False,  # OpenTelemetry spans of the runs (the "otel" extra)
+}
+# Telemetry settings: the module each needs, and the extra (and library) that provides it.
+TELEMETRY_EXTRAS = {
+    "METRICS": ("mutexcron.metrics", "prometheus", "prometheus-client"),
+    "TRACING": ("mutexcron.tracing", "otel", "opentelemetry-api"),
 }
 
 TASKS_DEFAULTS: dict[str, Any] = {
@@ -94,6 +102,8 @@ class MutexcronSettings:
     modules: tuple[str, ...]
     tasks: TasksSettings = TasksSettings()
     sync_interval: timedelta = timedelta(seconds=5)
+    metrics: bool = False
+    tracing: bool = False
     __repr__ = _masked_repr
 
     @property
@@ -150,7 +160,22 @@ def get_settings() -> MutexcronSettings:
     sync_interval = _options.duration(values["SYNC_INTERVAL"], what="MUTEXCRON['SYNC_INTERVAL']",
                                       error=ImproperlyConfigured, allow_zero=False)
     return MutexcronSettings(store, values["AUTOSTART"], timezone, instance_id, retention, tuple(modules),
-                             _tasks_settings(values["TASKS"]), sync_interval)
+                             _tasks_settings(values["TASKS"]), sync_interval, _telemetry(values, "METRICS"),
+                             _telemetry(values, "TRACING"))
+
+
+def _telemetry(values: dict[str, Any], key: str) -> bool:
+    """``MUTEXCRON["METRICS"]`` or ``["TRACING"]``: True or False; True needs its extra installed."""
+    value = values[key]
+    if not isinstance(value, bool):
+        raise _fail(key, f"must be True or False, not {value!r}")
+    if value:
+        module, extra, library = TELEMETRY_EXTRAS[key]
+        try:
+            importlib.import_module(module)
+        except ImportError as missing:
+            raise _fail(key, f"= True needs {library}: pip install 'mutexcron[{extra}]' ({missing})") from None
+    return value
 
 
 def _task_fail(key: str, message: str) -> ImproperlyConfigured:

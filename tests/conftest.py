@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pymongo
@@ -12,6 +13,8 @@ import pytest
 import redis
 
 from mutexcron.registry import Registry
+from mutexcron.scheduler import Scheduler
+from mutexcron.stores import LockStore, MemoryLockStore
 from tests.servers import MONGO_URL_ENV, REDIS_URL, MongoWireServer
 
 
@@ -80,3 +83,26 @@ def mongo_url(mongo_server_url: str, mongo_database: str) -> str:
 def registry() -> Registry:
     """A registry of this test's own, so declarations never leak between tests."""
     return Registry()
+
+
+@pytest.fixture(params=["memory", "redis"])
+def memory_or_redis(request: pytest.FixtureRequest) -> str | LockStore:
+    """An in-process store (one object, for all of the test's schedulers), or Redis under this test's own prefix."""
+    if request.param == "memory":
+        return MemoryLockStore()
+    return str(request.getfixturevalue("redis_url"))
+
+
+@pytest.fixture
+def new_scheduler(registry: Registry) -> Iterator[Callable[..., Scheduler]]:
+    """``new_scheduler(store, instance_id="A", **options)``: a Scheduler of ``registry``, shut down after the test."""
+    made: list[Scheduler] = []
+
+    def new(store: str | LockStore, instance_id: str = "A", **options: Any) -> Scheduler:
+        scheduler = Scheduler(store, registry=registry, instance_id=instance_id, **options)
+        made.append(scheduler)
+        return scheduler
+
+    yield new
+    for scheduler in made:
+        scheduler.shutdown()

@@ -7,6 +7,7 @@ import os
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -26,6 +27,21 @@ def wait_until(predicate: Callable[[], T], timeout: float = 5.0, what: str = "",
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what or predicate}")
         time.sleep(interval)
+
+
+def unique_name(prefix: str = "job") -> str:
+    """A name no other test uses (for what lives in a process-wide registry: metrics, spans)."""
+    return f"{prefix}.{uuid.uuid4().hex[:10]}"
+
+
+def declare_job(registry: Any, body: Callable[..., Any] = lambda: None, *, spec: str = "* * * * * *",
+                **options: Any) -> str:
+    """Declare ``body`` in ``registry`` under a name of its own (``unique_name()``); returns the name."""
+    from mutexcron import mutex_cron
+
+    name = unique_name()
+    mutex_cron(spec, name=name, registry=registry, **options)(body)
+    return name
 
 
 def next_whole_second_after(moment: datetime) -> datetime:

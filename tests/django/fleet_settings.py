@@ -7,6 +7,7 @@ Every value comes from the environment the test gives the process:
     FLEET_LEDGER_DIR  where the job body appends its per-process ledger (tests/django/fleet_app/cron.py)
     FLEET_INSTANCE    MUTEXCRON["INSTANCE_ID"] (default: host:pid)
     FLEET_AUTOSTART   "0" turns MUTEXCRON["AUTOSTART"] off (default on)
+    FLEET_METRICS     "1" turns MUTEXCRON["METRICS"] on (default off; /mutexcron/metrics/ serves them)
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ else:
 MUTEXCRON = {
     "AUTOSTART": os.environ.get("FLEET_AUTOSTART", "1") != "0",
     "INSTANCE_ID": os.environ.get("FLEET_INSTANCE") or None,
+    "METRICS": os.environ.get("FLEET_METRICS") == "1",
 }
 
 # Every line names its process, so the tests can tell which process started a scheduler.

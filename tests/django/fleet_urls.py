@@ -1,10 +1,11 @@
-"""URLs of the fleet test site: /pid/ answers with the serving process's pid (?sleep=0.3 holds the worker)."""
+"""URLs of the fleet test site: /pid/ answers with the serving process's pid (?sleep=0.3 holds the worker);
+/mutexcron/ is mutexcron_django.urls."""
 
 import os
 import time
 
 from django.http import HttpRequest, HttpResponse
-from django.urls import path
+from django.urls import include, path
 
 
 def pid(request: HttpRequest) -> HttpResponse:
@@ -12,4 +13,4 @@ def pid(request: HttpRequest) -> HttpResponse:
     return HttpResponse(str(os.getpid()), content_type="text/plain")
 
 
-urlpatterns = [path("pid/", pid)]
+urlpatterns = [path("pid/", pid), path("mutexcron/", include("mutexcron_django.urls"))]
