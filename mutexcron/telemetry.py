@@ -5,8 +5,9 @@ failing hook is logged and the run goes on."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
+from types import TracebackType
 from typing import TYPE_CHECKING
 
 from .errors import SchedulerConfigError
@@ -26,7 +27,7 @@ class Telemetry:
     def body(self, job: Job, ctx: JobContext) -> AbstractContextManager[object]:
         """Entered around a job body in its thread (a span is current inside it); an exception from the body
         passes through it before the run records ``failed``."""
-        return nullcontext()
+        return _NOTHING
 
     def finished(self, record: RunRecord) -> None:
         """Every run or skip of this instance, as the ``"finished"`` listeners get it."""
@@ -44,18 +45,8 @@ class Telemetries(Telemetry):
     def __bool__(self) -> bool:
         return bool(self.parts)
 
-    @contextmanager
-    def _body(self, job: Job, ctx: JobContext) -> Iterator[None]:
-        with ExitStack() as stack:
-            for part in self.parts:
-                try:
-                    stack.enter_context(part.body(job, ctx))
-                except Exception:
-                    logger.exception("mutexcron telemetry %r failed at the start of job %r", part, job.name)
-            yield
-
     def body(self, job: Job, ctx: JobContext) -> AbstractContextManager[object]:
-        return self._body(job, ctx) if self.parts else nullcontext()
+        return _Bodies(self.parts, job, ctx) if self.parts else _NOTHING
 
     def finished(self, record: RunRecord) -> None:
         for part in self.parts:
@@ -70,6 +61,38 @@ class Telemetries(Telemetry):
                 part.overdue(job_name, overdue)
             except Exception:
                 logger.exception("mutexcron telemetry %r failed on the overdue state of %r", part, job_name)
+
+
+class _Bodies:
+    """Every part's body context, entered in order and left in reverse; a part whose entry fails is logged and
+    left out. A class, not a generator: it runs around every job body."""
+
+    __slots__ = ("_ctx", "_entered", "_job", "_parts")
+
+    def __init__(self, parts: Sequence[Telemetry], job: Job, ctx: JobContext) -> None:
+        self._parts, self._job, self._ctx = parts, job, ctx
+        self._entered: list[AbstractContextManager[object]] = []
+
+    def __enter__(self) -> None:
+        for part in self._parts:
+            try:
+                body = part.body(self._job, self._ctx)
+                body.__enter__()
+            except Exception:
+                logger.exception("mutexcron telemetry %r failed at the start of job %r", part, self._job.name)
+                continue
+            self._entered.append(body)
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        for body in reversed(self._entered):
+            try:
+                body.__exit__(kind, error, traceback)
+            except Exception:
+                logger.exception("mutexcron telemetry failed at the end of job %r", self._job.name)
+
+
+_NOTHING = nullcontext()
 
 
 def build_telemetry(*, metrics: bool, tracing: bool, error: type[Exception] = SchedulerConfigError) -> Telemetries:
