@@ -82,6 +82,12 @@ class RedisClient:
         scrubbed from the client's message)."""
         return store_errors(redis.RedisError, f"{self.kind} {self._display}", url=self._url)
 
+    def read_hash(self, key: str) -> dict[str, str]:
+        """The hash at ``key``, fields and values as text; {} if there is none. Raises as :meth:`errors`."""
+        with self.errors():
+            fields = self.client.hgetall(key)
+        return {text(name): text(value) for name, value in fields.items()}
+
     def close(self) -> None:
         self.client.close()
 

@@ -181,11 +181,9 @@ class RedisCancelMarks(RedisClient, TaskRecordStore):
                 self.client.delete(*(self.key(task_id) for task_id in task_ids))
 
     def get(self, task_id: str) -> TaskRecord | None:
-        with self.errors():
-            raw = self.client.hgetall(self.key(task_id))
-        if not raw:
+        data = self.read_hash(self.key(task_id))
+        if not data:
             return None
-        data = {_text(key): _text(value) for key, value in raw.items()}
         return TaskRecord(
             id=task_id,
             task_type=data.get("type", ""),

@@ -119,11 +119,9 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
     def info(self, task_id: str) -> TaskInfo | None:
         if not isinstance(task_id, str) or not task_id:
             return None
-        with self.errors():
-            fields = self.client.hgetall(self.task_key(task_id))
-        if not fields:
+        data = self.read_hash(self.task_key(task_id))
+        if not data:
             return None
-        data = {_text(k): _text(v) for k, v in fields.items()}
         return TaskInfo(
             id=task_id,
             task_type=data.get("type", ""),
