@@ -22,7 +22,7 @@ import pytest
 from django.db import connections, transaction
 
 from mutexcron.errors import StoreConfigError, StoreUnavailable
-from mutexcron.tasks import NewTask, TaskQueue, TaskStatus
+from mutexcron.tasks import NewTask, TaskBackend, TaskQueue, TaskStatus
 from mutexcron.tasks.cancel_marks import Verdict
 from mutexcron_django.cancel_marks import DjangoCancelMarks
 from mutexcron_django.models import ScheduledTask, TaskMark
@@ -124,6 +124,22 @@ def new_task(task_id: str, task_type: str = "sql.task", payload: str = '"p"', de
 def claim(backend: DjangoTaskBackend, types: list[str], *, limit: int = 10, visibility: float = 30,
           owner: str = "test-worker") -> list[DjangoDelivery]:
     return backend.claim_batch(types, limit, owner, {t: timedelta(seconds=visibility) for t in types})
+
+
+def looks_of(backend: TaskBackend) -> list[float]:
+    """When (time.time()) each next_due() call of ``backend`` (a worker's) returned: a worker makes one after a
+    claim that found nothing, and after an idle look, then sleeps until something may be due."""
+    assert isinstance(backend, DjangoTaskBackend)
+    looks: list[float] = []
+    original = backend.next_due
+
+    def watched(types: list[str]) -> tuple[int, int | None]:
+        found = original(types)
+        looks.append(time.time())
+        return found
+
+    backend.next_due = watched  # type: ignore[method-assign]
+    return looks
 
 
 class Deaf(DjangoTaskBackend):
@@ -398,16 +414,18 @@ def test_postgresql_notify_wakes_a_sleeping_worker_from_another_connection(
     task_type = recorder.define()
     worker = queues("django://postgres")
     assert worker.backend.max_sleep == 60  # type: ignore[attr-defined]
+    looks = looks_of(worker.backend)
     worker.start()
     producer = queues(Deaf("postgres"))
     producer.schedule(task_type, "warm-up")
-    recorder.at("warm-up")
+    ran_at = recorder.at("warm-up")
     latencies = []
     for n in range(5):
-        time.sleep(0.3)  # the worker sleeps: it knows of nothing due
+        wait_until(lambda after=ran_at: looks and looks[-1] > after, what="the worker to sleep, knowing of nothing")
         scheduled = time.time()
         producer.schedule(task_type, n)
-        latencies.append(recorder.at(n) - scheduled)
+        ran_at = recorder.at(n)
+        latencies.append(ran_at - scheduled)
     print(f"NOTIFY wake-up latency: {', '.join(f'{x * 1000:.1f}' for x in latencies)} ms")
     assert max(latencies) < 0.1
     # ...and for a later task the worker sleeps until it is due, not longer.
@@ -423,8 +441,9 @@ def test_postgresql_a_claim_tells_sleeping_workers_its_visibility_deadline(
     """If the claimant dies, a sleeping worker (max_sleep 60 s) wakes when its claim expires."""
     task_type = recorder.define(visibility_timeout=timedelta(seconds=0.5))
     worker = queues("django://postgres")
+    looks = looks_of(worker.backend)
     worker.start()
-    time.sleep(0.2)
+    wait_until(lambda: looks, what="the worker to sleep: it knows of nothing due")
     Silent("postgres").enqueue([new_task("orphan", task_type=task_type, payload='"orphan"', delay=-1)])
     dying = Deaf("postgres")  # its claim's NOTIFY goes out; nothing else tells the worker of the task
     assert [d.id for d in claim(dying, [task_type], visibility=0.5, owner="dying")] == ["orphan"]
@@ -439,9 +458,10 @@ def test_without_notify_a_task_from_another_process_is_seen_within_max_sleep(
 ) -> None:
     task_type = recorder.define()
     worker = queues(DjangoTaskBackend(alias, max_sleep=0.4))
+    looks = looks_of(worker.backend)
     worker.start()
     other_process = Silent(alias)
-    time.sleep(0.3)
+    wait_until(lambda: looks, what="the worker to sleep: it knows of nothing due")
     lateness = []
     for n in range(4):
         time.sleep(0.13 * n)
@@ -483,11 +503,12 @@ def test_a_worker_that_cannot_bind_its_wake_up_socket_says_so_and_looks_every_se
         assert directory is not None
         put_in_the_way(obstacle, Path(directory), tmp_path / "elsewhere")
         worker = TaskQueue(f"django://{alias}", handlers=recorder.handlers)
+        looks = looks_of(worker.backend)
         try:
             with caplog.at_level(logging.WARNING, logger="mutexcron.tasks.django"):
                 worker.start()
                 wait_until(lambda: "cannot bind a wake-up socket" in caplog.text, what="the warning")
-            time.sleep(0.3)  # the worker sleeps: it knows of nothing due
+            wait_until(lambda: looks, what="the worker to sleep: it knows of nothing due")
             scheduled = time.time()
             worker.schedule(task_type, "from elsewhere")  # in-process wake-ups still work...
             assert recorder.at("from elsewhere") - scheduled < 0.1

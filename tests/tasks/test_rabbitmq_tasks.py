@@ -950,8 +950,8 @@ def test_stop_is_seen_without_wake_and_at_once_with_it(queues: Callable[..., Tas
         thread = threading.Thread(target=backend.consume, args=(["rabbit.task"], lambda d: d.ack(), stop),
                                   kwargs={"visibility_timeout": lambda _t: timedelta(seconds=30)})
         thread.start()
-        wait_until(lambda: backend._links, what="the consumer to connect")
-        time.sleep(0.3)
+        wait_until(lambda: (links := list(backend._links)) and all(link._ready.is_set() for link in links),
+                   what="the consumer to connect and consume")
         started = time.monotonic()
         stop.set()
         if use_wake:

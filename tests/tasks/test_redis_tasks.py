@@ -79,6 +79,21 @@ def claim(backend: RedisTaskBackend, types: list[str], *, limit: int = 10, visib
     return deliveries
 
 
+def claims_of(backend: RedisTaskBackend) -> list[tuple[int, int]]:
+    """What each claim of ``backend`` (a worker's) found, in order: (tasks claimed, next_ms). A worker whose
+    last claim found nothing waits, until that next_ms (-1: none known, max_idle) or a wake-up."""
+    found: list[tuple[int, int]] = []
+    original = backend.claim_batch
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        now_ms, next_ms, deliveries = original(*args, **kwargs)
+        found.append((len(deliveries), next_ms))
+        return now_ms, next_ms, deliveries
+
+    backend.claim_batch = watched  # type: ignore[method-assign]
+    return found
+
+
 # -- URLs and configuration --------------------------------------------------------------------------
 
 
@@ -366,13 +381,16 @@ def test_a_lost_wake_up_is_made_up_by_the_next_known_due_time(
 ) -> None:
     """Pub/sub is at-most-once; the worker never sleeps past a due time it knows of."""
     task_type = recorder.define()
-    worker_queue = TaskQueue(backends(), handlers=recorder.handlers)
+    worker_backend = backends()
+    claims = claims_of(worker_backend)
+    worker_queue = TaskQueue(worker_backend, handlers=recorder.handlers)
     deaf = backends()
     deaf.channel += ":nobody-listens"  # its wake-ups are lost
     try:
         worker_queue.start()
         known_due = due_time(worker_queue, worker_queue.schedule(task_type, "known", delay=timedelta(seconds=0.8)))
-        time.sleep(0.2)
+        wait_until(lambda: claims and claims[-1][0] == 0 and claims[-1][1] >= 0,
+                   what="the worker to wait for the due time it knows of")
         deaf.enqueue([new_task("lost", payload='"lost"')])
         lost_at, known_at = recorder.at("lost"), recorder.at("known")
         assert known_due - 0.05 <= lost_at < known_due + LATE  # at the next due time it knew of
@@ -385,12 +403,14 @@ def test_a_worker_that_knows_of_nothing_due_still_looks_again_after_max_idle(
     backends: Callable[..., RedisTaskBackend], recorder: Recorder
 ) -> None:
     recorder.define()
-    worker_queue = TaskQueue(backends(max_idle=0.7), handlers=recorder.handlers)
+    worker_backend = backends(max_idle=0.7)
+    claims = claims_of(worker_backend)
+    worker_queue = TaskQueue(worker_backend, handlers=recorder.handlers)
     deaf = backends()
     deaf.channel += ":nobody-listens"
     try:
         worker_queue.start()
-        time.sleep(0.2)
+        wait_until(lambda: claims[-1:] == [(0, -1)], what="the worker to wait, knowing of nothing due")
         scheduled = time.time()
         deaf.enqueue([new_task("lost", payload='"lost"')])
         assert recorder.at("lost") - scheduled < 0.7 + LATE
@@ -403,11 +423,13 @@ def test_a_claim_by_another_worker_tells_sleeping_workers_its_visibility_deadlin
 ) -> None:
     """If the claimant dies, a sleeping worker must wake when its claim expires, not after max_idle."""
     task_type = recorder.define(visibility_timeout=timedelta(seconds=0.5))
-    worker_queue = TaskQueue(backends(max_idle=60), handlers=recorder.handlers)
+    worker_backend = backends(max_idle=60)
+    claims = claims_of(worker_backend)
+    worker_queue = TaskQueue(worker_backend, handlers=recorder.handlers)
     dying = backends()
     try:
         worker_queue.start()
-        time.sleep(0.2)
+        wait_until(lambda: claims[-1:] == [(0, -1)], what="the worker to sleep, knowing of nothing due")
         dying.enqueue([new_task("orphan", task_type=task_type, payload='"orphan"')])
         # The worker may win the race for the task; take it from a "dying" claimant only if it did not.
         orphaned = claim(dying, [task_type], visibility=0.5, owner="dying")

@@ -102,6 +102,24 @@ class Fleet:
 
         wait_until(ready, timeout, "every worker to be ready", interval=0.05)
 
+    def wait_idle(self, timeout: float = 15.0) -> None:
+        """Return once every worker is past its start-up: its CPU time stopped growing (by less than 20 ms
+        between two reports at least 0.2 s apart), as it does once the worker sleeps on its backend."""
+        last = {worker.name: worker.cpu_seconds() for worker in self.workers}
+        reported = time.monotonic()
+
+        def idle() -> bool:
+            nonlocal reported
+            if time.monotonic() - reported < 0.2:
+                return False
+            now = {worker.name: worker.cpu_seconds() for worker in self.workers}
+            reported = time.monotonic()
+            quiet = all(now[name] - last[name] < 0.02 for name in now)
+            last.update(now)
+            return quiet
+
+        wait_until(idle, timeout, "every worker to go idle after its start-up", interval=0.05)
+
     def ran(self) -> list[dict[str, Any]]:
         return [entry for worker in self.workers for entry in worker.entries("ran")]
 
@@ -229,7 +247,7 @@ def test_idle_workers_use_almost_no_cpu(fleet: Fleet, producer: TaskQueue) -> No
     producer.schedule(TASK_TYPE, {"n": 0}, delay=timedelta(hours=1))
     workers = [fleet.start(f"worker-{n}") for n in range(2)]
     fleet.wait_ready()
-    time.sleep(0.5)  # past start-up
+    fleet.wait_idle()  # past start-up
     before = [w.cpu_seconds() for w in workers]
     time.sleep(2.0)
     used = [w.cpu_seconds() - b for w, b in zip(workers, before, strict=True)]
@@ -268,7 +286,7 @@ def test_workers_start_tasks_on_time(fleet: Fleet, producer: TaskQueue) -> None:
     for n in range(3):
         fleet.start(f"worker-{n}")
     fleet.wait_ready()
-    time.sleep(0.3)
+    fleet.wait_idle()
     now = datetime.now(UTC)
     due = {n: now + timedelta(milliseconds=200 + 37 * n) for n in range(40)}
     producer.schedule_many([(TASK_TYPE, {"n": n}, {"run_at": at}) for n, at in due.items()])
