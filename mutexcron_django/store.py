@@ -8,6 +8,7 @@ no read-modify-write, so concurrent instances cannot both win. A deleted lock ke
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
@@ -45,8 +46,22 @@ class DjangoLockStore(LockStore):
         return Lock.objects.using(self.using)
 
     def _call(self, operation: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        with store_errors(DatabaseError, f"database {self.using!r}"):
-            return operation(*args, **kwargs)
+        try:
+            with store_errors(DatabaseError, f"database {self.using!r}"):
+                return operation(*args, **kwargs)
+        except StoreUnavailable:
+            self._drop_broken_connection()
+            raise
+
+    def _drop_broken_connection(self) -> None:
+        """After an error, close this thread's connection if it is no longer usable (the server terminated it),
+        so that the next call opens a new one. Django does that only around requests (close_old_connections):
+        the scheduler's heartbeat and schedule-sync threads would keep a dead connection for good, and a lock
+        whose renewals all fail runs out under its running body. Never inside the caller's transaction."""
+        connection = connections[self.using]
+        if not connection.in_atomic_block:
+            with suppress(DatabaseError):  # closing a dead connection may fail too: it is dropped all the same
+                connection.close_if_unusable_or_obsolete()
 
     def seed(self, names: Iterable[str]) -> int:
         def run() -> int:
