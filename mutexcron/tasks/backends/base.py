@@ -164,11 +164,12 @@ class ClaimingConsumer(ABC):
 
     def store_failed(self, error: StoreUnavailable) -> None:
         """A claim cycle failed: raise it on the first contact (a wrong URL or a store that is down should
-        be loud), else wait before the next try (exponential, at most 2 s)."""
+        be loud), else wait before the next try (exponential, at most 1 s: a worker runs tasks again within a
+        second of the store's return)."""
         if not self.claimed_once:
             raise error
         self._failures += 1
-        pause = min(2.0, 0.1 * 2 ** min(self._failures, 5))
+        pause = min(1.0, 0.1 * 2 ** min(self._failures, 4))
         logger.warning("task worker %s: %s; trying again in %.1fs", self.owner, error, pause)
         self.stop.wait(pause)
 
