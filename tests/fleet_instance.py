@@ -3,7 +3,7 @@
     python tests/fleet_instance.py --store URL --instance NAME --ledger PATH
         [--spec "* * * * * *"] [--lease SECONDS] [--clock-skew SECONDS] [--body-seconds SECONDS] [--hang-first]
         [--catch-up skip|latest|all] [--sync-interval SECONDS] [--start-gate PATH] [--django-settings MODULE]
-        [--alert-after SECONDS] [--fail-while PATH] [--operator]
+        [--alert-after SECONDS] [--fail-while PATH] [--fence REDIS_URL] [--operator]
 
 Declares one job, "fleet.tick", in a registry of its own, runs a Scheduler on it and appends one JSON line
 per event to its own ledger file (opened with O_APPEND; each line is written with a single write() and
@@ -14,6 +14,8 @@ fsync'ed, so a ledger never loses, splits or merges lines, and no two processes 
     {"event": "body", "fire_time": ...}      written by the job body before it returns
     {"event": "holding", "fire_time": ...}   --hang-first: the first body of the fleet, which never returns
     {"event": "alert", "kind": ...}          an "overdue", "failing" or "recovered" listener event
+    {"event": "fenced", "phase": ..., "accepted": ..., "token": ..., "lock_lost": ...}
+                                            --fence: the body's "begin" and "end" writes to a fencing sink
     {"event": "stopped", ...}                after a clean shutdown on SIGTERM
 
 With ``--start-gate PATH`` it writes {"event": "waiting"} once it is built, and starts only when PATH exists
@@ -29,6 +31,13 @@ then reads commands from its standard input, one a line, and answers each with a
 (``hold`` takes the job's lock for an hour as a hung holder would; ``unlock`` forces it open.)
 
 ("called" is the wall clock before the call, "at" after it returned), until "quit" or the end of its input.
+
+The body's ``--body-seconds`` are its own working time, spent in steps of at most 50 ms: a SIGSTOP of the
+process does not count as work (the body still has that much to do once continued).
+
+With ``--fence REDIS_URL`` the body writes its fencing token to a sink at its start and again at its end, as a
+job that guards a resource with the token would. The sink (a Redis key holding the highest token it accepted,
+and a list of the writes it accepted) takes a write only if its token is at least the highest one seen.
 
 Every line carries "instance" and "at" (this process's wall clock when the line was written, ISO UTC).
 """
@@ -57,6 +66,17 @@ from tests.support import Ledger
 
 JOB_NAME = "fleet.tick"
 HANG_MARKER = "hang-first.marker"
+FENCE_TOKEN_KEY = "fence:highest"  # the sink of --fence: the highest token it accepted ...
+FENCE_WRITES_KEY = "fence:writes"  # ... and "<instance> <token> <phase>" for every write it accepted
+# KEYS: highest, writes; ARGV: token, entry. Accepted (1) only if the token is at least the highest seen.
+FENCED_WRITE = """
+local highest = tonumber(redis.call('GET', KEYS[1]) or '-1')
+if tonumber(ARGV[1]) < highest then return 0 end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('RPUSH', KEYS[2], ARGV[2])
+return 1
+"""
+WORK_STEP = 0.05
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -82,6 +102,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--django-settings", help="configure Django with this settings module first")
     parser.add_argument("--alert-after", type=float, help="the job's alert_after in seconds (default: None)")
     parser.add_argument("--fail-while", type=Path, help="the body raises while this file exists")
+    parser.add_argument("--fence", help="Redis URL of a fencing sink the body writes its token to")
     parser.add_argument("--operator", action="store_true",
                         help="run no scheduler: pause, resume or re-time the job on commands from stdin")
     return parser.parse_args(argv)
@@ -120,6 +141,32 @@ def operate(scheduler: Scheduler, ledger: Ledger, commands: TextIO) -> None:
         state = actions[action](argument)
         ledger.write("operated", action=action, argument=argument, called=called, paused=state.paused,
                      schedule=state.schedule, schedule_version=state.schedule_version)
+
+
+def work(seconds: float) -> None:
+    """``seconds`` of the body's own time, in steps of at most WORK_STEP: time stopped does not count."""
+    remaining = seconds
+    while remaining > 0:
+        step = min(remaining, WORK_STEP)
+        time.sleep(step)
+        remaining -= step
+
+
+def fencing_sink(url: str | None, ledger: Ledger, instance: str) -> Callable[[JobContext, str], None]:
+    """The body's write to the --fence sink: ``write(ctx, phase)``, each logged as a "fenced" line."""
+    if url is None:
+        return lambda ctx, phase: None
+    import redis
+
+    client = redis.Redis.from_url(url)
+    script = client.register_script(FENCED_WRITE)
+
+    def write(ctx: JobContext, phase: str) -> None:
+        accepted = script(keys=[FENCE_TOKEN_KEY, FENCE_WRITES_KEY], args=[ctx.token, f"{instance} {ctx.token} {phase}"])
+        ledger.write("fenced", phase=phase, accepted=bool(accepted), token=ctx.token,
+                     fire_time=ctx.fire_time.isoformat(), lock_lost=ctx.lock_lost)
+
+    return write
 
 
 def hold(scheduler: Scheduler) -> LockState:
@@ -172,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         return True
 
     registry = Registry()
+    fenced = fencing_sink(args.fence, ledger, args.instance)
 
     alert_after = None if args.alert_after is None else timedelta(seconds=args.alert_after)
 
@@ -186,7 +234,9 @@ def main(argv: list[str] | None = None) -> int:
             ledger.write("holding", **fields)
             hanging.set()
             never.wait()  # holds the lock until this process is killed; the heartbeat keeps renewing it
-        time.sleep(args.body_seconds)
+        fenced(ctx, "begin")
+        work(args.body_seconds)
+        fenced(ctx, "end")
         ledger.write("body", **fields)
 
     def on_record(record: RunRecord) -> None:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -31,6 +32,44 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def stop_process(process: subprocess.Popen[Any], timeout: float = 10) -> None:
+    """SIGTERM ``process`` if it still runs, and reap it (SIGKILL after ``timeout`` seconds)."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def start_redis_server(port: int, *options: str) -> subprocess.Popen[bytes]:
+    """``redis-server`` on ``port`` of 127.0.0.1 without persistence, with ``options``, once it answers PING."""
+    process = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", *options],
+        stdout=subprocess.DEVNULL,
+    )
+    client = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=1, retry=None)
+
+    def answers() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(f"redis-server {' '.join(options)} exited on port {port}")
+        try:
+            return bool(client.ping())
+        except redis.ConnectionError:
+            return False
+
+    try:
+        wait_until(answers, timeout=10, what=f"redis-server on port {port}", interval=0.01)
+    except BaseException:
+        process.terminate()
+        process.wait(10)
+        raise
+    finally:
+        client.close()
+    return process
+
+
 class PrivateRedis:
     """A redis-server of one test's own on a free port (for settings the shared server must keep), without
     persistence; ``with PrivateRedis("--maxmemory-policy", "allkeys-lru") as url:`` stops it at the end."""
@@ -41,31 +80,8 @@ class PrivateRedis:
 
     def __enter__(self) -> str:
         port = free_port()
-        self.process = subprocess.Popen(
-            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             *self.options],
-            stdout=subprocess.DEVNULL,
-        )
-        url = f"redis://127.0.0.1:{port}/0"
-        client = redis.Redis.from_url(url, socket_connect_timeout=1)
-        process = self.process
-
-        def answers() -> bool:
-            if process.poll() is not None:
-                raise RuntimeError(f"redis-server {' '.join(self.options)} exited on port {port}")
-            try:
-                return bool(client.ping())
-            except redis.ConnectionError:
-                return False
-
-        try:
-            wait_until(answers, timeout=10, what=f"redis-server on port {port}")
-        except BaseException:
-            self.__exit__()
-            raise
-        finally:
-            client.close()
-        return url
+        self.process = start_redis_server(port, *self.options)
+        return f"redis://127.0.0.1:{port}/0"
 
     def __exit__(self, *exc_info: object) -> None:
         if self.process is not None:
@@ -113,13 +129,8 @@ class MongoWireServer:
         return f"mongodb://127.0.0.1:{self.port}/?directConnection=true"
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            stop_process(self.process)
         if self.process is not None and self.process.stdout is not None:
             self.process.stdout.close()
         self.process = None

@@ -3,15 +3,18 @@
     proxy = TcpProxy("127.0.0.1", 6379)      # listens on 127.0.0.1:<proxy.port>
     proxy.cut()                              # resets every open connection and refuses new ones
     proxy.restore()                          # accepts again, on the same port
+    proxy.latency = 0.2                      # from now on every chunk is forwarded 200 ms after it came in
     proxy.close()
 """
 
 from __future__ import annotations
 
 import contextlib
+import queue
 import socket
 import struct
 import threading
+import time
 
 __all__ = ["TcpProxy"]
 
@@ -28,7 +31,11 @@ def _reset(sock: socket.socket) -> None:
 
 
 class TcpProxy:
-    """Forwards every connection made to ``127.0.0.1:port`` to ``target_host:target_port``."""
+    """Forwards every connection made to ``127.0.0.1:port`` to ``target_host:target_port``.
+
+    ``latency`` (seconds, default 0, settable at any time) delays each chunk, in each direction, by that
+    much after it was read: a link that slow, in order, without holding up the chunks behind it.
+    """
 
     def __init__(self, target_host: str, target_port: int, *, host: str = "127.0.0.1", port: int = 0) -> None:
         self.target = (target_host, target_port)
@@ -38,6 +45,7 @@ class TcpProxy:
         self._listener: socket.socket | None = None
         self._accepting: threading.Thread | None = None
         self._closed = False
+        self.latency = 0.0
         self.port = port
         self._listen()
 
@@ -124,11 +132,17 @@ class TcpProxy:
                                  daemon=True).start()
 
     def _pump(self, source: socket.socket, destination: socket.socket) -> None:
+        chunks: queue.SimpleQueue[tuple[float, bytes]] = queue.SimpleQueue()
+        sender = threading.Thread(target=self._forward, args=(chunks, destination), name="tcp-proxy-send",
+                                  daemon=True)
+        sender.start()
         try:
             while data := source.recv(_BUFFER):
-                destination.sendall(data)
+                chunks.put((time.monotonic() + self.latency, data))
         except OSError:
             pass
+        chunks.put((0.0, b""))  # the end: the sender stops once it forwarded what came before
+        sender.join(self.latency + 5)
         # One side ended (or the link was cut): end the other side too.
         with self._lock:
             self._connections.discard(source)
@@ -138,3 +152,17 @@ class TcpProxy:
                 sock.shutdown(socket.SHUT_RDWR)
             with contextlib.suppress(OSError):
                 sock.close()
+
+    @staticmethod
+    def _forward(chunks: queue.SimpleQueue[tuple[float, bytes]], destination: socket.socket) -> None:
+        """Send each chunk once it is due, in order, until the end marker (or the link fails)."""
+        while True:
+            due, data = chunks.get()
+            if not data:
+                return
+            if (wait := due - time.monotonic()) > 0:
+                time.sleep(wait)
+            try:
+                destination.sendall(data)
+            except OSError:
+                return
