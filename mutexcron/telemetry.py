@@ -4,11 +4,12 @@ failing hook is logged and the run goes on."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import SchedulerConfigError
 
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from .records import JobContext, RunRecord
     from .registry import Job
 
-__all__ = ["Telemetry", "build_telemetry"]
+__all__ = ["Telemetry", "build_telemetry", "check_flags", "load_part"]
 
 logger = logging.getLogger("mutexcron.telemetry")
 
@@ -95,25 +96,33 @@ class _Bodies:
 _NOTHING = nullcontext()
 
 
+# option -> (module, class, what it needs, the extra that installs it)
+_PARTS = {
+    "metrics": ("mutexcron.metrics", "JobMetrics", "prometheus-client", "prometheus"),
+    "tracing": ("mutexcron.tracing", "JobTracing", "opentelemetry-api", "otel"),
+}
+
+
+def load_part(option: str, *, owner: str, error: type[Exception], name: str | None = None) -> Any:
+    """The class (or module attribute ``name``) behind ``owner``'s ``option=True``; ``error`` naming the extra
+    to install when its library is missing."""
+    module, attribute, library, extra = _PARTS[option]
+    try:
+        return getattr(importlib.import_module(module), name or attribute)
+    except ImportError as missing:
+        raise error(f"{owner} {option}=True needs {library}: pip install 'mutexcron[{extra}]' ({missing})") from None
+
+
+def check_flags(owner: str, error: type[Exception], **flags: object) -> None:
+    """Each of ``flags`` (metrics=, tracing=) must be a bool."""
+    for option, value in flags.items():
+        if not isinstance(value, bool):
+            raise error(f"{owner} {option} must be True or False, not {value!r}")
+
+
 def build_telemetry(*, metrics: bool, tracing: bool, error: type[Exception] = SchedulerConfigError) -> Telemetries:
     """The telemetry for ``Scheduler(metrics=..., tracing=...)``; ``error`` (naming the extra to install) when
     the library it needs is missing."""
-    for option, value in (("metrics", metrics), ("tracing", tracing)):
-        if not isinstance(value, bool):
-            raise error(f"Scheduler {option} must be True or False, not {value!r}")
-    parts: list[Telemetry] = []
-    if metrics:
-        try:
-            from .metrics import JobMetrics
-        except ImportError as missing:
-            raise error(f"Scheduler metrics=True needs prometheus-client: pip install 'mutexcron[prometheus]' "
-                        f"({missing})") from None
-        parts.append(JobMetrics())
-    if tracing:
-        try:
-            from .tracing import JobTracing
-        except ImportError as missing:
-            raise error(f"Scheduler tracing=True needs opentelemetry-api: pip install 'mutexcron[otel]' "
-                        f"({missing})") from None
-        parts.append(JobTracing())
-    return Telemetries(parts)
+    check_flags("Scheduler", error, metrics=metrics, tracing=tracing)
+    wanted = [option for option, on in (("metrics", metrics), ("tracing", tracing)) if on]
+    return Telemetries([load_part(option, owner="Scheduler", error=error)() for option in wanted])
