@@ -103,14 +103,14 @@ _PARTS = {
 }
 
 
-def load_part(option: str, *, owner: str, error: type[Exception], name: str | None = None) -> Any:
-    """The class (or module attribute ``name``) behind ``owner``'s ``option=True``; ``error`` naming the extra
-    to install when its library is missing."""
+def load_part(option: str, *, what: str, error: type[Exception], name: str | None = None) -> Any:
+    """The class (or module attribute ``name``) behind ``option`` ("metrics", "tracing"); ``error`` saying that
+    ``what`` (e.g. "Scheduler metrics=True") needs the extra to install when its library is missing."""
     module, attribute, library, extra = _PARTS[option]
     try:
         return getattr(importlib.import_module(module), name or attribute)
     except ImportError as missing:
-        raise error(f"{owner} {option}=True needs {library}: pip install 'mutexcron[{extra}]' ({missing})") from None
+        raise error(f"{what} needs {library}: pip install 'mutexcron[{extra}]' ({missing})") from None
 
 
 def check_flags(owner: str, error: type[Exception], **flags: object) -> None:
@@ -125,4 +125,4 @@ def build_telemetry(*, metrics: bool, tracing: bool, error: type[Exception] = Sc
     the library it needs is missing."""
     check_flags("Scheduler", error, metrics=metrics, tracing=tracing)
     wanted = [option for option, on in (("metrics", metrics), ("tracing", tracing)) if on]
-    return Telemetries([load_part(option, owner="Scheduler", error=error)() for option in wanted])
+    return Telemetries([load_part(option, what=f"Scheduler {option}=True", error=error)() for option in wanted])

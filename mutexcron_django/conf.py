@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any
@@ -18,6 +17,7 @@ from mutexcron.tasks import TaskBackend, TaskQueue
 from mutexcron.tasks.cancel_marks import SCHEMES as CANCEL_STORE_SCHEMES
 from mutexcron.tasks.cancel_marks import CancelMarkStore, cancel_marks_from_url
 from mutexcron.tasks.queue import BACKENDS as TASK_BACKEND_SCHEMES
+from mutexcron.telemetry import load_part
 from mutexcron.urls import mask_url, shown, url_scheme
 
 DEFAULTS: dict[str, Any] = {
@@ -31,11 +31,6 @@ DEFAULTS: dict[str, Any] = {
     "SYNC_INTERVAL": timedelta(seconds=5),  # how often a running scheduler reads schedule overrides (or seconds)
     "METRICS": False,  # Prometheus metrics of the runs (the "prometheus" extra); served by mutexcron_django.urls
     "TRACING": False,  # OpenTelemetry spans of the runs (the "otel" extra)
-}
-# Telemetry settings: the module each needs, and the extra (and library) that provides it.
-TELEMETRY_EXTRAS = {
-    "METRICS": ("mutexcron.metrics", "prometheus", "prometheus-client"),
-    "TRACING": ("mutexcron.tracing", "otel", "opentelemetry-api"),
 }
 
 TASKS_DEFAULTS: dict[str, Any] = {
@@ -170,11 +165,7 @@ def _telemetry(values: dict[str, Any], key: str) -> bool:
     if not isinstance(value, bool):
         raise _fail(key, f"must be True or False, not {value!r}")
     if value:
-        module, extra, library = TELEMETRY_EXTRAS[key]
-        try:
-            importlib.import_module(module)
-        except ImportError as missing:
-            raise _fail(key, f"= True needs {library}: pip install 'mutexcron[{extra}]' ({missing})") from None
+        load_part(key.lower(), what=f"MUTEXCRON[{key!r}] = True", error=ImproperlyConfigured)
     return value
 
 
