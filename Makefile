@@ -34,9 +34,14 @@ system-deps:
 demo: $(VENV)/.installed
 	$(VENV)/bin/python example_project/demo.py $(DEMO_ARGS)
 
+# LINT=no skips ruff and mypy (.ci/run checks them once per environment, not in every part of a split suite).
+LINT ?= yes
+
 test: system-deps $(VENV)/.installed .venv-mongo/.installed services
+ifeq ($(LINT),yes)
 	$(VENV)/bin/ruff check .
 	$(MYPY)
+endif
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed
