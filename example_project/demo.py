@@ -234,6 +234,12 @@ def next_tick_after(moment: datetime) -> datetime:
     return base + timedelta(seconds=TICK_EVERY - base.second % TICK_EVERY)
 
 
+def fires_of(run: Any) -> list[tuple[str, str]]:
+    """(instance, lateness) of every fire a JobRun row holds: one row per tick holds every instance's fire
+    (``fired_by``); a row of its own (a manual run, a busy skip) holds its instance's."""
+    return run.fires or [(run.instance_id, "")]
+
+
 def tick_history(first: datetime, last: datetime) -> tuple[dict[datetime, list[Any]], dict[datetime, list[Any]]]:
     """(Tick rows, JobRun rows of the tick job) by fire time, for fire times in [first, last]."""
     from django.db import connections
@@ -304,24 +310,34 @@ def report(instances: list[Instance], first: datetime, last: datetime) -> bool:
     deadline = time.monotonic() + 10
     while True:
         rows, runs = tick_history(first, last)
-        complete = all({r.instance_id for r in runs[t]} >= set(names) for t in expected)
+        complete = all({i for r in runs[t] for i, _ in fires_of(r)} >= set(names) for t in expected)
         if complete or time.monotonic() > deadline:
             break
         time.sleep(0.2)  # polling interval of a bounded wait
 
-    table = [["tick (UTC)", "ran on (Tick rows)", "runs", *names]]
+    def what_did(name: str, fire_time: datetime) -> str:
+        """What instance ``name`` did with the tick, and how late it fired, from the JobRun rows."""
+        done = []
+        for run in runs[fire_time]:
+            for instance, late in fires_of(run):
+                if instance == name:
+                    ran = run.instance_id == name and run.outcome in ("succeeded", "failed")
+                    done.append(f"{run.outcome if ran or not run.tick_key else 'skipped_already_ran'} {late}".strip())
+        return ", ".join(sorted(done)) or "no record"
+
+    table = [["tick (UTC)", "ran on (Tick rows)", "runs", "JobRun rows", *names]]
     good = bool(expected)
     for fire_time in expected:
         ran = rows[fire_time]
-        fired = Counter(r.instance_id for r in runs[fire_time])
-        ok = len(ran) == 1 and all(fired[name] == 1 for name in names) and len(runs[fire_time]) == len(names)
+        fired = Counter(i for r in runs[fire_time] for i, _ in fires_of(r))
+        ok = len(ran) == 1 and all(fired[name] == 1 for name in names) and len(runs[fire_time]) == 1
         good = good and ok
         table.append([
             f"{fire_time:%H:%M:%S}" + ("" if ok else " <-- !"),
             ", ".join(f"{t.instance_id} (pid {t.pid})" for t in ran) or "-",
             str(len(ran)),
-            *(", ".join(sorted(r.outcome for r in runs[fire_time] if r.instance_id == name)) or "no record"
-              for name in names),
+            str(len(runs[fire_time])),
+            *(what_did(name, fire_time) for name in names),
         ])
     widths = [max(len(row[column]) for row in table) for column in range(len(table[0]))]
     print()
@@ -332,9 +348,13 @@ def report(instances: list[Instance], first: datetime, last: datetime) -> bool:
 
     # Every job, every instance: how many fires it ran and how many it skipped since all were up.
     totals: Counter[tuple[str, str, str]] = Counter()
+    written: Counter[str] = Counter()
     for run in JobRun.objects.filter(fire_time__gte=first, fire_time__lte=last, manual=False):
-        kind = "ran" if run.outcome in ("succeeded", "failed") else "skipped"
-        totals[(run.job_name, run.instance_id, kind)] += 1
+        written[run.job_name] += 1
+        ran = run.outcome in ("succeeded", "failed")
+        for instance, _ in fires_of(run):
+            kind = "ran" if ran and instance == run.instance_id else "skipped"
+            totals[(run.job_name, instance, kind)] += 1
         if run.outcome == "failed":
             totals[(run.job_name, run.instance_id, "failed")] += 1
     connections.close_all()
@@ -349,6 +369,9 @@ def report(instances: list[Instance], first: datetime, last: datetime) -> bool:
     widths = [max(len(row[column]) for row in summary) for column in range(len(summary[0]))]
     for row in summary:
         print("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    tick_rows = sum(len(runs[fire_time]) for fire_time in expected)
+    print(f"JobRun rows written for {TICK_JOB}: {tick_rows} for {len(expected)} ticks of {len(names)} instances "
+          f"({tick_rows / max(1, len(expected)):.1f} per tick); all jobs: {sum(written.values())} rows")
 
     runs_per_instance = Counter(t.instance_id for fire_time in expected for t in rows[fire_time])
     shares = ", ".join(f"{name} {runs_per_instance[name]}" for name in names)

@@ -53,7 +53,9 @@ class Lock(models.Model):
 
 
 class JobRun(models.Model):
-    """One RunRecord: a fire of a job on one instance, run or skipped."""
+    """A job's run history: ONE row per scheduled tick (its run, with the other instances' fires folded in:
+    ``fired_count`` and ``fired_by``), and a row of its own for each manual run and each fire skipped for
+    another reason (busy, store error, stale schedule). See :mod:`mutexcron_django.history`."""
 
     class Outcome(models.TextChoices):
         SUCCEEDED = "succeeded"
@@ -75,11 +77,17 @@ class JobRun(models.Model):
     lock_lost = models.BooleanField(default=False)
     manual = models.BooleanField(default=False)
     catch_up = models.BooleanField(default=False)
+    # One row per tick: "<job>@<fire time, UTC ISO>" on the row of a scheduled tick (unique: the fold's key);
+    # NULL on manual runs, own-row skips and rows written before it existed.
+    tick_key = models.CharField(max_length=255, null=True, blank=True, unique=True)
+    fired_count = models.PositiveIntegerField(default=1, help_text="how many fires of instances this row holds")
+    fired_by = models.TextField(blank=True, default="", help_text="each fire: instance and lateness, one a line")
 
     class Meta:
         verbose_name = "job run"
         ordering = ["-started_at"]
-        indexes = [models.Index(fields=["job_name", "-started_at"])]
+        indexes = [models.Index(fields=["job_name", "-started_at"]),
+                   models.Index(fields=["job_name", "fire_time"], name="mutexcron_jobrun_tick_idx")]
 
     def __str__(self) -> str:
         fire_time = aware(getattr(self, "utc_fire_time", self.fire_time))  # as the admin reads it, in UTC
@@ -88,6 +96,28 @@ class JobRun(models.Model):
     @property
     def duration(self):  # type: ignore[no-untyped-def]
         return self.finished_at - self.started_at if self.finished_at else None
+
+    @property
+    def fires(self) -> list[tuple[str, str]]:
+        """(instance, lateness such as "+0.012s") of each fire folded into this row, in the order written."""
+        pairs = (line.rpartition(" ") for line in self.fired_by.splitlines() if line.strip())
+        return [(instance, lateness) for instance, _, lateness in pairs]
+
+
+class PauseSpan(models.Model):
+    """One episode of a pause as the schedulers met it: the first and the last tick an operator's pause
+    skipped (``skipped_paused`` fires are not written to JobRun; later ones move ``ended_at``)."""
+
+    job_name = models.CharField(max_length=200)
+    started_at = models.DateTimeField(help_text="the first tick the pause skipped")
+    ended_at = models.DateTimeField(help_text="the last tick the pause skipped (so far)")
+
+    class Meta:
+        verbose_name = "pause span"
+        constraints = [models.UniqueConstraint(fields=["job_name", "started_at"], name="mutexcron_pausespan_once")]
+
+    def __str__(self) -> str:
+        return f"{self.job_name} paused {self.started_at.isoformat()} .. {self.ended_at.isoformat()}"
 
 
 class ScheduledTask(models.Model):

@@ -9,16 +9,15 @@ import time
 from datetime import datetime, timedelta
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DatabaseError, router, transaction
+from django.db import DatabaseError
 from django.utils import timezone
 
-from mutexcron import Outcome, RunRecord, Scheduler, StoreConfigError, default_registry
+from mutexcron import RunRecord, Scheduler, StoreConfigError, default_registry
 from mutexcron.alerts import ALERT_EVENTS, Alert
 from mutexcron.registry import BusyPolicy
 
-from . import signals
+from . import history, signals
 from .conf import get_settings
-from .models import JobRun
 from .per_process import PerProcess, fresh_connections
 
 logger = logging.getLogger("mutexcron.django")
@@ -27,6 +26,7 @@ _exit_hook_registered = False
 _last_prune: float | None = None
 _history_failing = False
 PRUNE_EVERY = 3600.0  # seconds between automatic history prunes in one process
+PRUNE_BUDGET = 1.0  # seconds one automatic prune may take (in batches); the next record goes on
 
 
 def build_scheduler() -> Scheduler:
@@ -112,30 +112,16 @@ def send_alert_signal(alert: Alert) -> None:
 
 
 def record_history(record: RunRecord) -> None:
-    """Write the record to JobRun; a database error is logged, never raised into the scheduler.
+    """Write the record to the history (:mod:`.history`: one JobRun row per tick, the other instances' fires
+    folded into it); a database error is logged, never raised into the scheduler.
 
-    A fire skipped because an operator paused the job is not written: the pause is shown once (on the lock),
-    not as a skip per instance per tick."""
-    if record.outcome is Outcome.SKIPPED_PAUSED:
-        return
+    A fire skipped because an operator paused the job is not a JobRun row: the pause is shown once (on the
+    lock, and as one PauseSpan per episode), not as a skip per instance per tick."""
     try:
-        # A savepoint inside a caller's transaction (run_tick in a TestCase, run_now in atomic()): a failed
-        # write must not leave that transaction unusable for the lock store's next queries.
-        with transaction.atomic(using=router.db_for_write(JobRun)):
-            JobRun.objects.create(
-                job_name=record.job_name,
-                fire_time=record.fire_time,
-                instance_id=record.instance_id,
-                outcome=str(record.outcome),
-                started_at=record.started_at,
-                finished_at=record.finished_at,
-                error=record.error or "",
-                token=record.token,
-                lock_lost=record.lock_lost,
-                manual=record.manual,
-                catch_up=record.catch_up,
-            )
-            _prune_now_and_then()
+        # Each statement is a savepoint inside a caller's transaction (run_tick in a TestCase, run_now in
+        # atomic()): a failed write must not leave that transaction unusable for the lock store's next queries.
+        history.write(record)
+        _prune_now_and_then()
     except DatabaseError as error:
         _history_failed(record, error)
     else:
@@ -165,17 +151,20 @@ def _prune_now_and_then() -> None:
     now = time.monotonic()
     if _last_prune is None or now - _last_prune >= PRUNE_EVERY:
         _last_prune = now
-        prune_history()
+        if not _prune(budget=PRUNE_BUDGET).complete:
+            _last_prune = None  # more to delete: the next record goes on, a budget at a time
 
 
 def prune_history(now: datetime | None = None) -> int:
-    """Delete run history older than ``HISTORY_RETENTION``; returns how many rows went."""
+    """Delete run history older than ``HISTORY_RETENTION`` (in batches); returns how many rows went."""
+    return _prune(now).deleted
+
+
+def _prune(now: datetime | None = None, *, budget: float | None = None) -> history.Pruned:
     retention: timedelta | None = get_settings().history_retention
     if retention is None:
-        return 0
-    cutoff = (now or timezone.now()) - retention
-    deleted, _ = JobRun.objects.filter(started_at__lt=cutoff).delete()
-    return deleted
+        return history.Pruned(0, complete=True)
+    return history.prune((now or timezone.now()) - retention, budget=budget)
 
 
 __all__ = ["build_scheduler", "get_scheduler", "prune_history", "start", "stop"]

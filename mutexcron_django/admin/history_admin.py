@@ -1,4 +1,5 @@
-"""The run history page: every fire on every instance (``JobRun`` rows), read-only, times with seconds."""
+"""The run history page: one row per tick (the run, with every instance's fire folded in: ``fired_count`` and
+``fired_by``), and rows of their own for manual runs and other skips (``JobRun``), read-only, times with seconds."""
 
 from __future__ import annotations
 
@@ -22,13 +23,14 @@ class JobRunAdmin(WrittenByMutexcron, ModelAdmin[JobRun]):
     """The run history: every fire on every instance, read-only."""
 
     list_display = ("job_name", "fire_time_display", "instance_id", "outcome", "started_at_display",
-                    "duration_display", "lock_lost", "manual")
+                    "duration_display", "fired_count", "lock_lost", "manual")
     list_filter = ("job_name", "outcome", ("started_at", admin.DateFieldListFilter), "lock_lost", "manual")
     search_fields = ("job_name", "instance_id", "error")
     date_hierarchy = "started_at"
     list_per_page = 100
     fields = ("job_name", "fire_time_display", "instance_id", "outcome", "started_at_display",
-              "finished_at_display", "duration_display", "token", "lock_lost", "manual", "error_display")
+              "finished_at_display", "duration_display", "token", "lock_lost", "manual", "catch_up", "fired_count",
+              "fired_by_display", "error_display")
     readonly_fields = fields
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[JobRun]:
@@ -42,6 +44,11 @@ class JobRunAdmin(WrittenByMutexcron, ModelAdmin[JobRun]):
     @admin.display(description="duration", ordering=F("finished_at") - F("started_at"))
     def duration_display(self, obj: JobRun) -> str:
         return format_duration(obj.duration) or "-"
+
+    @admin.display(description="fired by")
+    def fired_by_display(self, obj: JobRun) -> str:
+        """Every instance that fired this tick and how late (one row per tick: the others' fires are folded in)."""
+        return ", ".join(f"{instance} {late}" for instance, late in obj.fires) or "-"
 
     @admin.display(description="error")
     def error_display(self, obj: JobRun) -> str:

@@ -3,7 +3,8 @@
 Each instance is a separate OS process, ``manage.py mutexcron run`` of the fleet test site
 (tests/django/fleet_settings.py). Its one job fires every second; the body appends to the ledger of the
 process that ran it (no run can hide a duplicate), and the scheduler records every fire of every instance
-in JobRun. After at least ten ticks: every tick ran exactly once, and every instance fired every tick.
+in JobRun. After at least ten ticks: every tick ran exactly once, every instance fired every tick, and the
+history holds ONE row per tick (fired_count 3, every instance in fired_by).
 
 The last test runs the example project's demo (example_project/demo.py) the way ``make demo`` does, in
 its exit mode.
@@ -98,7 +99,8 @@ def test_every_tick_runs_exactly_once_across_three_django_processes(site: Site) 
     pids = {proc.name: proc.pid for proc in procs}
     print(f"{site.database.engine}: {summary['ticks']} ticks, each run once and fired by all {INSTANCES}; "
           f"runs per instance {summary['runs_per_instance']}; outcomes {summary['outcomes']}; "
-          f"pids {pids}")
+          f"JobRun rows per tick {summary['rows_per_tick']:.2f} (own rows of other skips: "
+          f"{summary['own_skip_rows'] or 'none'}); pids {pids}")
 
 
 # -- the example project's demo ------------------------------------------------------------------------
@@ -152,8 +154,8 @@ def test_example_project_demo_runs_each_tick_once(tmp_path: Path) -> None:
         duplicates = connection.execute(
             "SELECT fire_time, COUNT(*) FROM ticks_tick GROUP BY fire_time HAVING COUNT(*) > 1").fetchall()
         history = connection.execute(
-            "SELECT fire_time, instance_id, outcome FROM mutexcron_jobrun WHERE job_name = 'ticks.record_tick'"
-        ).fetchall()
+            "SELECT fire_time, instance_id, outcome, fired_count, fired_by FROM mutexcron_jobrun "
+            "WHERE job_name = 'ticks.record_tick'").fetchall()
         (is_superuser, encoded), = connection.execute(
             "SELECT is_superuser, password FROM auth_user WHERE username = 'admin'").fetchall()
         failed = connection.execute(
@@ -163,9 +165,13 @@ def test_example_project_demo_runs_each_tick_once(tmp_path: Path) -> None:
         connection.close()
     assert is_superuser and check_password(printed.group(1), encoded), "the printed password is not the admin's"
     assert duplicates == []
-    for tick, name, _, _ in rows:
-        of_tick = [(instance, outcome) for fire, instance, outcome in history if fire[11:19] == tick]
-        assert Counter(instance for instance, _ in of_tick) == {f"instance-{n}": 1 for n in (1, 2, 3)}, of_tick
-        assert [instance for instance, outcome in of_tick if outcome == "succeeded"] == [name]
+    for tick, name, _, _ in rows:  # one JobRun row per tick (issue 10): the run, every instance's fire in it
+        (of_tick,) = [row for row in history if row[0][11:19] == tick]
+        _, instance, outcome, fired_count, fired_by = of_tick
+        assert (instance, outcome, fired_count) == (name, "succeeded", 3), of_tick
+        fired = Counter(line.rpartition(" ")[0] for line in fired_by.splitlines())
+        assert fired == {f"instance-{n}": 1 for n in (1, 2, 3)}, of_tick
+    assert re.search(r"^JobRun rows written for ticks\.record_tick: \d+ for \d+ ticks of 3 instances \(1\.0 per "
+                     r"tick\)", text, re.M), "not one JobRun row per tick"
     print(f"demo: {len(rows)} ticks, ran on {[f'{name} (pid {pid})' for _, name, pid, _ in rows]}; "
           f"{failed} failed run(s) of ticks.always_fails recorded")

@@ -89,13 +89,17 @@ def test_a_failed_run_is_recorded_with_its_traceback(declare: Declarations) -> N
 
 
 @pytest.mark.django_db
-def test_a_skipped_already_ran_fire_is_recorded(declare: Declarations) -> None:
+def test_a_skipped_already_ran_fire_is_folded_into_the_row_of_its_tick(declare: Declarations) -> None:
+    # One row per tick (issue 10): the second fire of the tick is counted in the run's row, not a row of its own.
     declare("@hourly", name="tests.rt.twice")
-    testing.run_tick("tests.rt.twice", fire_time=FIRE)
+    ran = testing.run_tick("tests.rt.twice", fire_time=FIRE)
 
     record = testing.run_tick("tests.rt.twice", fire_time=FIRE)
 
-    assert assert_recorded(record).outcome == "skipped_already_ran"
+    assert record.outcome is Outcome.SKIPPED_ALREADY_RAN
+    row = assert_recorded(ran)
+    assert JobRun.objects.count() == 1
+    assert row.fired_count == 2 and [instance for instance, _ in row.fires] == [ran.instance_id] * 2
 
 
 @pytest.mark.django_db

@@ -17,10 +17,9 @@ from mutexcron.errors import LockBusy, StoreUnavailable, UnknownJobError
 from mutexcron.listing import listing_json, listing_text, read_listing
 from mutexcron.stores import LockStore
 
-from ... import runtime
+from ... import history, runtime
 from ...conf import get_settings
 from ...health import health_json, health_report
-from ...models import JobRun
 from .output import when
 
 
@@ -168,7 +167,7 @@ def prune(command: BaseCommand, *, older_than: float | None) -> None:
         return
     cutoff = django_timezone.now() - retention
     try:
-        deleted, _ = JobRun.objects.filter(started_at__lt=cutoff).delete()
+        deleted = history.prune(cutoff).deleted  # in batches: never holds the table long
     except DatabaseError as error:
         raise CommandError(f"could not prune the run history: {error}") from None
     command.stdout.write(f"deleted {deleted} run(s) that started before {when(cutoff)} (older than {retention})")
