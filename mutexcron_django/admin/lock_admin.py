@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
@@ -18,6 +20,7 @@ from django.utils import timezone as dj_timezone
 from mutexcron import Outcome, RunRecord, default_registry
 from mutexcron.cron import resolve_timezone
 from mutexcron.errors import MutexcronError, UnknownJobError
+from mutexcron.registry import validate_job_name
 from mutexcron.stores import LockState, LockStore
 
 from ..conf import MutexcronSettings, get_settings
@@ -32,6 +35,8 @@ from .display import (
     zone_name,
 )
 from .lock_rows import build_rows, open_store, read_store, run_job_now
+from .schedules import paused_line
+from .timeline import build_timelines
 
 FORCE_UNLOCK_PERMISSION = "force_unlock_lock"  # declared in Lock.Meta.permissions
 
@@ -44,6 +49,7 @@ class LockAdmin(LockControlAdmin):
 
     change_list_template = "admin/mutexcron/lock/change_list.html"
     force_unlock_template = "admin/mutexcron/lock/force_unlock_confirmation.html"
+    timeline_template = "admin/mutexcron/lock/timeline.html"
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # lock documents are created by the schedulers
@@ -63,6 +69,8 @@ class LockAdmin(LockControlAdmin):
             path("force-unlock/", site.admin_view(outside_request_transaction(self.force_unlock_view)),
                  name="{}_{}_force_unlock".format(*info)),
             *self.control_urls(),
+            path("<path:object_id>/timeline/", site.admin_view(self.timeline_view),
+                 name="{}_{}_timeline".format(*info)),
             *super().get_urls(),
         ]
 
@@ -100,6 +108,38 @@ class LockAdmin(LockControlAdmin):
         }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, self.change_list_template, context)
+
+    def history_view(self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+                     ) -> HttpResponse:
+        """The job's page (:class:`LockControlAdmin`), linking to its timeline."""
+        timeline_url = reverse("admin:mutexcron_lock_timeline", args=[object_id], current_app=self.admin_site.name)
+        return super().history_view(request, object_id, {"timeline_url": timeline_url, **(extra_context or {})})
+
+    def timeline_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """A job's last ticks (24 hours, at most 200) as a strip of cells, its run durations, and as a table."""
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        name = unquote(object_id)
+        try:
+            state, now, schedule = self._read(validate_job_name(name))
+            zone = resolve_timezone(get_settings().timezone)
+        except (ImproperlyConfigured, MutexcronError) as error:
+            return self._fail(request, f"read “{name}”", error)
+        if schedule is None:
+            return self._fail(request, f"show the timeline of “{name}”",
+                              ValueError("no job of that name is declared in this process"))
+        timeline = build_timelines([(default_registry.get(name), state, schedule.trigger)], now=now,
+                                   zone=zone).get(name)
+        history_url = ""
+        if request.user.has_perm(f"{self.opts.app_label}.view_jobrun"):
+            history_url = reverse("admin:mutexcron_jobrun_changelist", current_app=self.admin_site.name) + \
+                "?" + urlencode({"job_name__exact": name})
+        return self._render(
+            request, self.timeline_template, f"Timeline of {name}", name=name, state=state, schedule=schedule,
+            timeline=timeline, job_url=self.job_url(name), history_url=history_url,
+            paused_line=paused_line(state, now), strip=timeline.strip() if timeline else "",
+            sparkline=timeline.sparkline() if timeline else "", cells=timeline.table() if timeline else [],
+            since=show_time(timeline.since, schedule.zone) if timeline and timeline.since else "")
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
                     ) -> HttpResponse:

@@ -20,8 +20,10 @@ from django.contrib.admin.utils import quote
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models import OuterRef, Subquery
 from django.urls import reverse
+from django.utils.safestring import SafeString
 
 from mutexcron import Job, LockBusy, RunRecord, default_registry
+from mutexcron.alerts import Problem
 from mutexcron.cron import iter_fire_times
 from mutexcron.errors import MutexcronError
 from mutexcron.stores import LockState, LockStore
@@ -31,6 +33,7 @@ from ..conf import MutexcronSettings, get_settings
 from ..models import JobRun
 from .display import format_duration, show_time, without_store_secrets
 from .schedules import JobSchedule, job_schedule, paused_line
+from .timeline import STRIP_TICKS, Timeline, build_timelines
 
 logger = logging.getLogger("mutexcron.django")
 
@@ -104,10 +107,22 @@ class LockRow:
     fires_title: str = ""  # the next five fires, one a line, for the spec's hover
     paused_line: str = ""  # "Paused since …, by …, until …" while paused
     job_url: str = ""  # the job's page (its admin history)
+    timeline: Timeline | None = None  # its last ticks (None: not declared here, or no lock document yet)
+    timeline_url: str = ""
 
     @property
     def orphan(self) -> bool:
         return self.job is None
+
+    @property
+    def strip(self) -> SafeString | str:
+        """Its last ticks as a small strip of cells (the Timeline page has the whole picture)."""
+        return self.timeline.strip(compact=True) if self.timeline else ""
+
+    @property
+    def problems(self) -> list[Problem]:
+        """Overdue and failing, as the schedulers judge them (its badges)."""
+        return self.timeline.problems if self.timeline else []
 
     @property
     def spec(self) -> str:
@@ -200,7 +215,13 @@ def build_rows(snapshot: StoreSnapshot, *, scheduler_timezone: tzinfo, now: date
             fires_title="Next fires:\n" + "\n".join(fires) if fires else "",
             paused_line=paused_line(state, snapshot.now or now),
             job_url=reverse("admin:mutexcron_lock_history", args=[quote(name)]),
+            timeline_url=reverse("admin:mutexcron_lock_timeline", args=[quote(name)]) if job else "",
         ))
+    timelines = build_timelines(((row.job, row.state, row.schedule.trigger) for row in rows
+                                 if row.job is not None and row.schedule is not None),
+                                now=snapshot.now or now, zone=scheduler_timezone, limit=STRIP_TICKS)
+    for row in rows:
+        row.timeline = timelines.get(row.name)
     return rows
 
 

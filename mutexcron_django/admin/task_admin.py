@@ -35,6 +35,7 @@ from .display import (
     with_utc_times,
     without_task_secrets,
 )
+from .task_chart import pending_charts
 
 
 def _task_backend_alias() -> str | None:
@@ -102,6 +103,9 @@ class ScheduledTaskAdmin(WrittenByMutexcron, ModelAdmin[ScheduledTask]):
                 ))
         except ImproperlyConfigured as error:
             extra_context.setdefault("subtitle", f"Read only: {without_task_secrets(str(error))}")
+        alias = self._alias()
+        if alias is not None:  # the django:// backend's own table: waiting tasks by due time (task_chart)
+            extra_context.setdefault("pending_charts", pending_charts(alias))
         return super().changelist_view(request, extra_context)
 
     def _operate(self, request: HttpRequest, queryset: Any, verb: str, done: str, refused: str,
