@@ -94,14 +94,12 @@ class MemoryLockStore(LockStore):
             now = self._clock()
             assert state.last_locked_at is not None
             hold_until = state.last_locked_at + hold_at_least
-            if hold_until > now:
-                state = replace(state, lock_until=hold_until, last_released_at=now)
-            else:
-                state = replace(state, locked=False, lock_until=now, last_released_at=now)
-            if outcome is not None:
-                state = replace(state, last_outcome=outcome, last_finished_at=now, last_error=error,
-                                last_success_at=now if outcome == "succeeded" else state.last_success_at)
-            self._locks[name] = state
+            held = hold_until > now
+            ran = {} if outcome is None else {
+                "last_outcome": outcome, "last_finished_at": now, "last_error": error,
+                "last_success_at": now if outcome == "succeeded" else state.last_success_at}
+            self._locks[name] = replace(state, locked=held, lock_until=hold_until if held else now,
+                                        last_released_at=now, **ran)  # type: ignore[arg-type]
             return True
 
     def locks(self) -> list[LockState]:
