@@ -293,6 +293,54 @@ def watch(instances: list[Instance], first: datetime, until: float, stop: Signal
             raise KeyboardInterrupt
 
 
+def lock_of_tick_job() -> Any:
+    from django.db import connections
+
+    from mutexcron_django.models import Lock
+
+    try:
+        return Lock.objects.filter(name=TICK_JOB).first()
+    finally:
+        connections.close_all()
+
+
+def wait_for(condition: Any, instances: list[Instance], stop: SignalFlag, what: str, timeout: float = 30) -> Any:
+    """Poll ``condition()`` (bounded) while the instances live until it is truthy; None if ``timeout`` passed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        check_alive(instances)
+        if found := condition():
+            return found
+        if stop.wait(0.25):
+            raise KeyboardInterrupt
+    print(f"  (gave up waiting for {what} after {timeout:.0f} s)")
+    return None
+
+
+def missed_tick(instances: list[Instance], stop: SignalFlag) -> bool:
+    """A deliberately missed tick: hold the tick job's lock as a hung instance would, until the fleet raises
+    the job's overdue alert (red on the Locks page), then let go and see it recover (green). True if both."""
+    from mutexcron_django.store import DjangoLockStore
+
+    store = DjangoLockStore()
+    print(f"\nA deliberately missed tick: this script now holds {TICK_JOB}'s lock, as a hung instance would, so "
+          "no instance can run its next tick ...")
+    store.acquire(TICK_JOB, owner="demo.py (a hung instance)", lease=timedelta(minutes=1), fire_time=None)
+    overdue = wait_for(lambda: (lock := lock_of_tick_job()) and lock.incident and lock, instances, stop,
+                       "the overdue alert")
+    if overdue is not None:
+        print(f"  {TICK_JOB} is OVERDUE (red on the Locks page), raised once for the fleet: {overdue.incident}")
+    store.force_unlock(TICK_JOB)
+    print("  ... released the lock; the next tick runs on one instance again")
+    # A run that succeeds after the incident opened closes it: its instance tells the fleet once.
+    recovered = wait_for(lambda: (lock := lock_of_tick_job()) and lock.incident is None and lock, instances, stop,
+                         "the recovery") if overdue is not None else None
+    if recovered is not None:
+        print(f"  {TICK_JOB} RECOVERED (green again): its tick of {recovered.last_fire_time:%H:%M:%S} ran on "
+              f"{recovered.locked_by or 'an instance'}")
+    return overdue is not None and recovered is not None
+
+
 def report(instances: list[Instance], first: datetime, last: datetime) -> bool:
     """Print the table of ticks and the history summary; True if every tick ran once and every instance fired it."""
     from django.db import connections
@@ -416,6 +464,8 @@ def main(argv: list[str] | None = None) -> int:
         last = ready_at + timedelta(seconds=args.seconds)
         last = last.replace(microsecond=0) - timedelta(seconds=last.second % TICK_EVERY)
         status = 0 if report(instances, first, last) else 1
+        if not missed_tick(instances, stop):
+            status = 1
         if not args.exit:
             print(f"\nAdmin: {instances[0].url}admin/  user {ADMIN_USER}  password {password}")
             print("       (every instance serves it: " + ", ".join(i.url for i in instances) + ")")

@@ -77,6 +77,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 MUTEXCRON = {
     "AUTOSTART": True,  # runserver starts a scheduler in the serving process; see mutexcron_django.autostart
     "INSTANCE_ID": os.environ.get("DEMO_INSTANCE") or None,
+    "SYNC_INTERVAL": 1,  # seconds: overrides and overdue alerts are noticed within a second
 }
 
 LOGGING = {

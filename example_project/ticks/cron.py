@@ -15,7 +15,7 @@ from mutexcron import JobContext, mutex_cron
 from .models import Tick
 
 
-@mutex_cron("*/5 * * * * *", name="ticks.record_tick", lease=timedelta(seconds=30))
+@mutex_cron("*/5 * * * * *", name="ticks.record_tick", lease=timedelta(seconds=30), alert_after=timedelta(seconds=3))
 def record_tick(ctx: JobContext) -> None:
     """Every 5 seconds: write down which instance ran this tick."""
     Tick.objects.create(fire_time=ctx.fire_time, instance_id=ctx.instance_id, pid=os.getpid(), token=ctx.token)

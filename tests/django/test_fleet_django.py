@@ -135,6 +135,9 @@ def test_example_project_demo_runs_each_tick_once(tmp_path: Path) -> None:
     print(text)
     assert code == 0, text
     assert "every tick ran exactly once, and every instance fired every tick" in text
+    # The deliberately missed tick: one overdue alert for the fleet (red), then its recovery (green).
+    assert text.count("ticks.record_tick is OVERDUE (red on the Locks page), raised once for the fleet") == 1, text
+    assert text.count("ticks.record_tick RECOVERED (green again)") == 1, text
     printed = re.search(r"^Admin user: admin / (\S{12,})$", text, re.M)
     assert printed, "no admin password printed"
     started = STARTED_ROW.findall(text)
