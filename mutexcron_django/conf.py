@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import timedelta
 from typing import Any
 
@@ -55,6 +55,8 @@ class TasksSettings:
     backend: str | TaskBackend = "django://"
     cancel_store: str | None = None
     modules: tuple[str, ...] = ("tasks",)
+    metrics: bool = False  # MUTEXCRON["METRICS"] and ["TRACING"]: what the queue is built with
+    tracing: bool = False
     __repr__ = _masked_repr
 
     @property
@@ -63,7 +65,8 @@ class TasksSettings:
         return [url for url in (self.backend, self.cancel_store) if isinstance(url, str)]
 
     def build_queue(self, **options: Any) -> TaskQueue:
-        """A new TaskQueue on the configured backend (``options`` go to TaskQueue: handlers, worker_id).
+        """A new TaskQueue on the configured backend (``options`` go to TaskQueue: handlers, worker_id; metrics
+        and tracing default to ``MUTEXCRON["METRICS"]`` and ``["TRACING"]``).
 
         Building connects to nothing; a malformed URL raises ImproperlyConfigured naming the key."""
         marks: CancelMarkStore | None = None
@@ -72,6 +75,7 @@ class TasksSettings:
                 marks = cancel_marks_from_url(self.cancel_store, backend="the RabbitMQ task backend")
             except StoreConfigError as error:
                 raise ImproperlyConfigured(f"MUTEXCRON['TASKS']['CANCEL_STORE']: {error}") from None
+        options = {"metrics": self.metrics, "tracing": self.tracing, **options}
         try:
             return TaskQueue(self.backend, cancel_store=marks, **options)  # type: ignore[arg-type]
         except StoreConfigError as error:
@@ -154,9 +158,10 @@ def get_settings() -> MutexcronSettings:
         raise _fail("MODULES", f'must be a list of module names such as ["cron"], not {modules!r}')
     sync_interval = _options.duration(values["SYNC_INTERVAL"], what="MUTEXCRON['SYNC_INTERVAL']",
                                       error=ImproperlyConfigured, allow_zero=False)
+    metrics, tracing = _telemetry(values, "METRICS"), _telemetry(values, "TRACING")
+    tasks = replace(_tasks_settings(values["TASKS"]), metrics=metrics, tracing=tracing)
     return MutexcronSettings(store, values["AUTOSTART"], timezone, instance_id, retention, tuple(modules),
-                             _tasks_settings(values["TASKS"]), sync_interval, _telemetry(values, "METRICS"),
-                             _telemetry(values, "TRACING"))
+                             tasks, sync_interval, metrics, tracing)
 
 
 def _telemetry(values: dict[str, Any], key: str) -> bool:

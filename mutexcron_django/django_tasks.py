@@ -207,7 +207,9 @@ if HAS_DJANGO_TASKS:
                 text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
             except ValueError as error:
                 raise PayloadError(f"task {task.module_path}: arguments are not JSON: {error}") from None
-            self.queue.backend.enqueue([NewTask(id=task_id, task_type=TASK_TYPE, payload=text, run_at=run_at)])
+            queue = self.queue
+            queue.backend.enqueue([NewTask(id=task_id, task_type=TASK_TYPE, payload=text, run_at=run_at,
+                                           trace_context=queue.trace_context())])
             result: TaskResult[Any, Any] = TaskResult(
                 task=task, id=task_id, status=TaskResultStatus.READY, enqueued_at=_shown(payload["enqueued_at"]),
                 started_at=None, finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs,

@@ -147,6 +147,7 @@ class ScheduledTask(models.Model):
     visible_until = models.DateTimeField(null=True, blank=True, help_text="a running claim expires then")
     error = models.TextField(null=True, blank=True)
     result = models.TextField(null=True, blank=True, help_text="what the handler left (django.tasks results)")
+    trace_context = models.TextField(null=True, blank=True, help_text="W3C trace context of schedule() (JSON)")
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
@@ -180,11 +181,14 @@ class TaskMark(models.Model):
     gen = models.IntegerField(default=1)
     error = models.TextField(null=True, blank=True)
     result = models.TextField(null=True, blank=True, help_text="what the handler left (django.tasks results)")
+    trace_context = models.TextField(null=True, blank=True, help_text="W3C trace context of schedule() (JSON)")
     expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
     updated_at = models.DateTimeField()
 
     class Meta:
         verbose_name = "task mark"
+        # pending_counts(): the scheduled records by type, one GROUP BY on this index
+        indexes = [models.Index(fields=["status", "task_type"], name="mutexcron_taskmark_status_idx")]
 
     def __str__(self) -> str:
         return f"{self.task_type} {self.id} ({self.status}, generation {self.gen})"

@@ -36,7 +36,8 @@ DEADLOCK_RETRIES = 3
 Status = ScheduledTask.Status
 P = ParamSpec("P")
 T = TypeVar("T")
-ClaimedRow = tuple[str, str, str, int]  # id, task_type, payload, attempt (this claim's)
+# id, task_type, payload, attempt (this claim's), due (aware UTC: when this attempt became due), trace context
+ClaimedRow = tuple[str, str, str, int, datetime | None, str | None]
 
 
 @contextlib.contextmanager
@@ -144,7 +145,7 @@ class TaskClaims:
             "updated_at": DbNow(),
         }
         due = self.tasks.filter(status=Status.SCHEDULED, due__lte=DbNow())
-        fields = ("pk", "task_type", "payload", "attempts")
+        fields = ("pk", "task_type", "payload", "attempts", "trace_context")
         if self.vendor == "sqlite":
             # One writer at a time: the conditional UPDATE picks and marks the rows in one statement.
             chosen = due.filter(task_type__in=types).order_by("due", "pk").values("pk")[:limit]
@@ -155,8 +156,9 @@ class TaskClaims:
                 shortest = min(visibility[t] for t in types)
                 self.notify([wake_payload(epoch_ms(datetime.now(UTC) + shortest), "*")])
             rows = list(self.tasks.filter(status=Status.RUNNING, task_type__in=types, claim_token=token)
-                        .order_by("due", "pk").values_list(*fields))
-            return token, [(pk, task_type, payload, attempts) for pk, task_type, payload, attempts in rows]
+                        .annotate(utc_due=AsUTC("due")).order_by("due", "pk").values_list("utc_due", *fields))
+            return token, [(pk, task_type, payload, attempts, aware(utc_due), trace)
+                           for utc_due, pk, task_type, payload, attempts, trace in rows]
         with transaction.atomic(using=self.using):
             picked: list[tuple[Any, ...]] = []
             # One query per type: the index (status, task_type, due) gives each one's order, so each stops
@@ -174,7 +176,8 @@ class TaskClaims:
                 db_now = aware(picked[0][-1])
                 assert db_now is not None
                 self.notify([wake_payload(epoch_ms(db_now + shortest), "*")])
-        return token, [(pk, task_type, payload, attempts + 1) for _, pk, task_type, payload, attempts, _ in picked]
+        return token, [(pk, task_type, payload, attempts + 1, aware(utc_due), trace)
+                       for utc_due, pk, task_type, payload, attempts, trace, _ in picked]
 
     def next_due(self, types: list[str]) -> tuple[int, int | None]:
         """The database's now, and the earliest due time of ``types`` or visibility deadline of their

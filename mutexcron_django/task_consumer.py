@@ -9,7 +9,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -57,6 +57,8 @@ class DjangoDelivery(ClaimedDelivery):
     token: str
     visibility: timedelta
     heartbeat: _Heartbeat | None = field(default=None, repr=False)
+    due: datetime | None = None
+    trace_context: Mapping[str, str] | None = field(default=None, repr=False)
 
     @property
     def visibility_seconds(self) -> float:

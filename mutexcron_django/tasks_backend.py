@@ -9,19 +9,19 @@ limits, are in ``docs/sql-tasks.md``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from django.db import connections, router, transaction
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 
 from mutexcron._common import epoch_ms
 from mutexcron._options import positive_duration
 from mutexcron.errors import StoreConfigError
 from mutexcron.tasks.backends.base import ClaimingBackend, ConsumeRequest
-from mutexcron.tasks.model import NewTask, TaskInfo, stored_payload, stored_status
+from mutexcron.tasks.model import NewTask, TaskInfo, decode_trace_context, stored_payload, stored_status
 from mutexcron.urls import mask_url, pop_query_options
 
 from .dbclock import AsUTC, DbNow, aware, now_minus
@@ -137,7 +137,8 @@ class DjangoTaskBackend(ClaimingBackend):
                     rows = [
                         ScheduledTask(
                             id=task.id, task_type=task.task_type, payload=task.payload, run_at=task.run_at,
-                            due=task.run_at, status=Status.SCHEDULED, created_at=DbNow(), updated_at=DbNow(),
+                            due=task.run_at, status=Status.SCHEDULED, trace_context=task.trace_context,
+                            created_at=DbNow(), updated_at=DbNow(),
                         )
                         for task in tasks[start : start + ENQUEUE_CHUNK]
                     ]
@@ -158,6 +159,15 @@ class DjangoTaskBackend(ClaimingBackend):
             return None
         row = self._call(lambda: self._tasks.filter(pk=task_id).annotate(utc_run_at=AsUTC("run_at")).first())
         return _info(row) if row is not None else None
+
+    def pending_counts(self) -> Mapping[str, int]:
+        """One GROUP BY over the scheduled rows (the claim index's status, task_type prefix)."""
+        return self._call(lambda: {row["task_type"]: row["n"] for row in self._tasks.filter(status=Status.SCHEDULED)
+                                   .values("task_type").annotate(n=Count("pk")).order_by()})
+
+    @property
+    def pending_source(self) -> str:
+        return f"django://{self.using}"
 
     def store_result(self, task_id: str, text: str) -> bool:
         """Keep ``text`` (a django.tasks result) on the task's row; False if the task is unknown."""
@@ -223,8 +233,9 @@ class DjangoTaskBackend(ClaimingBackend):
         """Claim up to ``limit`` due tasks of ``types`` for ``owner``, each invisible to other workers for its
         type's ``visibility``; the deliveries settle their rows themselves."""
         token, rows = self.claims.claim(types, limit, owner, visibility)
-        return [DjangoDelivery(self.claims, pk, task_type, payload, attempt, token, visibility[task_type])
-                for pk, task_type, payload, attempt in rows]
+        return [DjangoDelivery(self.claims, pk, task_type, payload, attempt, token, visibility[task_type], due=due,
+                               trace_context=decode_trace_context(trace))
+                for pk, task_type, payload, attempt, due, trace in rows]
 
     def next_due(self, types: list[str]) -> tuple[int, int | None]:
         """The database's now, and the earliest due time of ``types`` or visibility deadline of their

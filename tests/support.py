@@ -104,3 +104,26 @@ class LedgerProcess:
     def log_tail(self, lines: int = 40) -> str:
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
         return "\n".join(text.splitlines()[-lines:])
+
+
+_span_exporter: Any = None
+
+
+def span_exporter() -> Any:
+    """The in-memory exporter (``InMemorySpanExporter``) of this process's OpenTelemetry SDK provider, which
+    the first caller sets as the global one (it can be set once per process): every test reads only the spans
+    of names of its own."""
+    global _span_exporter
+    if _span_exporter is None:
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        provider = TracerProvider()
+        exporter = InMemorySpanExporter()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+        assert trace.get_tracer_provider() is provider, "another tracer provider was set before these tests"
+        _span_exporter = exporter
+    return _span_exporter

@@ -233,22 +233,31 @@ _WITHOUT = """
 import sys
 sys.modules[sys.argv[1]] = None  # as if the extra were not installed
 from mutexcron import Scheduler, SchedulerConfigError
+from mutexcron.errors import StoreConfigError
+from mutexcron.tasks import TaskQueue
 try:
-    Scheduler("memory://", **{sys.argv[2]: True})
-except SchedulerConfigError as error:
-    print(error)
+    if sys.argv[3] == "Scheduler":
+        Scheduler("memory://", **{sys.argv[2]: True})
+    else:
+        TaskQueue("redis://127.0.0.1:1/0", **{sys.argv[2]: True})  # builds without connecting
+except (SchedulerConfigError, StoreConfigError) as error:
+    print(type(error).__name__, error)
 else:
     print("no error")
 """
 
 
+@pytest.mark.parametrize(("owner", "error"), [("Scheduler", "SchedulerConfigError"),
+                                              ("TaskQueue", "StoreConfigError")])
 @pytest.mark.parametrize(("module", "option", "extra"), [("prometheus_client", "metrics", "mutexcron[prometheus]"),
                                                          ("opentelemetry", "tracing", "mutexcron[otel]")])
-def test_a_missing_extra_is_a_config_error_naming_it(module: str, option: str, extra: str) -> None:
-    done = subprocess.run([sys.executable, "-c", _WITHOUT, module, option], capture_output=True, text=True,
+def test_a_missing_extra_is_a_config_error_naming_it(module: str, option: str, extra: str, owner: str,
+                                                     error: str) -> None:
+    done = subprocess.run([sys.executable, "-c", _WITHOUT, module, option, owner], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
-    assert extra in done.stdout and f"{option}=True" in done.stdout, done.stdout
+    assert done.stdout.startswith(f"{error} {owner} {option}=True needs"), done.stdout
+    assert extra in done.stdout, done.stdout
 
 
 @pytest.mark.parametrize("value", [1, "yes", None])

@@ -14,31 +14,23 @@ from datetime import UTC, datetime
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
 from mutexcron import Outcome, Registry, Scheduler, mutex_cron
 from mutexcron.stores import LockStore
 from mutexcron.tracing import inject_trace_context, task_span
-from tests.support import declare_job, unique_name, wait_until
+from tests.support import declare_job, span_exporter, unique_name, wait_until
 
 EVERY_SECOND = "* * * * * *"
-_exporter: InMemorySpanExporter | None = None
 
 
 @pytest.fixture(scope="module")
 def exporter() -> InMemorySpanExporter:
-    """The in-memory exporter of the process's SDK provider (set here once, before any test reads it)."""
-    global _exporter
-    if _exporter is None:
-        provider = TracerProvider()
-        _exporter = InMemorySpanExporter()
-        provider.add_span_processor(SimpleSpanProcessor(_exporter))
-        trace.set_tracer_provider(provider)
-        assert trace.get_tracer_provider() is provider, "another tracer provider was set before these tests"
-    return _exporter
+    """The in-memory exporter of the process's SDK provider (set once per process, before any test reads it)."""
+    exporter: InMemorySpanExporter = span_exporter()
+    return exporter
 
 
 def spans(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:

@@ -12,7 +12,7 @@ and ``tests/tasks/contract.py`` proves them all. Stores are picked by URL with :
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -69,6 +69,7 @@ class TaskRecord:
     attempts: int
     gen: int
     error: str | None = None
+    trace_context: str | None = None  # the task's NewTask.trace_context (JSON text), kept for retry()
 
     def info(self) -> TaskInfo:
         return TaskInfo(
@@ -134,6 +135,18 @@ class TaskRecordStore(ABC):
 
         Also True if the record is already at ``new_gen`` or later: the re-published message overtook this call.
         """
+
+    @abstractmethod
+    def pending_counts(self) -> Mapping[str, int] | None:
+        """How many ``scheduled`` records of each type there are (their message not yet claimed): the
+        backend's :meth:`~mutexcron.tasks.backends.base.TaskBackend.pending_counts`. None when this store
+        cannot count them cheaply."""
+
+    @property
+    def pending_source(self) -> str:
+        """Names the records :meth:`pending_counts` counts (see ``TaskBackend.pending_source``); by default,
+        this object."""
+        return f"{type(self).__qualname__}@{id(self):x}"
 
     @abstractmethod
     def store_result(self, task_id: str, text: str) -> bool:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -52,7 +53,7 @@ class MemoryTaskRecords(TaskRecordStore):
         with self._lock:
             for task in tasks:
                 record = TaskRecord(id=task.id, task_type=task.task_type, payload=task.payload, run_at=task.run_at,
-                                    status=TaskStatus.SCHEDULED, attempts=0, gen=1)
+                                    status=TaskStatus.SCHEDULED, attempts=0, gen=1, trace_context=task.trace_context)
                 old = self._live(task.id)  # as in Redis and SQL: an old record is overwritten, not its result
                 self._entries[task.id] = _Entry(record, result=old.result if old is not None else None)
 
@@ -138,6 +139,11 @@ class MemoryTaskRecords(TaskRecordStore):
                 return True
             # The re-published message overtook this call (and claimed the record): done already.
             return record.status != TaskStatus.CANCELLED and record.gen >= new_gen
+
+    def pending_counts(self) -> Mapping[str, int]:
+        with self._lock:
+            return Counter(entry.record.task_type for entry in self._entries.values()
+                           if entry.record.status == TaskStatus.SCHEDULED)
 
     def store_result(self, task_id: str, text: str) -> bool:
         with self._lock:

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
 from ..errors import MutexcronError
 
-__all__ = ["NewTask", "PayloadError", "TaskError", "TaskInfo", "TaskStatus", "UnknownTaskType"]
+__all__ = ["MAX_TRACE_CONTEXT_CHARS", "NewTask", "PayloadError", "TaskError", "TaskInfo", "TaskStatus",
+           "UnknownTaskType", "decode_trace_context", "encode_trace_context"]
+
+# The trace context a task carries (its JSON text) is at most this long: a W3C traceparent is 55 characters,
+# a full tracestate 512; baggage and the like are kept only while they fit.
+MAX_TRACE_CONTEXT_CHARS = 1024
+_MAX_TRACE_KEY_CHARS = 64
+_FIRST_TRACE_FIELDS = ("traceparent", "tracestate")
 
 
 class TaskStatus(StrEnum):
@@ -37,6 +45,46 @@ def stored_payload(text: str) -> object:
         return text
 
 
+def _header_text(value: object, longest: int) -> bool:
+    """Printable ASCII of 1 to ``longest`` characters: what a propagator's header may hold."""
+    return isinstance(value, str) and 0 < len(value) <= longest and value.isascii() and value.isprintable()
+
+
+def _as_json(fields: Mapping[str, str]) -> str:
+    return json.dumps(dict(fields), separators=(",", ":"))
+
+
+def encode_trace_context(carrier: Mapping[str, str] | None) -> str | None:
+    """A propagator's carrier (``traceparent``, ``tracestate``, ...) as the JSON text a task keeps, or None
+    (nothing to keep). Fields that are not short printable ASCII are dropped, and so are those past
+    :data:`MAX_TRACE_CONTEXT_CHARS` (``traceparent`` and ``tracestate`` first): never an error."""
+    if not isinstance(carrier, Mapping):
+        return None
+    valid = {key: value for key, value in carrier.items()
+             if _header_text(key, _MAX_TRACE_KEY_CHARS) and _header_text(value, MAX_TRACE_CONTEXT_CHARS)}
+    order = [key for key in _FIRST_TRACE_FIELDS if key in valid] + sorted(set(valid) - set(_FIRST_TRACE_FIELDS))
+    kept: dict[str, str] = {}
+    for key in order:
+        kept[key] = valid[key]
+        if len(_as_json(kept)) > MAX_TRACE_CONTEXT_CHARS:
+            del kept[key]
+    return _as_json(kept) if kept else None
+
+
+def decode_trace_context(text: object) -> dict[str, str] | None:
+    """The carrier a task kept (:func:`encode_trace_context`'s text), or None for none or anything else."""
+    if not isinstance(text, str) or not text or len(text) > MAX_TRACE_CONTEXT_CHARS:
+        return None
+    try:
+        fields = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(fields, dict):
+        return None
+    carrier = {key: value for key, value in fields.items() if isinstance(key, str) and isinstance(value, str)}
+    return carrier or None
+
+
 class TaskError(MutexcronError):
     """Base class of the task queue's errors."""
 
@@ -51,12 +99,21 @@ class UnknownTaskType(TaskError, LookupError):
 
 @dataclass(frozen=True)
 class NewTask:
-    """A task on its way into a backend; ``payload`` is already JSON text."""
+    """A task on its way into a backend; ``payload`` is already JSON text, ``trace_context`` the JSON text of
+    the W3C trace context of its ``schedule()`` call (:func:`encode_trace_context`), which the backend keeps
+    with the task and gives back with each delivery."""
 
     id: str
     task_type: str
     payload: str
     run_at: datetime  # aware UTC
+    trace_context: str | None = None
+
+    def __post_init__(self) -> None:
+        text = self.trace_context
+        if text is not None and (not isinstance(text, str) or len(text) > MAX_TRACE_CONTEXT_CHARS):
+            raise PayloadError(f"task {self.task_type!r}: trace_context must be JSON text of at most "
+                               f"{MAX_TRACE_CONTEXT_CHARS} characters (encode_trace_context), not {text!r:.80}")
 
 
 @dataclass(frozen=True)

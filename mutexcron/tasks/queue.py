@@ -19,6 +19,7 @@ from ..urls import shown
 from .backends.base import Delivery, TaskBackend
 from .handlers import HandlerRegistry, default_handlers, validate_task_type
 from .model import NewTask, PayloadError, TaskInfo, TaskStatus, UnknownTaskType
+from .telemetry import TaskTelemetry
 
 __all__ = ["TaskQueue", "backend_from_url"]
 
@@ -76,6 +77,9 @@ class TaskQueue:
 
     ``TaskQueue("redis://…")``, ``TaskQueue("amqp://…", cancel_store="redis://…")`` or, in Django,
     ``TaskQueue("django://")``. ``handlers`` defaults to the registry that ``@task_handler`` fills.
+    ``metrics=True`` (the ``prometheus`` extra) counts the attempts its workers end and serves the backend's
+    pending tasks; ``tracing=True`` (the ``otel`` extra) carries the trace context of ``schedule()`` with each
+    task and runs its handler in a child span (see :mod:`mutexcron.tasks.telemetry`).
     """
 
     def __init__(
@@ -85,7 +89,10 @@ class TaskQueue:
         cancel_store: str | None = None,
         handlers: HandlerRegistry | None = None,
         worker_id: str | None = None,
+        metrics: bool = False,
+        tracing: bool = False,
     ) -> None:
+        self.telemetry = TaskTelemetry(metrics=metrics, tracing=tracing)  # checked before connecting to anything
         self.backend = backend_from_url(url, cancel_store=cancel_store)
         self.handlers = handlers if handlers is not None else default_handlers
         self._worker_id = worker_id
@@ -94,6 +101,7 @@ class TaskQueue:
         self._running_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.worker_error: BaseException | None = None  # why a background worker (start()) died, if it did
+        self.telemetry.watch(self.backend)
 
     @property
     def worker_id(self) -> str:
@@ -114,6 +122,7 @@ class TaskQueue:
         Every task is checked (type, JSON payload, aware time) before any is stored.
         """
         now = datetime.now(UTC)
+        trace_context = self.trace_context()
         prepared: list[NewTask] = []
         for entry in tasks:
             if not isinstance(entry, tuple | list) or not 2 <= len(entry) <= 3:
@@ -131,10 +140,16 @@ class TaskQueue:
                 task_type=task_type,
                 payload=_encode(task_type, payload),
                 run_at=_due(task_type, options.get("run_at"), options.get("delay"), now),
+                trace_context=trace_context,
             ))
         if prepared:
             self.backend.enqueue(prepared)
         return [task.id for task in prepared]
+
+    def trace_context(self) -> str | None:
+        """What a task scheduled now carries of the current trace (``NewTask.trace_context``): None unless
+        ``tracing=True`` and a span is current. For code that builds its NewTasks itself (django.tasks)."""
+        return self.telemetry.trace_context()
 
     def cancel(self, task_id: str) -> bool:
         """True if the task will now never run; False if it already started, finished, or is unknown."""
@@ -170,7 +185,7 @@ class TaskQueue:
             self.backend.consume(
                 types, self._handle, self._stop,
                 visibility_timeout=lambda task_type: self.handlers.get(task_type).visibility_timeout,
-                prefetch=prefetch,
+                prefetch=prefetch, cancelled=self.telemetry.cancelled if self.telemetry.metrics else None,
             )
         finally:
             with self._running_lock:
@@ -214,6 +229,7 @@ class TaskQueue:
 
     def close(self) -> None:
         self.stop()
+        self.telemetry.unwatch()
         self.backend.close()
 
     def __enter__(self) -> TaskQueue:
@@ -223,35 +239,48 @@ class TaskQueue:
         self.close()
 
     def _handle(self, delivery: Delivery) -> None:
-        """Run one delivered task: ack on success, back off and retry on failure, keep it failed at the end."""
+        """Run one delivered task: ack on success, back off and retry on failure, keep it failed at the end.
+
+        The handler runs in the task's span (tracing on); the attempt is counted before it is settled (metrics
+        on), so a status read after the settle finds it counted."""
+        telemetry = self.telemetry
         try:
             handler = self.handlers.get(delivery.task_type)
         except UnknownTaskType as error:  # the worker was asked for the type, so its handler went away
             if delivery.attempt >= UNKNOWN_TYPE_ATTEMPTS:
+                telemetry.finished(delivery, "failed")
                 delivery.fail(f"{error}; gave up after {delivery.attempt} deliveries")
             else:
+                telemetry.finished(delivery, "retrying")
                 delivery.retry_later(UNKNOWN_TYPE_RETRY, str(error))
             logger.error("%s; task %s (delivery %d)", error, delivery.id, delivery.attempt)
             return
         if delivery.attempt > handler.max_attempts:
             # Only a claim that expired gets here: the worker running the last attempt died (the task may
             # be what kills it). Give up rather than crash workers forever.
+            telemetry.finished(delivery, "failed")
             delivery.fail(f"attempt {delivery.attempt - 1} of {handler.max_attempts} never finished: its worker died "
                           "or hung past the visibility timeout")
             logger.error("task %s (%s) failed: its last attempt never finished", delivery.id, delivery.task_type)
             return
+        started = datetime.now(UTC)
         try:
-            handler.func(json.loads(delivery.payload))
+            with telemetry.span(delivery):
+                handler.func(json.loads(delivery.payload))
         except Exception:
+            finished = datetime.now(UTC)
             failure = traceback.format_exc()
             if delivery.attempt >= handler.max_attempts:
                 logger.error("task %s (%s) failed for good after %d attempt(s)", delivery.id, delivery.task_type,
                              delivery.attempt, exc_info=True)
+                telemetry.finished(delivery, "failed", started=started, finished=finished)
                 delivery.fail(failure)
             else:
                 delay = handler.delay_before(delivery.attempt + 1)
                 logger.warning("task %s (%s) attempt %d failed; retrying in %s", delivery.id, delivery.task_type,
                                delivery.attempt, delay, exc_info=True)
+                telemetry.finished(delivery, "retrying", started=started, finished=finished)
                 delivery.retry_later(delay, failure)
             return
+        telemetry.finished(delivery, "succeeded", started=started, finished=datetime.now(UTC))
         delivery.ack()

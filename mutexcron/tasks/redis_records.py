@@ -6,7 +6,7 @@ script keeps it Redis Cluster-safe. :class:`RedisResultField` is the result slot
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -33,10 +33,12 @@ __all__ = ["RedisCancelMarks", "RedisResultField"]
 
 # -- Redis ------------------------------------------------------------------------------------------
 
-# ARGV: type, payload, run_at_ms (no expiry until the message arrives)
+# ARGV: type, payload, run_at_ms, trace context ('' for none) (no expiry until the message arrives)
 _CREATE = """
 redis.call('HSET', KEYS[1], 'type', ARGV[1], 'payload', ARGV[2], 'run_at', ARGV[3], 'status', 'scheduled',
            'attempts', '0', 'gen', '1', 'error', '')
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'trace_context', ARGV[4])
+else redis.call('HDEL', KEYS[1], 'trace_context') end
 redis.call('PERSIST', KEYS[1])
 return 1
 """
@@ -171,7 +173,7 @@ class RedisCancelMarks(RedisClient, TaskRecordStore):
         with self.errors():
             pipe = self.client.pipeline(transaction=False)
             for task in tasks:
-                args: list[str | int] = [task.task_type, task.payload, epoch_ms(task.run_at)]
+                args: list[str | int] = [task.task_type, task.payload, epoch_ms(task.run_at), task.trace_context or ""]
                 self._create(keys=[self.key(task.id)], args=args, client=pipe)
             pipe.execute()
 
@@ -193,6 +195,7 @@ class RedisCancelMarks(RedisClient, TaskRecordStore):
             attempts=int(data.get("attempts") or 0),
             gen=int(data.get("gen") or 1),
             error=data.get("error") or None,
+            trace_context=data.get("trace_context") or None,
         )
 
     def cancel(self, task_id: str) -> bool:
@@ -220,6 +223,11 @@ class RedisCancelMarks(RedisClient, TaskRecordStore):
     def reopen(self, task_id: str, *, gen: int, new_gen: int, run_at: datetime) -> bool:
         with self.errors():
             return bool(self._reopen(keys=[self.key(task_id)], args=[gen, new_gen, epoch_ms(run_at)]))
+
+    def pending_counts(self) -> Mapping[str, int] | None:
+        """None: each record is a key of its own (in its own Cluster slot), so counting the scheduled ones
+        would read every record of the retention, not just the waiting ones; no index is kept for it."""
+        return None
 
     def store_result(self, task_id: str, text: str) -> bool:
         return self._results.store(self.key(task_id), text)

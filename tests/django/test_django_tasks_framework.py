@@ -42,6 +42,7 @@ from mutexcron_django.tasks import (
 from tests.django.jobhelpers import wait_for
 from tests.django.taskapps import djtasks
 from tests.django.test_tasks_integration import WorkerProcess
+from tests.support import span_exporter, unique_name
 
 BACKEND = "mutexcron_django.tasks.MutexcronTaskBackend"
 DJANGO_TASKS = {
@@ -251,6 +252,32 @@ def test_a_task_cancelled_before_it_runs_never_runs(worker: TaskQueue) -> None:
     assert f"task {result.id} was cancelled before it ran" in error.traceback
     with pytest.raises(ValueError, match="Task failed"):
         result.return_value  # noqa: B018
+
+
+def test_with_tracing_and_metrics_a_task_enqueued_in_a_span_runs_in_its_child_span_and_is_counted(
+    queue_url: str,
+) -> None:
+    """MUTEXCRON["TRACING"] and ["METRICS"] reach the queue that build_queue() makes; enqueue() carries the trace."""
+    from opentelemetry import trace
+    from prometheus_client import REGISTRY
+
+    exporter = span_exporter()
+    counted = {"task_type": TASK_TYPE, "outcome": "succeeded"}
+    setting = {"AUTOSTART": False, "TASKS": {"BACKEND": queue_url}, "TRACING": True, "METRICS": True}
+    reset_task_queue()
+    with override_settings(MUTEXCRON=setting, TASKS=DJANGO_TASKS):
+        try:
+            get_task_queue().start([TASK_TYPE])
+            before = REGISTRY.get_sample_value("mutexcron_tasks_total", counted) or 0.0
+            with trace.get_tracer("tests").start_as_current_span(unique_name("request")) as request:
+                result = djtasks.add.enqueue(2, 2)
+            assert finished(result).status == TaskResultStatus.SUCCESSFUL
+        finally:
+            reset_task_queue()
+    (span,) = [span for span in exporter.get_finished_spans() if span.name == f"mutexcron.task {TASK_TYPE}"
+               and (span.attributes or {}).get("mutexcron.task_id") == result.id]
+    assert span.parent is not None and span.parent.span_id == request.get_span_context().span_id
+    assert REGISTRY.get_sample_value("mutexcron_tasks_total", counted) == before + 1
 
 
 def test_a_finished_task_cannot_be_cancelled(worker: TaskQueue) -> None:

@@ -57,6 +57,17 @@ def test_the_apps_scheduler_gets_metrics_and_tracing(declare: Declarations) -> N
     assert REGISTRY.get_sample_value("mutexcron_job_runs_total", {"job": name, "outcome": "succeeded"}) == 1.0
 
 
+@pytest.mark.parametrize("on", [True, False])
+def test_the_apps_task_queue_gets_metrics_and_tracing(on: bool) -> None:
+    with override_settings(MUTEXCRON={"AUTOSTART": False, "METRICS": on, "TRACING": on,
+                                      "TASKS": {"BACKEND": "redis://127.0.0.1:1/0"}}):
+        queue = get_settings().tasks.build_queue()  # connects to nothing
+    try:
+        assert (queue.telemetry.metrics, queue.telemetry.tracing) == (on, on)
+    finally:
+        queue.close()
+
+
 # -- the view ------------------------------------------------------------------------------------------------
 
 

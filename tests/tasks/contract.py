@@ -36,6 +36,7 @@ from mutexcron.errors import StoreUnavailable
 from mutexcron.tasks import HandlerRegistry, NewTask, PayloadError, TaskQueue, TaskStatus, UnknownTaskType, task_handler
 from mutexcron.tasks.cancel_marks import TaskRecordStore, Verdict
 from tests.support import wait_until
+from tests.tasks.telemetry_contract import RecordStoreTelemetryContract, TaskTelemetryContract
 
 T = TypeVar("T")
 LATE = 0.5  # seconds: a due task must have started by then (it typically starts within a few milliseconds)
@@ -54,12 +55,12 @@ def due_time(queue: TaskQueue, task_id: str) -> float:
 def queue_factory(
     handlers: HandlerRegistry, default_url: Any = None, **options: Any
 ) -> Iterator[Callable[..., TaskQueue]]:
-    """``make(url=None)``: TaskQueues with ``handlers`` and ``options``, on ``url`` or ``default_url``; every one
-    of them is closed (its worker stopped) when the block ends."""
+    """``make(url=None, **more)``: TaskQueues with ``handlers`` and ``options`` (and ``more``: ``metrics=True``…),
+    on ``url`` or ``default_url``; every one of them is closed (its worker stopped) when the block ends."""
     made: list[TaskQueue] = []
 
-    def make(url: Any = None) -> TaskQueue:
-        queue = TaskQueue(url or default_url, handlers=handlers, **options)
+    def make(url: Any = None, **more: Any) -> TaskQueue:
+        queue = TaskQueue(url or default_url, handlers=handlers, **{**options, **more})
         made.append(queue)
         return queue
 
@@ -118,8 +119,9 @@ class Recorder:
         return self.wait_for(payload, timeout=timeout)[0].at
 
 
-class TaskQueueContract:
-    """Behaviour shared by every task backend. The subclass provides the ``queue_url`` fixture."""
+class TaskQueueContract(TaskTelemetryContract):
+    """Behaviour shared by every task backend (with its telemetry: :mod:`tests.tasks.telemetry_contract`).
+    The subclass provides the ``queue_url`` fixture."""
 
     handlers: HandlerRegistry
     runs: Recorder
@@ -158,8 +160,9 @@ class TaskQueueContract:
         """Register a handler that records each run (then calls ``body(payload)``, if given)."""
         return self.runs.define(task_type, body, **options)
 
-    def worker(self, make_queue: Callable[..., TaskQueue], *types: str, prefetch: int = 10) -> TaskQueue:
-        queue = make_queue()
+    def worker(self, make_queue: Callable[..., TaskQueue], *types: str, prefetch: int = 10,
+               **options: Any) -> TaskQueue:
+        queue = make_queue(**options)
         queue.start(list(types) or None, prefetch=prefetch)
         return queue
 
@@ -623,9 +626,9 @@ class TaskQueueContract:
             queue.close()
 
 
-class TaskRecordStoreContract:
+class TaskRecordStoreContract(RecordStoreTelemetryContract):
     """What every task record store (the RabbitMQ backend's records: Redis, SQL, memory) decides when a message
-    arrives, and how it keeps a task's result; a subclass provides the ``marks`` fixture."""
+    arrives, and how it keeps a task's result and trace context; a subclass provides the ``marks`` fixture."""
 
     def test_a_record_gives_back_its_run_at_in_utc(self, marks: TaskRecordStore) -> None:
         run_at = datetime(2026, 3, 29, 1, 30, tzinfo=UTC)

@@ -44,9 +44,10 @@ from mutexcron.tasks.backends.rabbitmq import (
     RabbitMQTaskBackend,
     Topology,
 )
-from mutexcron.tasks.backends.rabbitmq_topology import HEADER_DEAD_QUEUE, HEADER_DEAD_REASON
+from mutexcron.tasks.backends.rabbitmq_topology import HEADER_DEAD_QUEUE, HEADER_DEAD_REASON, HEADER_TRACE, decode
 from mutexcron.tasks.cancel_marks import RedisCancelMarks, Verdict, cancel_marks_from_url
-from tests.support import wait_until
+from mutexcron.tasks.model import encode_trace_context
+from tests.support import unique_name, wait_until
 from tests.tasks import test_task_workers as fleet_tests
 from tests.tasks.contract import LATE, CancelMarksContract, Recorder, TaskQueueContract, due_time, queue_factory
 from tests.tcp_proxy import TcpProxy
@@ -629,6 +630,34 @@ def test_a_cancelled_task_never_runs_when_workers_start_after_the_retention(
         recorder.at("after")
         assert recorder.payloads() == ["before", "after"]
         assert queue.status(task_id) == TaskStatus.CANCELLED
+
+
+def test_a_cancelled_task_dropped_by_a_worker_is_counted_cancelled(
+    queues: Callable[..., TaskQueue], recorder: Recorder
+) -> None:
+    from prometheus_client import REGISTRY
+
+    task_type = recorder.define(unique_name("rabbit.cancelled"))
+    queue = queues(metrics=True)
+    task_id = queue.schedule(task_type, "cancelled", delay=timedelta(milliseconds=100))
+    assert queue.cancel(task_id)
+    queue.start()
+    wait_until(lambda: REGISTRY.get_sample_value("mutexcron_tasks_total", {"task_type": task_type,
+                                                                           "outcome": "cancelled"}) == 1,
+               what="the dropped message to be counted cancelled")
+    assert recorder.payloads() == []
+
+
+def test_the_trace_context_travels_in_a_header_and_a_malformed_one_is_ignored() -> None:
+    trace_text = encode_trace_context({"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
+    properties = pika.BasicProperties(message_id="t1", type="rabbit.task",
+                                      headers={**_good_headers(), HEADER_TRACE: trace_text})
+    assert decode("rabbit.task", properties, b'"x"').trace_context == trace_text
+    for bad in ("not json", b"\xff", 7, '{"traceparent": 7}', "x" * 5000):
+        properties.headers = {**_good_headers(), HEADER_TRACE: bad}
+        assert decode("rabbit.task", properties, b'"x"').trace_context is None  # the task still runs
+    properties.headers = _good_headers()
+    assert decode("rabbit.task", properties, b'"x"').trace_context is None
 
 
 def test_a_task_whose_record_is_gone_before_its_due_time_never_runs_and_is_dead_lettered(

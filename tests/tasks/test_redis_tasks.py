@@ -5,6 +5,7 @@ Every test has its own key prefix (tests/conftest.py), so tests never see each o
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -173,7 +174,7 @@ def test_every_key_shares_one_cluster_hash_tag(
     wait_until(lambda: queue.status(failed_id) == TaskStatus.FAILED)
     keys = list(redis_client.scan_iter(match=redis_prefix + "*"))
     kinds = {key[len(redis_prefix):].split(":")[1] for key in keys}
-    assert kinds == {"task", "due", "failed"}, keys
+    assert kinds == {"task", "due", "failed", "types"}, keys
     assert all(key.startswith(redis_prefix + HASH_TAG + ":") for key in keys)
     assert {key_slot(key.encode()) for key in keys} == {key_slot(f"{redis_prefix}{HASH_TAG}:processing".encode())}
 
@@ -188,6 +189,24 @@ def test_a_task_is_a_hash_with_its_fields(
     assert (fields["status"], fields["attempts"], fields["claims"]) == ("scheduled", "0", "0")
     assert fields["run_at"] == fields["due"]
     assert redis_client.zscore(backend.due_key("redis.task"), "t1") == int(fields["run_at"])
+
+
+def test_the_trace_context_is_a_field_of_the_hash_and_comes_back_with_the_attempts_due_time(
+    backends: Callable[..., RedisTaskBackend], redis_client: redis.Redis
+) -> None:
+    backend = backends()
+    trace = '{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
+    plain = new_task("plain", delay=-1)
+    backend.enqueue([NewTask("traced", "redis.task", "1", plain.run_at, trace_context=trace), plain])
+    assert redis_client.hget(backend.task_key("traced"), "trace_context") == trace
+    assert redis_client.hget(backend.task_key("plain"), "trace_context") is None
+    assert redis_client.smembers(backend.types_key) == {"redis.task"}
+    deliveries = {delivery.id: delivery for delivery in claim(backend, ["redis.task"])}
+    assert deliveries["traced"].trace_context == {"traceparent": json.loads(trace)["traceparent"]}
+    assert deliveries["plain"].trace_context is None
+    for delivery in deliveries.values():
+        assert delivery.due is not None and abs(delivery.due - plain.run_at) < timedelta(milliseconds=2)
+    assert backend.pending_counts() == {"redis.task": 0}  # a type that had tasks stays, at 0
 
 
 def test_a_succeeded_or_cancelled_task_expires_after_the_retention_but_a_failed_one_is_kept(

@@ -15,9 +15,9 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, Generic, Self, TypeVar, cast
 
 from ...errors import StoreUnavailable
@@ -37,6 +37,10 @@ class Delivery(ABC):
     task_type: str
     payload: str  # JSON text
     attempt: int  # 1 for the first try
+    due: datetime | None = None  # when this attempt became due: the task's run_at, a retry's time after a failure
+    # The carrier of the W3C trace context current at schedule() (decode_trace_context of what NewTask gave),
+    # or None: the worker's span of the task is a child of that span.
+    trace_context: Mapping[str, str] | None = None
     # What keeps the task this worker's while its handler runs: for a claiming backend (Redis, SQL) the
     # ClaimHeartbeat that extends the claim before its visibility deadline (set by ClaimHeartbeat.track).
     # None for a RabbitMQ delivery, which has no deadline to extend: the broker keeps an unacked message its
@@ -89,6 +93,19 @@ class TaskBackend(ABC):
         """Schedule a failed task to run again now (attempts start over). False if it is not failed."""
 
     @abstractmethod
+    def pending_counts(self) -> Mapping[str, int] | None:
+        """How many tasks of each type wait in the backend (``scheduled``: not yet due, or due and not yet
+        claimed by a worker; not running, finished or cancelled ones), read now: what the
+        ``mutexcron_tasks_pending`` gauge shows. A type with none may be absent or 0. None when this backend
+        cannot count them cheaply (the gauge then has no samples from it)."""
+
+    @property
+    def pending_source(self) -> str:
+        """Names the tasks :meth:`pending_counts` counts: two backend objects of one process on the same tasks
+        give the same name, so the gauge counts them once. By default, this object."""
+        return f"{type(self).__qualname__}@{id(self):x}"
+
+    @abstractmethod
     def store_result(self, task_id: str, text: str) -> bool:
         """Keep ``text`` (an outcome, e.g. a ``django.tasks`` result as JSON) with the task's record, replacing
         the one kept before; it lives and expires with the record. False (nothing kept) if the record is gone."""
@@ -105,14 +122,17 @@ class TaskBackend(ABC):
         *,
         visibility_timeout: Callable[[str], timedelta],
         prefetch: int = 10,
+        cancelled: Callable[[str], None] | None = None,
     ) -> None:
         """Deliver due tasks of ``task_types`` to ``handle`` (in this thread) until ``stop`` is set.
 
         ``visibility_timeout(task_type)`` says how long a claimed task stays invisible to other workers.
+        ``cancelled(task_type)``, if given, is told of each cancelled task that reached this worker and was
+        dropped unrun (only a backend that delivers cancelled tasks, RabbitMQ, calls it).
         Returns soon (within a fraction of a second) after ``stop`` is set. Backends implement :meth:`deliver`.
         """
         types = consumed_types(task_types)
-        self.deliver(ConsumeRequest(types, handle, stop, visibility_timeout, max(1, int(prefetch))))
+        self.deliver(ConsumeRequest(types, handle, stop, visibility_timeout, max(1, int(prefetch)), cancelled))
 
     @abstractmethod
     def deliver(self, request: ConsumeRequest) -> None:
@@ -134,6 +154,7 @@ class ConsumeRequest:
     stop: threading.Event
     visibility_timeout: Callable[[str], timedelta]
     prefetch: int  # at least 1
+    cancelled: Callable[[str], None] | None = None  # told the type of each cancelled task dropped unrun
 
 
 def consumed_types(task_types: Sequence[str]) -> list[str]:

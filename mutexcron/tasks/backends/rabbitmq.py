@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from datetime import UTC, datetime
 from urllib.parse import parse_qsl, urlsplit
@@ -110,7 +110,8 @@ class RabbitMQTaskBackend(BrokerConnection, TaskBackend):
         for task in tasks:
             _check_type(task.task_type)
         self.marks.create(tasks)
-        messages = [_Message(t.id, t.task_type, t.payload, epoch_ms(t.run_at), 1, 1) for t in tasks]
+        messages = [_Message(t.id, t.task_type, t.payload, epoch_ms(t.run_at), 1, 1, trace_context=t.trace_context)
+                    for t in tasks]
         due = {t.id: t.run_at for t in tasks}
         confirmed: list[str] = []
         try:
@@ -136,9 +137,19 @@ class RabbitMQTaskBackend(BrokerConnection, TaskBackend):
         if record is None or record.status != TaskStatus.FAILED:
             return False
         now = datetime.now(UTC)
-        message = _Message(record.id, record.task_type, record.payload, epoch_ms(now), record.gen + 1, 1)
+        message = _Message(record.id, record.task_type, record.payload, epoch_ms(now), record.gen + 1, 1,
+                           trace_context=record.trace_context)
         self._publish_with_retry([message], lambda _m: 0)  # published first: a crash between leaves no lost task
         return self.marks.reopen(task_id, gen=record.gen, new_gen=record.gen + 1, run_at=datetime.now(UTC))
+
+    def pending_counts(self) -> Mapping[str, int] | None:
+        """The record store's scheduled records by type (the broker cannot tell the types of the messages
+        waiting in its level queues); None with a record store that cannot count them (Redis)."""
+        return self.marks.pending_counts()
+
+    @property
+    def pending_source(self) -> str:
+        return f"records {self.marks.pending_source}"
 
     def store_result(self, task_id: str, text: str) -> bool:
         return self.marks.store_result(task_id, text)
@@ -160,7 +171,7 @@ class RabbitMQTaskBackend(BrokerConnection, TaskBackend):
             shortest = min(request.visibility_timeout(task_type).total_seconds() for task_type in types)
             heartbeat = min(60, max(5, math.ceil(shortest)))
         consumer = TaskConsumer(self, self.marks, types, prefetch=request.prefetch, heartbeat=heartbeat,
-                                links=self._links, links_lock=self._links_lock)
+                                links=self._links, links_lock=self._links_lock, cancelled=request.cancelled)
         consumer.run(request.handle, request.stop)
 
     def wake(self) -> None:

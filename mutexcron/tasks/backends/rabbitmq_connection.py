@@ -22,7 +22,15 @@ from pika.adapters.blocking_connection import BlockingChannel, BlockingConnectio
 from ..._common import store_errors, unavailable
 from ...errors import StoreConfigError, StoreUnavailable
 from ...urls import mask_url
-from .rabbitmq_topology import HEADER_ATTEMPT, HEADER_GEN, HEADER_RUN_AT, HEADER_UNTIL, TaskMessage, Topology
+from .rabbitmq_topology import (
+    HEADER_ATTEMPT,
+    HEADER_GEN,
+    HEADER_RUN_AT,
+    HEADER_TRACE,
+    HEADER_UNTIL,
+    TaskMessage,
+    Topology,
+)
 
 __all__ = ["CONNECTION_ERRORS", "BrokerConnection", "Session", "queue_exists"]
 
@@ -152,6 +160,8 @@ class BrokerConnection:
         }
         if truncated:  # the consumer re-publishes it until this time
             headers[HEADER_UNTIL] = message.run_at_ms
+        if message.trace_context is not None:
+            headers[HEADER_TRACE] = message.trace_context
         properties = pika.BasicProperties(
             content_type="application/json", delivery_mode=pika.DeliveryMode.Persistent,
             message_id=message.task_id, type=message.task_type, timestamp=int(time.time()), app_id="mutexcron",

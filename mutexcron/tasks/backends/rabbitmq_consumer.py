@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from ..._common import duration_ms, epoch_ms
+from ..._common import duration_ms, epoch_ms, ms_to_datetime
 from ...errors import StoreUnavailable
 from ..cancel_marks import TaskRecordStore, Verdict
-from ..model import TaskStatus
+from ..model import TaskStatus, decode_trace_context
 from .base import Delivery
 from .rabbitmq_connection import BrokerConnection
 from .rabbitmq_link import LOST, WAKE, ConsumerLink, Received
@@ -34,12 +34,14 @@ _RECONNECT_BACKOFF = (0.5, 30.0)
 class TaskConsumer:
     """Delivers the tasks of ``types`` to a handler in the calling thread, on one link at a time.
 
-    ``links`` (guarded by ``links_lock``) is the backend's set of live links, which its ``wake()`` wakes.
+    ``links`` (guarded by ``links_lock``) is the backend's set of live links, which its ``wake()`` wakes;
+    ``cancelled(task_type)`` is told of each cancelled task dropped unrun.
     """
 
     def __init__(
         self, broker: BrokerConnection, records: TaskRecordStore, types: list[str], *, prefetch: int,
         heartbeat: int, links: set[ConsumerLink], links_lock: threading.Lock,
+        cancelled: Callable[[str], None] | None = None,
     ) -> None:
         self.broker = broker
         self.records = records
@@ -48,6 +50,7 @@ class TaskConsumer:
         self.heartbeat = heartbeat
         self._links = links
         self._links_lock = links_lock
+        self._cancelled = cancelled
 
     def run(self, handle: Callable[[Delivery], None], stop: threading.Event) -> None:
         """Until ``stop`` is set; a link lost after the first connection is made again with backoff."""
@@ -112,6 +115,8 @@ class TaskConsumer:
             logger.debug("task %s (%s) generation %d: %s; dropped", message.task_id, message.task_type,
                          message.gen, claim.verdict)
             link.ack(received.tag)
+            if claim.verdict == Verdict.CANCELLED and self._cancelled is not None:
+                self._cancelled(message.task_type)
             return
         delivery = RabbitDelivery(self.records, link, received.tag, message, claim.attempts)
         handle(delivery)
@@ -138,6 +143,9 @@ class RabbitDelivery(Delivery):
         self.task_type = message.task_type
         self.payload = message.payload
         self.attempt = attempt
+        self.due = ms_to_datetime(message.run_at_ms)
+        self.trace_context = decode_trace_context(message.trace_context)
+        self._message = message
         self._records = records
         self._link = link
         self._tag = tag
@@ -158,7 +166,8 @@ class RabbitDelivery(Delivery):
         self._settle()
         delay_ms = duration_ms(delay)
         run_at = datetime.now(UTC) + timedelta(milliseconds=delay_ms)
-        retry = TaskMessage(self.id, self.task_type, self.payload, epoch_ms(run_at), self._gen + 1, self.attempt + 1)
+        retry = TaskMessage(self.id, self.task_type, self.payload, epoch_ms(run_at), self._gen + 1, self.attempt + 1,
+                            trace_context=self._message.trace_context)
         # Publish, then move the record, then ack: a crash in between reruns the original, never loses it.
         self._link.publish(retry, delay_ms)
         self._records.reschedule(self.id, gen=self._gen, new_gen=self._gen + 1, run_at=run_at, error=error)

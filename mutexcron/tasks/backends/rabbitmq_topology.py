@@ -25,6 +25,7 @@ import pika
 from pika.adapters.blocking_connection import BlockingChannel
 
 from ...errors import StoreConfigError
+from ..model import decode_trace_context, encode_trace_context
 
 HEADER_GEN = "x-mutexcron-gen"
 HEADER_ATTEMPT = "x-mutexcron-attempt"
@@ -32,6 +33,7 @@ HEADER_RUN_AT = "x-mutexcron-run-at"  # the task's due time (ms since the epoch)
 HEADER_UNTIL = "x-mutexcron-until"  # only on a delay longer than the levels hold: re-publish until this time (ms)
 HEADER_DEAD_REASON = "x-mutexcron-dead-reason"  # on a dead-lettered message: why no consumer could use it
 HEADER_DEAD_QUEUE = "x-mutexcron-dead-queue"  # on a dead-lettered message: the queue it was taken from
+HEADER_TRACE = "x-mutexcron-trace"  # the W3C trace context of the schedule() call (JSON text), when there was one
 
 QUEUE_TYPES = ("quorum", "classic")
 _MAX_TTL_MS = 2**32 - 1  # x-message-ttl is an unsigned 32-bit integer
@@ -189,6 +191,7 @@ class TaskMessage:
     gen: int
     attempt: int
     until_ms: int | None = None  # a delay longer than the levels hold: re-publish until this time
+    trace_context: str | None = None  # NewTask.trace_context: JSON text, carried in the HEADER_TRACE header
 
 
 class Undecodable(ValueError):
@@ -220,8 +223,12 @@ def decode(task_type: str, properties: pika.BasicProperties, body: bytes) -> Tas
         raise Undecodable(f"the body is not UTF-8 ({error})") from None
     except ValueError as error:
         raise Undecodable(f"the body is not JSON ({error})") from None
+    trace = headers.get(HEADER_TRACE)
+    if isinstance(trace, bytes):
+        trace = trace.decode(errors="replace")
+    trace_text = encode_trace_context(decode_trace_context(trace))  # a malformed one is ignored: the task runs
     return TaskMessage(task_id, task_type, payload, numbers[HEADER_RUN_AT], numbers[HEADER_GEN],
-                       numbers[HEADER_ATTEMPT], numbers.get(HEADER_UNTIL))
+                       numbers[HEADER_ATTEMPT], numbers.get(HEADER_UNTIL), trace_text)
 
 
 def publish_dead_letter(channel: BlockingChannel, topology: Topology, task_type: str, queue: str,

@@ -6,7 +6,7 @@ This module is the backend; its worker loop and deliveries are in ``redis_consum
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,7 +18,7 @@ from ..._redis import RedisClient, client_from_url, eviction_policy
 from ..._redis import text as _text
 from ...errors import StoreConfigError
 from ...urls import shown
-from ..model import NewTask, TaskInfo, stored_payload, stored_status
+from ..model import NewTask, TaskInfo, decode_trace_context, stored_payload, stored_status
 from ..redis_records import RedisResultField
 from . import redis_lua as lua
 from .base import ClaimingBackend, ConsumeRequest
@@ -56,6 +56,7 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
         self.base = f"{prefix}{HASH_TAG}:"
         self.processing_key = self.base + "processing"
         self.failed_key = self.base + "failed"
+        self.types_key = self.base + "types"
         self.channel = self.base + "wake"
         self.retention = _duration(retention, "retention")
         self.max_idle = _duration(max_idle, "max_idle")
@@ -68,6 +69,7 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
         self._release = client.register_script(lua.RELEASE)
         self._cancel = client.register_script(lua.CANCEL)
         self._retry = client.register_script(lua.RETRY)
+        self._pending = client.register_script(lua.PENDING)
         self._results = RedisResultField(client, self.errors)
 
     @classmethod
@@ -105,7 +107,7 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
                 args: list[Any] = [self.channel]
                 for task in tasks[start : start + ENQUEUE_CHUNK]:
                     keys += [self.task_key(task.id), self.due_key(task.task_type)]
-                    args += [task.id, task.task_type, task.payload, epoch_ms(task.run_at)]
+                    args += [task.id, task.task_type, task.payload, epoch_ms(task.run_at), task.trace_context or ""]
                 self._enqueue(keys=keys, args=args, client=pipe)
             pipe.execute()
 
@@ -138,6 +140,17 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
         with self.errors():
             return bool(self._retry(keys=[self.task_key(task_id), self.failed_key],
                                     args=[task_id, self.base, self.channel]))
+
+    def pending_counts(self) -> Mapping[str, int]:
+        """One script: the size of each type's due set (a type scheduled before ``<prefix>{tasks}:types``
+        existed is counted once a task of it is due again: scheduled, retried or requeued)."""
+        with self.errors():
+            flat = self._pending(keys=[self.types_key], args=[self.base])
+        return {_text(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+    @property
+    def pending_source(self) -> str:
+        return f"redis {self._display} {self.base}"
 
     def store_result(self, task_id: str, text: str) -> bool:
         """A field of the task's hash: it expires with the task, and a retry keeps it."""
@@ -175,10 +188,11 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
             now, next_ms, rows = self._claim(keys=keys, args=[self.base, self.channel, limit, owner, *visibility_ms])
         by_type = dict(zip(types, visibility_ms, strict=True))
         deliveries = []
-        for task_id, task_type, payload, attempt, token in rows:
+        for task_id, task_type, payload, attempt, token, due, trace in rows:
             task_type = _text(task_type)
             deliveries.append(RedisDelivery(
-                self, _text(task_id), task_type, _text(payload), int(attempt), str(token), by_type[task_type]
+                self, _text(task_id), task_type, _text(payload), int(attempt), str(token), by_type[task_type],
+                due=ms_to_datetime(int(due)), trace_context=decode_trace_context(_text(trace)),
             ))
         return int(now), int(next_ms), deliveries
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -43,6 +44,8 @@ class RedisDelivery(ClaimedDelivery):
     token: str
     visibility_ms: int
     heartbeat: ClaimHeartbeat[RedisDelivery] | None = field(default=None, repr=False)
+    due: datetime | None = None
+    trace_context: Mapping[str, str] | None = field(default=None, repr=False)
 
     @property
     def visibility_seconds(self) -> float:

@@ -6,7 +6,7 @@ clocks; the keys they use are described in ``docs/redis-tasks.md``.
 
 from __future__ import annotations
 
-__all__ = ["ACK", "CANCEL", "CLAIM", "ENQUEUE", "EXTEND", "FAIL", "RELEASE", "RETRY", "RETRY_LATER"]
+__all__ = ["ACK", "CANCEL", "CLAIM", "ENQUEUE", "EXTEND", "FAIL", "PENDING", "RELEASE", "RETRY", "RETRY_LATER"]
 
 REQUEUE_LIMIT = 100  # expired claims moved back to due per claim call
 
@@ -17,11 +17,13 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-# Put a task into a due set; if that makes the type's earliest due time earlier, tell sleeping workers.
+# Put a task into a due set (<base>due:<type>), and its type into <base>types; if that makes the type's
+# earliest due time earlier, tell sleeping workers.
 _ADD_DUE = """
 local function add_due(dkey, score, id, ttype, channel)
   local head = redis.call('ZRANGE', dkey, 0, 0, 'WITHSCORES')
   redis.call('ZADD', dkey, score, id)
+  redis.call('SADD', string.sub(dkey, 1, #dkey - #ttype - 4) .. 'types', ttype)
   if head[2] == nil or score < tonumber(head[2]) then
     redis.call('PUBLISH', channel, string.format('%d', score) .. ' ' .. ttype)
   end
@@ -29,16 +31,18 @@ end
 """
 
 # KEYS: task hash, due set, then the same pair for each further task.
-# ARGV: channel, then id, type, payload, run_at ms for each task. Returns how many were new.
+# ARGV: channel, then id, type, payload, run_at ms, trace context ('' for none) for each task.
+# Returns how many were new.
 ENQUEUE = _NOW + _ADD_DUE + """
 local created = 0
 for i = 1, #KEYS / 2 do
   local hkey, dkey = KEYS[2 * i - 1], KEYS[2 * i]
-  local a = 1 + (i - 1) * 4
+  local a = 1 + (i - 1) * 5
   local id, ttype, payload, run_at = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], tonumber(ARGV[a + 4])
   if redis.call('EXISTS', hkey) == 0 then
     redis.call('HSET', hkey, 'type', ttype, 'payload', payload, 'run_at', ARGV[a + 4], 'due', ARGV[a + 4],
                'status', 'scheduled', 'attempts', 0, 'claims', 0, 'created_at', now, 'updated_at', now)
+    if ARGV[a + 5] ~= '' then redis.call('HSET', hkey, 'trace_context', ARGV[a + 5]) end
     add_due(dkey, run_at, id, ttype, ARGV[1])
     created = created + 1
   end
@@ -49,7 +53,7 @@ return created
 # KEYS: processing, then one due set per task type.
 # ARGV: key base, channel, limit, owner, then the visibility timeout (ms) of each type, in KEYS order.
 # Returns {now, next, tasks}: next is the earliest due score of these types or visibility deadline
-# (-1: none), tasks a list of {id, type, payload, attempt, token}.
+# (-1: none), tasks a list of {id, type, payload, attempt, token, due ms, trace context or ''}.
 CLAIM = _NOW + _ADD_DUE + """
 local base, channel, limit, owner = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local processing = KEYS[1]
@@ -89,7 +93,7 @@ for k = 1, math.min(limit, #candidates) do
   local id = c[2]
   redis.call('ZREM', KEYS[c[3]], id)
   local hkey = base .. 'task:' .. id
-  local h = redis.call('HMGET', hkey, 'type', 'payload', 'status')
+  local h = redis.call('HMGET', hkey, 'type', 'payload', 'status', 'trace_context')
   if h[3] == 'scheduled' then
     local attempt = redis.call('HINCRBY', hkey, 'attempts', 1)
     local token = redis.call('HINCRBY', hkey, 'claims', 1)
@@ -97,7 +101,7 @@ for k = 1, math.min(limit, #candidates) do
     redis.call('HSET', hkey, 'status', 'running', 'owner', owner, 'started_at', now, 'updated_at', now)
     redis.call('ZADD', processing, deadline, id)
     if earliest_new == nil or deadline < earliest_new then earliest_new = deadline end
-    table.insert(tasks, {id, h[1], h[2], attempt, token})
+    table.insert(tasks, {id, h[1], h[2], attempt, token, c[1], h[4] or ''})
   end
 end
 -- Others must learn of the new deadline: if this worker dies, one of them takes its tasks.
@@ -191,4 +195,15 @@ redis.call('HSET', KEYS[1], 'status', 'scheduled', 'attempts', 0, 'due', now, 'u
 redis.call('HDEL', KEYS[1], 'finished_at')
 add_due(ARGV[2] .. 'due:' .. h[1], now, ARGV[1], h[1], ARGV[3])
 return 1
+"""
+
+# KEYS: the types set. ARGV: key base. Returns {type, count, ...}: the size of each type's due set (its
+# scheduled tasks, due or not), one ZCARD per type ever scheduled since <base>types exists.
+PENDING = """
+local counts = {}
+for _, ttype in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  table.insert(counts, ttype)
+  table.insert(counts, redis.call('ZCARD', ARGV[1] .. 'due:' .. ttype))
+end
+return counts
 """
