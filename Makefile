@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 MYPY = $(VENV)/bin/mypy --cache-dir $(VENV)/.mypy_cache
 DEMO_ARGS ?=
 
-.PHONY: demo test lint bench services system-deps clean
+.PHONY: demo test lint bench soak services system-deps clean
 
 $(VENV)/.installed: pyproject.toml | system-deps
 	$(PYTHON) -m venv $(VENV)
@@ -48,12 +48,21 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(MYPY)
 
-# arq pins redis-py < 6; it runs fine on ours for the benchmark, so it is installed without its deps.
+# The peers come from the bench extra (pyproject.toml). arq pins redis-py < 6; it runs fine on ours for the
+# benchmark, so it is installed without its deps. BENCH_ARGS go to bench/fleet.py (e.g. --no-cluster).
+BENCH_ARGS ?=
 bench: $(VENV)/.installed .venv-mongo/.installed services
-	$(VENV)/bin/pip install -q rq-scheduler
+	$(VENV)/bin/pip install -q -e '.[bench]'
 	$(VENV)/bin/pip install -q --no-deps arq
 	$(VENV)/bin/python bench/lock_overhead.py
 	$(VENV)/bin/python bench/tasks.py
+	$(VENV)/bin/python bench/fleet.py $(BENCH_ARGS)
+
+# 10 minutes of 8 instances x 20 per-second jobs on Redis and PostgreSQL at once, a random instance SIGKILLed or
+# SIGSTOPped every 30 s (bench/soak.py; not in CI, where tests/test_soak.py runs 60 s of it). SOAK_ARGS: --seconds N ...
+SOAK_ARGS ?=
+soak: $(VENV)/.installed services
+	$(VENV)/bin/python bench/soak.py $(SOAK_ARGS)
 
 clean:
 	rm -rf .venv .venv313 .venv-mongo .pytest_cache .ruff_cache .hypothesis

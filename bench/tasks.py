@@ -1,13 +1,17 @@
 #!/usr/bin/env python
-"""Delayed one-off tasks: schedule throughput, dispatch throughput and lateness, against arq and rq-scheduler.
+"""Delayed one-off tasks: schedule throughput, dispatch throughput and lateness, against arq, rq-scheduler,
+procrastinate and django-tasks.
 
 A benchmark report, not a test. For each mutexcron task backend (Redis; RabbitMQ with a Redis cancel
-store; ``django://`` on PostgreSQL when mutexcron_django's task backend can be imported), and for arq and
-rq-scheduler on the same Redis server (databases of their own):
+store; ``django://`` on PostgreSQL when mutexcron_django's task backend can be imported), for arq and
+rq-scheduler on the same Redis server (databases of their own), and for the PostgreSQL peers procrastinate
+and django-tasks' database backend (django-tasks-db), each in a PostgreSQL database of its own:
 
 1. schedule throughput: N tasks due at spread-out times 1 to 2 hours ahead, scheduled in one
    ``TaskQueue.schedule_many`` call (arq: ``enqueue_job(..., _defer_until=…)`` one by one; rq-scheduler:
-   ``Scheduler.enqueue_at`` one by one; they have no batch call), in tasks/s;
+   ``Scheduler.enqueue_at`` one by one; procrastinate: ``configure(schedule_at=…).defer`` one by one, its
+   ``batch_defer`` takes one schedule_at for all; django-tasks: ``using(run_after=…).enqueue`` one by one;
+   they have no batch call for different due times), in tasks/s;
 2. dispatch throughput of one worker: N tasks already due are scheduled with no worker running, then one
    worker process starts and runs them with a no-op handler (rq-scheduler: its scheduler process moves
    them to the rq queue meanwhile). tasks/s from the handler start times, the first 5 % left out as the
@@ -22,8 +26,9 @@ settings (their poll interval is read from their own signatures and printed) and
 
 After an untimed warm-up round of each system, the systems take turns round by round (interleaved,
 several rounds, medians) in the schedule and dispatch phases, and the mutexcron systems in their lateness
-rounds, which run with nothing else of the benchmark running. The lateness of arq and rq-scheduler is
-measured afterwards, once, all four at the same time, over one default rq-scheduler interval (60 s).
+rounds, which run with nothing else of the benchmark running. The lateness of the other systems (arq,
+rq-scheduler, procrastinate, django-tasks) is measured afterwards, once, all at the same time, over one default
+rq-scheduler interval (60 s).
 
     python bench/tasks.py [--rounds R] [--schedule N] [--dispatch N] [--lateness N] [--window S]
                           [--skip SYSTEM] [--phase PHASE] [--redis URL] [--amqp URL] [--postgres URL] [--json]
@@ -85,9 +90,10 @@ RQ_TUNED_INTERVAL = 1.0
 
 # Tasks per round (schedule, dispatch) by system; --schedule / --dispatch set one size for all.
 SCHEDULE_SIZES = {"mutexcron-redis": 20000, "mutexcron-rabbitmq": 1500, "mutexcron-django": 2000,
-                  "arq": 2000, "rq-scheduler": 2000}
+                  "arq": 2000, "rq-scheduler": 2000, "procrastinate": 1000, "djtasks": 1000}
 DISPATCH_SIZES = {"mutexcron-redis": 10000, "mutexcron-rabbitmq": 1500, "mutexcron-django": 1000,
-                  "arq-default": 500, "arq-tuned": 1500, "rq-default": 150, "rq-tuned": 600}
+                  "arq-default": 500, "arq-tuned": 1500, "rq-default": 150, "rq-tuned": 600,
+                  "procrastinate": 500, "djtasks": 300}
 
 
 class BenchError(RuntimeError):
@@ -113,6 +119,15 @@ async def arq_job(ctx: dict[str, Any], due: float) -> None:
 
 
 def rq_job(due: float) -> None:
+    _record(due)
+
+
+def procrastinate_job(due: float) -> None:
+    _record(due)
+
+
+def djtasks_job(due: float) -> None:
+    """django-tasks' handler; configure_django() replaces it with its Task (the worker imports it by this name)."""
     _record(due)
 
 
@@ -181,6 +196,27 @@ def _rq_scheduler(url: str, queue_name: str, interval: float | None) -> None:
 
     options: dict[str, Any] = {} if interval is None else {"interval": interval}
     Scheduler(queue_name=queue_name, connection=redis.Redis.from_url(url), **options).run()
+
+
+def _procrastinate_app(conninfo: str) -> Any:
+    import logging
+
+    import procrastinate
+
+    logging.getLogger("procrastinate").setLevel(logging.ERROR)  # not its "App is instantiated in __main__" warning
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=conninfo))
+    app.task(name="bench_noop")(procrastinate_job)
+    return app
+
+
+def _procrastinate_worker(conninfo: str) -> None:
+    _procrastinate_app(conninfo).run_worker(queues=["default"], wait=True)  # SIGTERM: its own handler stops it
+
+
+def _djtasks_worker() -> None:
+    from django.core.management import call_command
+
+    call_command("db_worker", verbosity=0)  # the backend "default" (TASKS), its default interval; SIGTERM stops it
 
 
 class Workers:
@@ -281,6 +317,9 @@ class System:
     poll: str = "none: woken when due"  # the configured poll interval
     server: str = ""
     schedule_call: str = ""
+
+    def django_settings(self, settings: dict[str, Any]) -> None:
+        """Add what this system needs to the one Django configuration of the run (its database, its apps)."""
 
     def open(self) -> None:
         """Connect, check, and say which server (raises to skip the system)."""
@@ -405,13 +444,13 @@ class MutexcronRabbitMQ(MutexcronSystem):
         self.marks_client.close()
 
 
-class MutexcronDjango(MutexcronSystem):
-    """``django://`` on a PostgreSQL database created for the run (and dropped after it)."""
+class RunDatabase:
+    """A PostgreSQL database made for the run on the server of ``postgres_url``; ``drop()`` removes it."""
 
-    def __init__(self, postgres_url: str) -> None:
-        super().__init__("mutexcron-django", "mutexcron django/pg", "django://default")
+    def __init__(self, postgres_url: str, prefix: str) -> None:
         self.postgres_url = postgres_url
-        self.database = f"mutexcron_bench_{uuid.uuid4().hex[:12]}"
+        self.name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+        self.conninfo = urlunsplit(urlsplit(postgres_url)._replace(path=f"/{self.name}"))
         self.created = False
 
     def _server(self) -> Any:
@@ -419,32 +458,40 @@ class MutexcronDjango(MutexcronSystem):
 
         return psycopg.connect(self.postgres_url, autocommit=True, connect_timeout=5)
 
+    def create(self) -> str:
+        """Create it; the server's description for the report."""
+        with self._server() as server:
+            version = server.execute("SHOW server_version").fetchone()[0]
+            server.execute(f'CREATE DATABASE "{self.name}"')
+        self.created = True
+        return f"PostgreSQL {version} at {_where(self.postgres_url.rsplit('/', 1)[0])}"
+
+    def drop(self) -> None:
+        if not self.created:
+            return
+        try:
+            with self._server() as server:
+                server.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+        except Exception as error:
+            print(f"warning: could not drop the PostgreSQL database {self.name}: {error}", file=sys.stderr)
+
+
+class MutexcronDjango(MutexcronSystem):
+    """``django://`` on a PostgreSQL database created for the run (and dropped after it)."""
+
+    def __init__(self, postgres_url: str) -> None:
+        super().__init__("mutexcron-django", "mutexcron django/pg", "django://default")
+        self.postgres_url = postgres_url
+        self.database = RunDatabase(postgres_url, "mutexcron_bench")
+
+    def django_settings(self, settings: dict[str, Any]) -> None:
+        settings["DATABASES"]["default"] = _pg_settings(self.postgres_url, self.database.name)
+        settings["INSTALLED_APPS"].append("mutexcron_django")
+
     def open(self) -> None:
         import importlib
 
-        importlib.import_module("psycopg")
-        parts = urlsplit(self.postgres_url)
-        with self._server() as server:
-            version = server.execute("SHOW server_version").fetchone()[0]
-            server.execute(f'CREATE DATABASE "{self.database}"')
-        self.created = True
-        import django
-        from django.conf import settings
-
-        if settings.configured:
-            raise BenchError("Django settings are configured already")
-        settings.configure(
-            SECRET_KEY="mutexcron-bench", USE_TZ=True, TIME_ZONE="UTC",
-            DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-            INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "mutexcron_django"],
-            DATABASES={"default": {
-                "ENGINE": "django.db.backends.postgresql", "NAME": self.database,
-                "HOST": parts.hostname or "127.0.0.1", "PORT": str(parts.port or 5432),
-                "USER": parts.username or "postgres", "PASSWORD": parts.password or "",
-            }},
-            MUTEXCRON={"AUTOSTART": False},
-        )
-        django.setup()
+        self.server = self.database.create()
         from django.core.management import call_command
 
         importlib.import_module("mutexcron_django.tasks_backend")
@@ -453,7 +500,6 @@ class MutexcronDjango(MutexcronSystem):
         backend = self.queue.backend
         wake = "LISTEN/NOTIFY" if backend.notifies else "no NOTIFY"
         self.settings += f"; {wake}, max_sleep {backend.max_sleep:g} s"
-        self.server = f"PostgreSQL {version} at {_where(self.postgres_url.rsplit('/', 1)[0])}"
         self._release_connections()
 
     @staticmethod
@@ -480,12 +526,176 @@ class MutexcronDjango(MutexcronSystem):
         if self.queue is not None:
             with suppress(Exception):
                 self._release_connections()
-        if self.created:
-            try:
-                with self._server() as server:
-                    server.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
-            except Exception as error:
-                print(f"warning: could not drop the PostgreSQL database {self.database}: {error}", file=sys.stderr)
+        self.database.drop()
+
+
+def _pg_settings(postgres_url: str, database: str) -> dict[str, str]:
+    parts = urlsplit(postgres_url)
+    return {"ENGINE": "django.db.backends.postgresql", "NAME": database, "HOST": parts.hostname or "127.0.0.1",
+            "PORT": str(parts.port or 5432), "USER": parts.username or "postgres", "PASSWORD": parts.password or ""}
+
+
+DJTASKS_LABEL = "django_tasks_database"  # the app label of django_tasks_db (its tables' prefix)
+
+
+class BenchRouter:
+    """django-tasks-db's models in the "djtasks" database (when there is one), everything else in "default"."""
+
+    def db_for_read(self, model: Any, **hints: Any) -> str | None:
+        from django.conf import settings
+
+        if model._meta.app_label == DJTASKS_LABEL and "djtasks" in settings.DATABASES:
+            return "djtasks"
+        return None
+
+    db_for_write = db_for_read
+
+    def allow_migrate(self, db: str, app_label: str, **hints: Any) -> bool:
+        return (db == "djtasks") == (app_label == DJTASKS_LABEL)
+
+
+def configure_django(systems: Sequence[System]) -> None:
+    """Configure Django once for every system that needs it, each with a database of its own."""
+    contributed: dict[str, Any] = {"DATABASES": {}, "INSTALLED_APPS": ["django.contrib.contenttypes",
+                                                                       "django.contrib.auth"]}
+    for system in systems:
+        system.django_settings(contributed)
+    databases = contributed["DATABASES"]
+    if not databases:
+        return
+    databases.setdefault("default", next(iter(databases.values())))
+    import django
+    from django.conf import settings
+
+    if settings.configured:
+        raise BenchError("Django settings are configured already")
+    settings.configure(SECRET_KEY="mutexcron-bench", USE_TZ=True, TIME_ZONE="UTC",
+                       DEFAULT_AUTO_FIELD="django.db.models.BigAutoField", DATABASE_ROUTERS=[BenchRouter()],
+                       MUTEXCRON={"AUTOSTART": False}, **contributed)
+    django.setup()
+
+
+class ProcrastinateSystem(System):
+    """procrastinate on a PostgreSQL database created for the run (its schema applied), one worker."""
+
+    def __init__(self, postgres_url: str) -> None:
+        from procrastinate.worker import Worker
+
+        poll = float(_default_of(Worker.__init__, "fetch_job_polling_interval"))
+        concurrency = _default_of(Worker.__init__, "concurrency")
+        notify = "LISTEN/NOTIFY" if _default_of(Worker.__init__, "listen_notify") else "no NOTIFY"
+        super().__init__("procrastinate", "procrastinate",
+                         settings=f"polling {poll:g} s, concurrency {concurrency} (defaults); "
+                                  f"{notify}",
+                         poll=f"{poll:g} s (fetch_job_polling_interval)",
+                         schedule_call="configure(schedule_at=).defer, one by one")
+        self.poll_seconds = poll
+        self.database = RunDatabase(postgres_url, "mutexcron_bench_procrastinate")
+        self.conninfo = self.database.conninfo
+        self.app: Any = None
+
+    def open(self) -> None:
+        self.server = self.database.create()
+        self.app = _procrastinate_app(self.conninfo)
+        self.app.open()
+        self.app.schema_manager.apply_schema()
+
+    def schedule(self, dues: Sequence[float]) -> None:
+        task = self.app.tasks["bench_noop"]
+        for due in dues:
+            task.configure(schedule_at=datetime.fromtimestamp(due, UTC)).defer(due=due)
+
+    def workers(self, log_path: str) -> Workers:
+        return Workers([(_procrastinate_worker, (self.conninfo,))], log_path)
+
+    def clear(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.conninfo, autocommit=True) as connection:
+            connection.execute("TRUNCATE procrastinate_jobs CASCADE")
+
+    def close(self) -> None:
+        if self.app is not None:
+            with suppress(Exception):
+                self.app.close()
+        self.database.drop()
+
+
+class DjangoTasksDb(System):
+    """django-tasks' database backend (the django-tasks-db package: ``django_tasks_db.DatabaseBackend``, which
+    django-tasks split out of ``django_tasks.backends.database``) on a PostgreSQL database of its own, with one
+    ``db_worker``. On Django 6 it runs under ``django.tasks``, on Django 5.2 under the django-tasks backport."""
+
+    def __init__(self, postgres_url: str) -> None:
+        import django_tasks_db  # noqa: F401 - fail here if it is not installed
+
+        super().__init__("djtasks", "django-tasks db", schedule_call="using(run_after=).enqueue, one by one")
+        self.postgres_url = postgres_url
+        self.database = RunDatabase(postgres_url, "mutexcron_bench_djtasks")
+
+    def django_settings(self, settings: dict[str, Any]) -> None:
+        import django
+
+        settings["DATABASES"]["djtasks"] = _pg_settings(self.postgres_url, self.database.name)
+        settings["INSTALLED_APPS"] += (["django_tasks"] if django.VERSION < (6, 0) else []) + ["django_tasks_db"]
+        settings["TASKS"] = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+
+    def open(self) -> None:
+        import django
+
+        self.server = self.database.create()
+        from django.core.management import call_command
+
+        call_command("migrate", database="djtasks", verbosity=0, interactive=False)
+        from django_tasks_db.management.commands import db_worker  # reads the settings: only once configured
+
+        interval = float(_db_worker_default("interval", db_worker))
+        self.settings = f"db_worker interval {interval:g} s (default), one task at a time"
+        self.poll = f"{interval:g} s (db_worker --interval)"
+        self.poll_seconds = interval
+        if django.VERSION >= (6, 0):
+            from django.tasks import task
+        else:
+            from django_tasks import task
+        if not hasattr(globals()["djtasks_job"], "enqueue"):
+            globals()["djtasks_job"] = task()(djtasks_job)  # the name the worker imports it by
+        self._release_connections()
+
+    @staticmethod
+    def _release_connections() -> None:
+        from django.db import connections
+
+        connections.close_all()  # before a fork: the children open their own
+
+    def schedule(self, dues: Sequence[float]) -> None:
+        job = globals()["djtasks_job"]
+        for due in dues:
+            job.using(run_after=datetime.fromtimestamp(due, UTC)).enqueue(due)
+        self._release_connections()
+
+    def workers(self, log_path: str) -> Workers:
+        self._release_connections()
+        return Workers([(_djtasks_worker, ())], log_path)
+
+    def clear(self) -> None:
+        from django_tasks_db.models import DBTaskResult
+
+        DBTaskResult.objects.all().delete()
+        self._release_connections()
+
+    def close(self) -> None:
+        with suppress(Exception):
+            self._release_connections()
+        self.database.drop()
+
+
+def _db_worker_default(option: str, module: Any) -> Any:
+    """A default of django-tasks-db's ``db_worker`` command, read from its own argument parser."""
+    from argparse import ArgumentParser
+
+    parser = ArgumentParser()
+    module.Command().add_arguments(parser)
+    return parser.get_default(option)
 
 
 def _claim_namespace(client: Any, pattern: str, url: str, option: str) -> None:
@@ -786,7 +996,7 @@ class Bench:
 
         others = [r for r in self._live(self.results) if not r.system.key.startswith("mutexcron")]
         if others and args.competitor_window > 0 and "lateness" in phases:
-            self.say(f"[lateness] arq and rq-scheduler together: {args.competitor_lateness} tasks each, due over "
+            self.say(f"[lateness] the other systems together: {args.competitor_lateness} tasks each, due over "
                      f"{args.competitor_window:g} s ...")
             self.lateness_together(others)
         self.say("")
@@ -856,7 +1066,7 @@ class Bench:
                     late = [(start_at - due) * 1000 for start_at, due in rows]
                     result.lateness.samples_ms = late
                     result.lateness.round_p99_ms = [_percentile(late, 99) or 0.0]
-                    result.lateness_window = f"1 x {n} over {window:g} s, all four at once"
+                    result.lateness_window = f"1 x {n} over {window:g} s, all {len(running)} at once"
                 except Exception as error:
                     result.fail("lateness", error)
         finally:
@@ -934,11 +1144,13 @@ def lateness_verdicts(results: list[Result]) -> list[dict[str, Any]]:
 
 
 def print_report(results: list[Result], schedulers: list[Result], header: dict[str, Any]) -> None:
-    print("mutexcron delayed tasks vs arq and rq-scheduler: schedule and dispatch throughput, due-to-start lateness")
+    print("mutexcron delayed tasks vs arq, rq-scheduler, procrastinate and django-tasks: schedule and dispatch "
+          "throughput, due-to-start lateness")
     print(f"Python {header['python']} on {header['machine']}, {header['cpus']} CPUs, load average {header['load']} "
           f"at the start; {header['rounds']} rounds, medians; arq {header['versions']['arq']}, "
           f"rq {header['versions']['rq']}, rq-scheduler {header['versions']['rq-scheduler']}, "
-          f"redis-py {header['versions']['redis']}")
+          f"redis-py {header['versions']['redis']}, procrastinate {header['versions']['procrastinate']}, "
+          f"django-tasks-db {header['versions']['django-tasks-db']}, Django {header['versions']['Django']}")
     servers = sorted({r.system.server for r in results if r.system.server})
     if servers:
         print("Servers: " + "; ".join(servers))
@@ -1046,7 +1258,7 @@ def _round(value: float | None) -> float | None:
 # -- main ----------------------------------------------------------------------------------------------------
 
 
-SYSTEMS = ("redis", "rabbitmq", "django", "arq", "rq", "tuned")
+SYSTEMS = ("redis", "rabbitmq", "django", "arq", "rq", "tuned", "procrastinate", "djtasks")
 PHASES = ("schedule", "dispatch", "lateness")
 
 
@@ -1067,6 +1279,10 @@ def build(args: argparse.Namespace) -> tuple[list[Result], list[Result]]:
         makers.append(("rq", lambda: RqSchedulerSystem("rq-default", args.rq_redis, None)))
         if "tuned" not in args.skip:
             makers.append(("rq", lambda: RqSchedulerSystem("rq-tuned", args.rq_tuned_redis, args.rq_tuned_interval)))
+    if "procrastinate" not in args.skip:
+        makers.append(("procrastinate", lambda: ProcrastinateSystem(args.postgres)))
+    if "djtasks" not in args.skip:
+        makers.append(("djtasks", lambda: DjangoTasksDb(args.postgres)))
     results = []
     for name, make in makers:
         try:
@@ -1075,12 +1291,20 @@ def build(args: argparse.Namespace) -> tuple[list[Result], list[Result]]:
             placeholder = System(f"{name}-unavailable", name)
             results.append(Result(placeholder, skipped=_describe(error)))
             continue
-        result = Result(system)
+        results.append(Result(system))
+    try:
+        configure_django([r.system for r in results if not r.skipped])
+    except Exception as error:
+        for result in results:
+            if result.system.key in ("mutexcron-django", "djtasks"):
+                result.skipped = f"Django: {_describe(error)}"
+    for result in results:
+        if result.skipped:
+            continue
         try:
-            system.open()
+            result.system.open()
         except Exception as error:
             result.skipped = _describe(error)
-        results.append(result)
     schedulers = [r for r in results if r.system.key not in ("arq-tuned", "rq-tuned")]
     return results, schedulers
 
@@ -1098,9 +1322,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=float, default=3.0, metavar="S",
                         help="mutexcron: seconds over which a lateness round's tasks are due (default 3)")
     parser.add_argument("--competitor-lateness", type=int, default=120, metavar="N",
-                        help="arq and rq-scheduler: tasks in their lateness run (default 120)")
+                        help="the other systems: tasks in their lateness run (default 120)")
     parser.add_argument("--competitor-window", type=float, default=60.0, metavar="S",
-                        help="arq and rq-scheduler: seconds their lateness run spans; rq-scheduler's default "
+                        help="the other systems: seconds their lateness run spans; rq-scheduler's default "
                              "interval is 60 s (default 60; 0 leaves their lateness out)")
     parser.add_argument("--redis", metavar="URL", default=DEFAULT_REDIS_URL,
                         help=f"mutexcron's Redis backend (keys under a unique prefix; default {DEFAULT_REDIS_URL})")
@@ -1137,7 +1361,8 @@ def main(argv: list[str] | None = None) -> int:
     header = {
         "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
         "load": " ".join(f"{x:.2f}" for x in os.getloadavg()), "rounds": args.rounds,
-        "versions": {name: _version(name) for name in ("arq", "rq", "rq-scheduler", "redis", "pika", "Django")},
+        "versions": {name: _version(name) for name in ("arq", "rq", "rq-scheduler", "redis", "pika", "Django",
+                                                        "procrastinate", "django-tasks", "django-tasks-db")},
     }
     def interrupted(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt  # a kill cleans up as Ctrl-C does
