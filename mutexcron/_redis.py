@@ -1,17 +1,21 @@
-"""Shared by every Redis-backed piece (lock store, task backend, task records): URL to client, key prefix,
-replies as text, the server's eviction policy, and :class:`RedisClient`, what each of them is built on."""
+"""Shared by every Redis-backed piece (lock store, task backend, task records): URL to client (``redis_urls``), key
+prefix, replies as text, the server's eviction policy, and :class:`RedisClient`, what each of them is built on."""
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
 
 import redis
+from redis.cluster import RedisCluster
 
+from . import redis_urls
 from ._common import store_errors
 from .errors import StoreConfigError
-from .urls import check_host_and_port, mask_url, pop_query_options, scrub
+from .redis_urls import REDIS_ERRORS, AnyRedis, close_client
+from .urls import mask_url
+
+__all__ = ["AnyRedis", "RedisClient", "check_key_prefix", "client_from_url", "eviction_policy", "text"]
 
 
 def check_key_prefix(prefix: str) -> str:
@@ -24,31 +28,25 @@ def check_key_prefix(prefix: str) -> str:
 def client_from_url(
     url: str, own_options: tuple[str, ...], **client_options: Any
 ) -> tuple[redis.Redis, str, dict[str, str]]:
-    """A client for ``redis://``, ``rediss://`` or ``unix://`` ``url`` with short default timeouts.
-
-    Returns the client, the URL without mutexcron's ``own_options`` (for display), and their values.
-    Malformed URLs raise StoreConfigError without the password (redis-py ignores a bad database number).
-    """
-    cleaned, options = pop_query_options(url, own_options)
-    check_host_and_port(cleaned)
-    parts = urlsplit(cleaned)
-    database = parts.path.strip("/")
-    if parts.scheme in ("redis", "rediss") and database and not database.isdigit():
-        raise StoreConfigError(f"malformed Redis URL {mask_url(url)!r}: database {database!r} is not a number")
-    client_options.setdefault("socket_connect_timeout", 2)
-    client_options.setdefault("socket_timeout", 5)
-    try:
-        client = redis.Redis.from_url(cleaned, **client_options)
-    except (ValueError, TypeError) as error:
-        raise StoreConfigError(f"malformed Redis URL {mask_url(url)!r}: {scrub(str(error), url)}") from None
+    """:func:`mutexcron.redis_urls.client_from_url` for a piece that takes no Redis Cluster client."""
+    client, cleaned, options = redis_urls.client_from_url(url, own_options, **client_options)
+    if not isinstance(client, redis.Redis):
+        client.close()
+        raise StoreConfigError(f"{mask_url(url)!r}: a Redis Cluster is not supported here")
     return client, cleaned, options
 
 
-def eviction_policy(client: redis.Redis) -> str | None:
+def eviction_policy(client: AnyRedis) -> str | None:
     """The server's ``maxmemory-policy`` (CONFIG GET), or None where CONFIG is not allowed (ACLs, managed Redis).
+    On a cluster, every master's: the first that is not ``noeviction``, if any.
 
     Connection errors propagate, for the caller to report as StoreUnavailable."""
     try:
+        if isinstance(client, RedisCluster):
+            replies: dict[str, dict[str, str]] = client.config_get("maxmemory-policy",  # type: ignore[assignment]
+                                                                   target_nodes=RedisCluster.PRIMARIES)
+            policies = [reply.get("maxmemory-policy") for reply in replies.values()]
+            return next((p for p in policies if p and p != "noeviction"), policies[0] if policies else None)
         reply = client.config_get("maxmemory-policy")
     except redis.ResponseError:  # NOPERM, or CONFIG renamed or disabled
         return None
@@ -68,10 +66,10 @@ class RedisClient:
     :meth:`_bind` first thing in ``__init__``."""
 
     kind: ClassVar[str]
-    client: redis.Redis
+    client: AnyRedis
     prefix: str
 
-    def _bind(self, client: redis.Redis, prefix: str, url: str | None) -> None:
+    def _bind(self, client: AnyRedis, prefix: str, url: str | None) -> None:
         self.client = client
         self.prefix = check_key_prefix(prefix)
         self._url = url
@@ -80,7 +78,7 @@ class RedisClient:
     def errors(self) -> AbstractContextManager[None]:
         """Redis errors inside the block raised as StoreUnavailable naming this object (the URL's secrets
         scrubbed from the client's message)."""
-        return store_errors(redis.RedisError, f"{self.kind} {self._display}", url=self._url)
+        return store_errors(REDIS_ERRORS, f"{self.kind} {self._display}", url=self._url)
 
     def read_hash(self, key: str) -> dict[str, str]:
         """The hash at ``key``, fields and values as text; {} if there is none. Raises as :meth:`errors`."""
@@ -89,7 +87,7 @@ class RedisClient:
         return {text(name): text(value) for name, value in fields.items()}
 
     def close(self) -> None:
-        self.client.close()
+        close_client(self.client)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._display} prefix={self.prefix!r}>"

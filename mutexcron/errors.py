@@ -45,3 +45,8 @@ class StoreConfigError(MutexcronError, ValueError):
 
 class StoreUnavailable(MutexcronError):
     """The lock store could not be reached or answered with an error."""
+
+
+class ReplicationUnconfirmed(StoreUnavailable):
+    """A lock was written, but fewer replicas than ``wait_replicas`` confirmed it in time: it does not count
+    (the store released it), and the run is skipped as on any store error."""

@@ -30,10 +30,12 @@ _MONGO_STORE = "mutexcron.stores.mongo.MongoLockStore"
 _REDIS_BACKEND = "mutexcron.tasks.backends.redis.RedisTaskBackend"
 _RABBITMQ_BACKEND = "mutexcron.tasks.backends.rabbitmq.RabbitMQTaskBackend"
 _REDIS_RECORDS = "mutexcron.tasks.redis_records.RedisCancelMarks"
+# One server, a Redis Cluster, or the master Sentinel names (mutexcron.redis_urls; redis-py is imported on use).
+_REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel")
 
 _BUILT_IN: dict[Kind, dict[str, str]] = {
-    "lock_store": {"memory": "mutexcron.stores.memory.MemoryLockStore", "redis": _REDIS_STORE,
-                   "rediss": _REDIS_STORE, "unix": _REDIS_STORE, "mongodb": _MONGO_STORE, "mongodb+srv": _MONGO_STORE},
+    "lock_store": {"memory": "mutexcron.stores.memory.MemoryLockStore", **dict.fromkeys(_REDIS_SCHEMES, _REDIS_STORE),
+                   "mongodb": _MONGO_STORE, "mongodb+srv": _MONGO_STORE},
     "task_backend": {"redis": _REDIS_BACKEND, "rediss": _REDIS_BACKEND, "unix": _REDIS_BACKEND,
                      "amqp": _RABBITMQ_BACKEND, "amqps": _RABBITMQ_BACKEND},
     "record_store": {"redis": _REDIS_RECORDS, "rediss": _REDIS_RECORDS, "unix": _REDIS_RECORDS},

@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 MASK = "***"
-_SECRET_KEYS = ("password", "pass", "pwd", "secret", "token", "authsource_password")
+_SECRET_KEYS = ("password", "pass", "pwd", "secret", "token", "authsource_password", "sentinel_password")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _SECRET_OPTION = re.compile(rf"([?&;](?:{'|'.join(_SECRET_KEYS)})=)[^&]*", re.IGNORECASE)
 _URL_CUTS = "/?#"  # where a parser ends the host part; unencoded before the last "@", they split a password

@@ -23,6 +23,9 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
     wait_for Redis redis-cli -h 127.0.0.1 -p 6379 ping || exit 1
 fi
 
+source "$(dirname "$0")/redis-scale-out.sh"
+redis_scale_out || exit 1  # the Redis Cluster (7000-7005) and Sentinel group (7100, 26380-26382)
+
 if ! port_open 5432; then
     echo "services: starting PostgreSQL"
     pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main start
@@ -40,4 +43,4 @@ if ! port_open 5672; then
     rabbitmq-server -detached
     wait_for RabbitMQ port_open 5672 || exit 1
 fi
-echo "services: Redis, PostgreSQL, MariaDB and RabbitMQ are up"
+echo "services: Redis (alone, as a cluster and under Sentinel), PostgreSQL, MariaDB and RabbitMQ are up"

@@ -28,6 +28,36 @@ class TestRedisLockStore(LockStoreContract):
         self.store.close()
 
 
+class TestRedisClusterLockStore(LockStoreContract):
+    """The contract on the shared Redis Cluster (3 masters, 3 replicas): each job's hash is in its own slot."""
+
+    @pytest.fixture(autouse=True)
+    def _store(self, cluster_url: str) -> Iterator[None]:
+        self.store = store_from_url(cluster_url)
+        yield
+        self.store.close()
+
+
+class TestRedisSentinelLockStore(LockStoreContract):
+    """The contract on the master that the shared Sentinel group names."""
+
+    @pytest.fixture(autouse=True)
+    def _store(self, sentinel_url: str) -> Iterator[None]:
+        self.store = store_from_url(sentinel_url)
+        yield
+        self.store.close()
+
+
+class TestRedisLockStoreWaitingForReplicas(LockStoreContract):
+    """The contract with ``wait_replicas=1``: on the cluster (WAIT on the key's master) and through Sentinel."""
+
+    @pytest.fixture(autouse=True, params=["cluster_url", "sentinel_url"], ids=["cluster", "sentinel"])
+    def _store(self, request: pytest.FixtureRequest) -> Iterator[None]:
+        self.store = store_from_url(f"{request.getfixturevalue(request.param)}&wait_replicas=1&wait_timeout=2000")
+        yield
+        self.store.close()
+
+
 class TestMongoLockStore(LockStoreContract):
     @pytest.fixture(autouse=True)
     def _store(self, mongo_url: str) -> Iterator[None]:
@@ -43,7 +73,7 @@ LONG = timedelta(seconds=30)
 FIRE = datetime(2026, 3, 1, 6, 0, tzinfo=UTC)
 
 
-@pytest.fixture(params=["redis_url", "mongo_url"], ids=["redis", "mongo"])
+@pytest.fixture(params=["redis_url", "cluster_url", "mongo_url"], ids=["redis", "cluster", "mongo"])
 def server_store(request: pytest.FixtureRequest) -> Iterator[LockStore]:
     store = store_from_url(request.getfixturevalue(request.param))
     yield store

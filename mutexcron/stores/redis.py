@@ -1,20 +1,27 @@
 """Locks in Redis: one hash per job, each operation a single Lua script (one round trip, atomic).
 
 A deleted lock keeps its hash with ``deleted`` = 1 (a tombstone hidden from readers), so its token,
-last fire time, lease, pause and schedule override survive; seeding or acquiring revives it.
+last fire time, lease, pause and schedule override survive; seeding or acquiring revives it. One server, a Redis
+Cluster (each hash is its own slot: ``seed`` and ``locks`` go to every node) or Sentinel (``mutexcron.redis_urls``);
+with ``wait_replicas`` an acquire counts only once that many replicas confirmed it (README, "Scaling out").
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
-import redis
 from redis.commands.core import Script
 
-from .._redis import RedisClient, client_from_url, eviction_policy
+from .._options import positive_duration
+from .._redis import AnyRedis, RedisClient, eviction_policy
 from .._redis import text as _text
+from ..errors import ReplicationUnconfirmed, StoreConfigError, StoreUnavailable
+from ..redis_cluster import run_batch, scan_keys, write_then_wait
+from ..redis_urls import client_from_url
+from ..urls import mask_url
 from .base import (
     AcquireStatus,
     Acquisition,
@@ -30,6 +37,9 @@ from .base import (
 __all__ = ["RedisLockStore"]
 
 DEFAULT_PREFIX = "mutexcron:lock:"
+DEFAULT_WAIT_TIMEOUT = timedelta(milliseconds=200)  # how long an acquire waits for wait_replicas to confirm it
+
+logger = logging.getLogger("mutexcron.stores.redis")
 
 # Every script reads the time with TIME so that leases run on the Redis server's clock, not on the
 # clocks of the instances (which may disagree by seconds).
@@ -165,8 +175,14 @@ class RedisLockStore(RedisClient, LockStore):
 
     kind = "Redis store"
 
-    def __init__(self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX, url: str | None = None) -> None:
+    def __init__(self, client: AnyRedis, *, prefix: str = DEFAULT_PREFIX, url: str | None = None,
+                 wait_replicas: int = 0, wait_timeout: timedelta | float = DEFAULT_WAIT_TIMEOUT) -> None:
         self._bind(client, prefix, url)
+        if isinstance(wait_replicas, bool) or not isinstance(wait_replicas, int) or wait_replicas < 0:
+            raise StoreConfigError(f"Redis store: wait_replicas must be a whole number of replicas, "
+                                   f"not {wait_replicas!r}")
+        self.wait_replicas = wait_replicas
+        self.wait_timeout = positive_duration(wait_timeout, what="Redis store: wait_timeout", error=StoreConfigError)
         self._seed = client.register_script(_SEED)
         self._acquire = client.register_script(_ACQUIRE)
         self._renew = client.register_script(_RENEW)
@@ -181,9 +197,18 @@ class RedisLockStore(RedisClient, LockStore):
 
     @classmethod
     def from_url(cls, url: str, **client_options: Any) -> RedisLockStore:
-        """``redis://[:password@]host[:port][/db][?prefix=…]``; also ``rediss://`` and ``unix://``."""
-        client, cleaned, options = client_from_url(url, ("prefix",), **client_options)
-        return cls(client, prefix=options.get("prefix", DEFAULT_PREFIX), url=cleaned)
+        """``redis://[:password@]host[:port][/db][?prefix=…&wait_replicas=N&wait_timeout=<ms>]``; also ``rediss://``,
+        ``unix://``, ``redis+cluster://`` and ``redis+sentinel://`` (``mutexcron.redis_urls``)."""
+        client, cleaned, options = client_from_url(url, ("prefix", "wait_replicas", "wait_timeout"), **client_options)
+        waits: dict[str, Any] = {}
+        for name, value in options.items():
+            if name in ("wait_replicas", "wait_timeout"):
+                if not value.isdigit():
+                    client.close()
+                    raise StoreConfigError(f"Redis store URL {mask_url(cleaned)!r}: {name} must be a whole number, "
+                                           f"not {value!r}")
+                waits[name] = int(value) if name == "wait_replicas" else timedelta(milliseconds=int(value))
+        return cls(client, prefix=options.get("prefix", DEFAULT_PREFIX), url=cleaned, **waits)
 
     def key(self, name: str) -> str:
         return f"{self.prefix}{{{name}}}"
@@ -193,26 +218,40 @@ class RedisLockStore(RedisClient, LockStore):
             return operation(*args, **kwargs)
 
     def seed(self, names: Iterable[str]) -> int:
-        def run() -> int:
-            pipe = self.client.pipeline(transaction=False)  # one key per script: Cluster-safe
-            for name in dict.fromkeys(names):
-                self._seed(keys=[self.key(name)], args=[name], client=pipe)
-            return sum(int(created) for created in pipe.execute())
-
-        return self._call(run)
+        calls = [([self.key(name)], [name]) for name in dict.fromkeys(names)]
+        return sum(int(created) for created in self._call(run_batch, self.client, self._seed, calls))
 
     def acquire(self, name: str, *, owner: str, lease: timedelta, fire_time: datetime | None,
                 schedule_version: int | None = None) -> Acquisition:
         fire_ms = "" if fire_time is None else str(datetime_to_ms(fire_time))
         version = "" if schedule_version is None else str(schedule_version)
         args: list[str | int] = [name, owner, duration_ms(lease), fire_ms, version]
-        status, detail = self._call(self._acquire, keys=[self.key(name)], args=args)
+        if self.wait_replicas:
+            (status, detail), confirmed = self._call(write_then_wait, self.client, self._acquire, [self.key(name)],
+                                                     args, self.wait_replicas, duration_ms(self.wait_timeout))
+        else:
+            (status, detail), confirmed = self._call(self._acquire, keys=[self.key(name)], args=args), 0
         status, detail = _text(status), _text(detail)
+        if status == "acquired" and confirmed < self.wait_replicas:
+            self._unconfirmed(name, int(detail), confirmed)
         if status == "acquired":
             return Acquisition(AcquireStatus.ACQUIRED, token=int(detail))
         if status == "stale_schedule":
             return Acquisition(AcquireStatus.STALE_SCHEDULE, schedule_version=int(detail))
         return Acquisition(AcquireStatus(status), holder=detail or None)
+
+    def _unconfirmed(self, name: str, token: int, confirmed: int) -> None:
+        """An acquire that fewer than ``wait_replicas`` replicas confirmed does not count: release it (best effort;
+        its lease ends it otherwise) and raise, for the run to be skipped as on any store error."""
+        try:
+            self.release(name, token=token)
+        except StoreUnavailable as error:
+            logger.debug("could not release the unconfirmed lock of %r: %s", name, error)
+        timeout = duration_ms(self.wait_timeout)
+        raise ReplicationUnconfirmed(
+            f"{self.kind} {self._display}: the lock of {name!r} reached {confirmed} of {self.wait_replicas} "
+            f"replicas within {timeout} ms (wait_replicas): not counted, released"
+        )
 
     def renew(self, name: str, *, token: int, lease: timedelta) -> bool:
         return bool(self._call(self._renew, keys=[self.key(name)], args=[token, duration_ms(lease)]))
@@ -257,8 +296,8 @@ class RedisLockStore(RedisClient, LockStore):
 
     def locks(self) -> list[LockState]:
         def run() -> list[LockState]:
-            keys = list(self.client.scan_iter(match=_glob_escape(self.prefix) + "{*}", count=500))
-            pipe = self.client.pipeline(transaction=False)
+            keys = list(scan_keys(self.client, _glob_escape(self.prefix) + "{*}"))
+            pipe = self.client.pipeline(transaction=False)  # on a cluster, one per node
             for key in keys:
                 pipe.hgetall(key)
             states = []

@@ -1,0 +1,94 @@
+"""Lua scripts on a Redis Cluster as on one server: batches routed by key, scans of every master, and a scripted
+write confirmed by ``WAIT`` on the connection that made it.
+
+redis-py's cluster pipeline refuses ``EVALSHA``, so a batch there sends ``EVAL`` (the script's text; Redis caches
+it by its SHA1), which the pipeline routes by the script's first key and groups by node, following ``MOVED``.
+Every script's keys share one hash tag, so each call touches one slot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from redis.commands.core import Script
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    NoScriptError,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .redis_urls import AnyRedis, is_cluster
+
+__all__ = ["ScriptCall", "refresh_topology", "run_batch", "scan_keys", "write_then_wait"]
+
+ScriptCall = tuple[Sequence[str], Sequence[Any]]  # (keys, args) of one script call
+# Replies and errors that mean the cluster's slots moved (a failover, a resharding): read its nodes again.
+_TOPOLOGY_ERRORS = (AskError, ClusterDownError, TryAgainError, RedisConnectionError, RedisTimeoutError)
+
+
+def run_batch(client: AnyRedis, script: Script, calls: Sequence[ScriptCall]) -> list[Any]:
+    """Run ``script`` once per (keys, args) in one pipeline (one per node on a cluster); the replies in order.
+    A failed call raises its error."""
+    if not calls:
+        return []
+    if is_cluster(client):
+        cluster_pipe = client.pipeline()
+        for keys, args in calls:
+            cluster_pipe.execute_command("EVAL", script.script, len(keys), *keys, *args)
+        return list(cluster_pipe.execute())
+    pipe = client.pipeline(transaction=False)
+    for keys, args in calls:
+        script(keys=keys, args=args, client=pipe)
+    return list(pipe.execute())
+
+
+def scan_keys(client: AnyRedis, match: str, count: int = 500) -> Iterator[Any]:
+    """Every key matching ``match``: on a cluster, on every master."""
+    if is_cluster(client):
+        return iter(client.scan_iter(match=match, count=count, target_nodes=client.PRIMARIES))  # type: ignore[union-attr]
+    return iter(client.scan_iter(match=match, count=count))
+
+
+def refresh_topology(client: AnyRedis) -> None:
+    """Read a cluster's nodes and slots again (best effort: while a failover is under way it may fail too)."""
+    if is_cluster(client):
+        with contextlib.suppress(Exception):
+            client.nodes_manager.initialize()  # type: ignore[union-attr]
+
+
+def write_then_wait(client: AnyRedis, script: Script, keys: Sequence[str], args: Sequence[Any], replicas: int,
+                    timeout_ms: int) -> tuple[Any, int]:
+    """Run ``script`` on the master of ``keys`` and ``WAIT replicas timeout_ms`` right behind it on the same
+    connection (WAIT counts the replicas that acknowledged this connection's writes). Returns the script's reply
+    and how many replicas acknowledged it; errors raise. On a cluster, the key's master is asked directly, so
+    a reply that the slot moved reads the cluster's nodes again and tries once more."""
+    for attempt in range(2):
+        node = client
+        if is_cluster(client):
+            node = client.get_redis_connection(client.get_node_from_key(keys[0]))  # type: ignore[union-attr]
+        try:
+            pipe = node.pipeline(transaction=False)
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            pipe.execute_command("WAIT", replicas, timeout_ms)
+            reply, acknowledged = pipe.execute(raise_on_error=False)
+        except _TOPOLOGY_ERRORS:
+            refresh_topology(client)
+            raise
+        if isinstance(reply, NoScriptError):  # a new master (after a failover) has not seen the script yet
+            node.script_load(script.script)
+            continue
+        if isinstance(reply, _TOPOLOGY_ERRORS) and attempt == 0 and is_cluster(client):
+            refresh_topology(client)
+            continue
+        for answer in (reply, acknowledged):
+            if isinstance(answer, ResponseError | RedisError):
+                raise answer
+        return reply, int(acknowledged)
+    raise ResponseError("the script's slot kept moving while WAIT was asked for")
