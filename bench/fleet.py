@@ -569,14 +569,15 @@ def targets(report: Report) -> list[dict[str, Any]]:
                         "verdict": "PASS" if gap <= TARGET_FLOOR_MS else "MISS"})
     points = report.sweeps.get("redis", [])
     if points:
-        best = largest_clean(points)
-        value = f"{best.jobs:,} job fires/s ({best.jobs * best.instances:,} instance fires/s)" if best else "none clean"
-        timely = largest_clean(points, on_time=True)
-        value += f"; with p99 under the 1 s tick: {timely.jobs:,}/s" if timely else "; none with p99 under 1 s"
+        best, timely = largest_clean(points), largest_clean(points, on_time=True)
+        value = (f"{timely.jobs:,} job fires/s ({timely.jobs * timely.instances:,} instance fires/s) with p99 under "
+                 "the 1 s tick" if timely else "none with p99 under the 1 s tick")
+        value += f"; {best.jobs:,}/s with 0 duplicates and 0 misses, however late" if best else ""
+        if all(p.clean for p in points):
+            value += " (the sweep's largest)"
         out.append({"target": f"job fires/s on one Redis across {points[0].instances} instances, 0 duplicates, "
-                              f"0 misses: at least {TARGET_FIRES:,}",
-                    "value": value + ("" if any(not p.clean for p in points) else " (the sweep's largest)"),
-                    "verdict": "PASS" if best and best.jobs >= TARGET_FIRES else "MISS"})
+                              f"0 misses, each tick run before the next: at least {TARGET_FIRES:,}",
+                    "value": value, "verdict": "PASS" if timely and timely.jobs >= TARGET_FIRES else "MISS"})
     celery, redis = by_key.get("celery"), by_key.get("redis")
     if celery and redis and celery.lateness_ms.get("p50") is not None and redis.lateness_ms.get("p50") is not None:
         worse = [p for p in ("p50", "p90", "p99", "max")

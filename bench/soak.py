@@ -24,10 +24,11 @@ Every job x tick of the window (from the warm-up to the end) is one of:
 - **waited out a faulted holder's lease**: nobody ran it because every instance that fired it found the job's
   lock still held by an instance that was killed or stopped (its lease, ``--lease``, had not run out yet), until
   its busy retries ended (``busy_grace``) or the next tick took the lock first once the lease ran out;
-- **stalled behind a stopped instance's transaction** (SQL only): nobody ran it because the job's row was locked
-  by the open transaction of a SIGSTOPped instance (stopped between its UPDATE and its COMMIT): the acquires, or
-  the release of the run before, waited on that row lock until its SIGCONT, and the tick was refused (busy, or a
-  later tick was taken first). Unlike a lease, this lasts as long as the pause;
+- **stalled behind a stopped instance's transaction** (SQL only): nobody ran it because a job's row was locked
+  by the open transaction of a SIGSTOPped instance (stopped between its UPDATE and its COMMIT): the tick's
+  acquires waited on that row lock until its SIGCONT, or were sent only then, queued behind the worker threads
+  that waited on it (of any job), and the tick was refused (busy, or a later tick was taken first). Unlike a
+  lease, this lasts as long as the pause, and reaches every job of the fleet once the pools are full;
 - **missed**: none of the above (must be 0).
 
 The exit status is 0 whatever the figures (tests/test_soak.py judges them).
@@ -313,14 +314,27 @@ class Soak:
             for job, sent_at, answered_at in parsed.releases:
                 spans[job].append((name, sent_at, answered_at))
 
-        def stalled_by(job: int, tick: float) -> str | None:
-            """The stopped instance whose open transaction held this job's row: an acquire or release of the job
-            by another instance was sent before its SIGCONT and answered only then (a SQL row lock), if any."""
+        def stalled_by(key: tuple[int, float], tick: float) -> str | None:
+            """The stopped instance whose open transaction held a job's row lock (an acquire or release by another
+            instance was sent before its SIGCONT and answered only then), if this tick's acquires waited on that
+            lock too, or were all sent only once it went on: queued behind worker threads that waited on it."""
             for incarnation in self.incarnations:
                 for stopped, continued in incarnation.stops:
-                    if stopped - 1 <= tick <= continued + o.lease + BUSY_GRACE + 1 and any(
-                            name != incarnation.name and sent < continued <= answered + 0.1 and answered - sent > 0.5
-                            for name, sent, answered in spans[job]):
+                    if not stopped - 1 <= tick <= continued + o.lease + BUSY_GRACE + 1:
+                        continue
+
+                    def across(name: str, sent: float, answered: float, _c: float = continued,
+                               _x: str = incarnation.name) -> bool:
+                        return name != _x and sent < _c <= answered + 0.1 and answered - sent > 0.5
+
+                    if not any(across(*span) for spans_of_job in spans.values() for span in spans_of_job):
+                        continue
+                    mine = [(name, parsed.fires[key], parsed.answers.get(key, [])) for name, parsed in lines.items()
+                            if name != incarnation.name and key in parsed.fires]
+                    waited_on_it = any(across(name, f, a[1]) for name, sent, answered in mine
+                                       for f, a in zip(sent, answered, strict=False))
+                    queued = bool(mine) and all(min(sent) >= continued - 0.1 for _, sent, _ in mine)
+                    if waited_on_it or queued:
                         return incarnation.name
             return None
 
@@ -379,7 +393,7 @@ class Soak:
                     example("waited out a faulted holder's lease", job, tick,
                             f"held by {sorted({r[3] for r in seen})}")
                     continue
-                stopper = stalled_by(job, tick)
+                stopper = stalled_by(key, tick)
                 if stopper and all(r[1] in ("skipped_busy", "skipped_already_ran") for r in seen):
                     result.stalled += 1
                     example("stalled behind a stopped instance's open transaction", job, tick,
@@ -475,9 +489,9 @@ def report(results: list[Result], options: Options) -> str:
         "while its acquire was in flight): the store counts the tick as taken, so nobody else runs it.",
         "- waited out a faulted holder's lease: every instance that fired the tick found the job's lock still held "
         "by a killed or stopped instance, within its lease, until its retries ended or the next tick took the lock.",
-        "- stalled behind a stopped transaction (SQL): the job's acquires (or the previous run's release) waited on a "
-        "row lock held by the open transaction of an instance SIGSTOPped between its UPDATE and COMMIT, until its "
-        "SIGCONT; the tick was refused then.",
+        "- stalled behind a stopped transaction (SQL): the tick's acquires waited on a row lock held by the open "
+        "transaction of an instance SIGSTOPped between its UPDATE and COMMIT, or were queued behind worker threads "
+        "waiting on it, until its SIGCONT; the tick was refused then.",
         "- missed: a tick nobody ran for any other reason. Duplicates and misses must be 0.",
     ]
     for r in results:
