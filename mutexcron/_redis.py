@@ -4,18 +4,18 @@ prefix, replies as text, the server's eviction policy, and :class:`RedisClient`,
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import redis
 from redis.cluster import RedisCluster
 
-from . import redis_urls
 from ._common import store_errors
 from .errors import StoreConfigError
-from .redis_urls import REDIS_ERRORS, AnyRedis, close_client
+from .redis_urls import REDIS_ERRORS, AnyRedis, client_from_url, close_client
 from .urls import mask_url
 
-__all__ = ["AnyRedis", "RedisClient", "check_key_prefix", "client_from_url", "eviction_policy", "text"]
+__all__ = ["AnyRedis", "RedisClient", "check_key_prefix", "client_from_url", "eviction_policy", "glob_escape",
+           "text"]
 
 
 def check_key_prefix(prefix: str) -> str:
@@ -23,17 +23,6 @@ def check_key_prefix(prefix: str) -> str:
     if "{" in prefix or "}" in prefix:
         raise StoreConfigError(f"Redis key prefix {prefix!r} must not contain braces (they set the hash tag)")
     return prefix
-
-
-def client_from_url(
-    url: str, own_options: tuple[str, ...], **client_options: Any
-) -> tuple[redis.Redis, str, dict[str, str]]:
-    """:func:`mutexcron.redis_urls.client_from_url` for a piece that takes no Redis Cluster client."""
-    client, cleaned, options = redis_urls.client_from_url(url, own_options, **client_options)
-    if not isinstance(client, redis.Redis):
-        client.close()
-        raise StoreConfigError(f"{mask_url(url)!r}: a Redis Cluster is not supported here")
-    return client, cleaned, options
 
 
 def eviction_policy(client: AnyRedis) -> str | None:
@@ -51,6 +40,11 @@ def eviction_policy(client: AnyRedis) -> str | None:
     except redis.ResponseError:  # NOPERM, or CONFIG renamed or disabled
         return None
     return reply.get("maxmemory-policy") or None
+
+
+def glob_escape(text: str) -> str:
+    """``text`` as a literal in a SCAN MATCH pattern."""
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
 
 
 def text(value: bytes | str | None) -> str:

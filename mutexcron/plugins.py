@@ -36,9 +36,9 @@ _REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", 
 _BUILT_IN: dict[Kind, dict[str, str]] = {
     "lock_store": {"memory": "mutexcron.stores.memory.MemoryLockStore", **dict.fromkeys(_REDIS_SCHEMES, _REDIS_STORE),
                    "mongodb": _MONGO_STORE, "mongodb+srv": _MONGO_STORE},
-    "task_backend": {"redis": _REDIS_BACKEND, "rediss": _REDIS_BACKEND, "unix": _REDIS_BACKEND,
-                     "amqp": _RABBITMQ_BACKEND, "amqps": _RABBITMQ_BACKEND},
-    "record_store": {"redis": _REDIS_RECORDS, "rediss": _REDIS_RECORDS, "unix": _REDIS_RECORDS},
+    "task_backend": {**dict.fromkeys(_REDIS_SCHEMES, _REDIS_BACKEND), "amqp": _RABBITMQ_BACKEND,
+                     "amqps": _RABBITMQ_BACKEND},
+    "record_store": dict.fromkeys(_REDIS_SCHEMES, _REDIS_RECORDS),
 }
 _REGISTERED: dict[Kind, dict[str, str]] = {kind: {} for kind in KINDS}
 _FROM_ENTRY_POINTS: dict[Kind, dict[str, str]] | None = None

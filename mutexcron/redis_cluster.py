@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from redis.cluster import ClusterPipeline
 from redis.commands.core import Script
 from redis.exceptions import (
     AskError,
@@ -26,11 +27,20 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .redis_urls import AnyRedis, is_cluster
 
-__all__ = ["ScriptCall", "refresh_topology", "run_batch", "scan_keys", "write_then_wait"]
+__all__ = ["ScriptCall", "queue_script", "refresh_topology", "run_batch", "scan_keys", "write_then_wait"]
 
 ScriptCall = tuple[Sequence[str], Sequence[Any]]  # (keys, args) of one script call
 # Replies and errors that mean the cluster's slots moved (a failover, a resharding): read its nodes again.
 _TOPOLOGY_ERRORS = (AskError, ClusterDownError, TryAgainError, RedisConnectionError, RedisTimeoutError)
+
+
+def queue_script(pipe: Any, script: Script, keys: Sequence[str], args: Sequence[Any]) -> None:
+    """Add a call of ``script`` to ``pipe``: EVALSHA in a server's pipeline (which loads the script if need be),
+    EVAL in a cluster's."""
+    if isinstance(pipe, ClusterPipeline):
+        pipe.execute_command("EVAL", script.script, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+    else:
+        script(keys=keys, args=args, client=pipe)
 
 
 def run_batch(client: AnyRedis, script: Script, calls: Sequence[ScriptCall]) -> list[Any]:
@@ -38,14 +48,9 @@ def run_batch(client: AnyRedis, script: Script, calls: Sequence[ScriptCall]) -> 
     A failed call raises its error."""
     if not calls:
         return []
-    if is_cluster(client):
-        cluster_pipe = client.pipeline()
-        for keys, args in calls:
-            cluster_pipe.execute_command("EVAL", script.script, len(keys), *keys, *args)
-        return list(cluster_pipe.execute())
     pipe = client.pipeline(transaction=False)
     for keys, args in calls:
-        script(keys=keys, args=args, client=pipe)
+        queue_script(pipe, script, keys, args)
     return list(pipe.execute())
 
 

@@ -143,6 +143,18 @@ class _Topology:
         wait_until(self.healthy, timeout, f"the private {type(self).__name__} to be healthy", interval=0.1)
         return time.time()
 
+    def role(self, port: int) -> str:
+        """"master" or "slave", as the server on ``port`` says ("" if it does not answer)."""
+        return _info(port, "replication").get("role", "")
+
+    def replica_of(self, port: int) -> int:
+        """The port of a live replica of the master on ``port``."""
+        for replica in self.processes:
+            replication = _info(replica, "replication")
+            if replication.get("role") == "slave" and replication.get("master_port") == str(port):
+                return replica
+        raise AssertionError(f"no replica of {port}")
+
     def kill(self, port: int) -> float:
         """SIGKILL the server on ``port`` and reap it; when (time.time())."""
         self.processes[port].send_signal(signal.SIGKILL)

@@ -16,7 +16,7 @@ from typing import Any, ParamSpec, TypeVar
 from redis.commands.core import Script
 
 from .._options import positive_duration
-from .._redis import AnyRedis, RedisClient, eviction_policy
+from .._redis import AnyRedis, RedisClient, eviction_policy, glob_escape
 from .._redis import text as _text
 from ..errors import ReplicationUnconfirmed, StoreConfigError, StoreUnavailable
 from ..redis_cluster import run_batch, scan_keys, write_then_wait
@@ -166,10 +166,6 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-def _glob_escape(text: str) -> str:
-    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
-
-
 class RedisLockStore(RedisClient, LockStore):
     """Lock hashes at ``<prefix>{<job name>}``; the braces make the name the Redis Cluster hash tag."""
 
@@ -296,7 +292,7 @@ class RedisLockStore(RedisClient, LockStore):
 
     def locks(self) -> list[LockState]:
         def run() -> list[LockState]:
-            keys = list(scan_keys(self.client, _glob_escape(self.prefix) + "{*}"))
+            keys = list(scan_keys(self.client, glob_escape(self.prefix) + "{*}"))
             pipe = self.client.pipeline(transaction=False)  # on a cluster, one per node
             for key in keys:
                 pipe.hgetall(key)

@@ -11,11 +11,11 @@ from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import redis
-
 from .._common import clip_error, duration_ms, epoch_ms, ms_to_datetime
-from .._redis import RedisClient, client_from_url, eviction_policy
+from .._redis import AnyRedis, RedisClient, eviction_policy
 from .._redis import text as _text
+from ..redis_cluster import run_batch
+from ..redis_urls import client_from_url
 from .cancel_marks import (
     DEFAULT_PREFIX,
     DEFAULT_RETENTION,
@@ -119,7 +119,7 @@ class RedisResultField:
     """The result slot of a record kept as a Redis hash: one field, written only while the hash exists.
     Redis errors become StoreUnavailable through its owner's ``errors`` context."""
 
-    def __init__(self, client: redis.Redis, errors: Callable[[], AbstractContextManager[None]] = nullcontext) -> None:
+    def __init__(self, client: AnyRedis, errors: Callable[[], AbstractContextManager[None]] = nullcontext) -> None:
         self.client = client
         self.errors = errors
         self._set = client.register_script(_SET_IF_EXISTS)
@@ -140,7 +140,7 @@ class RedisCancelMarks(RedisClient, TaskRecordStore):
     kind = "task cancel store (Redis)"
 
     def __init__(
-        self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX, retention: timedelta = DEFAULT_RETENTION,
+        self, client: AnyRedis, *, prefix: str = DEFAULT_PREFIX, retention: timedelta = DEFAULT_RETENTION,
         url: str | None = None,
     ) -> None:
         self._bind(client, prefix, url)
@@ -155,7 +155,8 @@ class RedisCancelMarks(RedisClient, TaskRecordStore):
 
     @classmethod
     def from_url(cls, url: str, **client_options: Any) -> RedisCancelMarks:
-        """``redis://[:password@]host[:port][/db][?prefix=…&retention=<seconds>]``; also ``rediss://``, ``unix://``."""
+        """``redis://[:password@]host[:port][/db][?prefix=…&retention=<seconds>]``; also ``rediss://``, ``unix://``,
+        ``redis+cluster://`` and ``redis+sentinel://`` (``mutexcron.redis_urls``)."""
         client, cleaned, options = client_from_url(url, ("prefix", "retention"), **client_options)
         return cls(client, prefix=options.get("prefix", DEFAULT_PREFIX), retention=retention_option(url, options),
                    url=cleaned)
@@ -170,12 +171,10 @@ class RedisCancelMarks(RedisClient, TaskRecordStore):
     def create(self, tasks: Sequence[NewTask]) -> None:
         if not tasks:
             return
+        calls = [([self.key(task.id)], [task.task_type, task.payload, epoch_ms(task.run_at), task.trace_context or ""])
+                 for task in tasks]
         with self.errors():
-            pipe = self.client.pipeline(transaction=False)
-            for task in tasks:
-                args: list[str | int] = [task.task_type, task.payload, epoch_ms(task.run_at), task.trace_context or ""]
-                self._create(keys=[self.key(task.id)], args=args, client=pipe)
-            pipe.execute()
+            run_batch(self.client, self._create, calls)  # on a cluster, one pipeline per node
 
     def discard(self, task_ids: Sequence[str]) -> None:
         if task_ids:

@@ -48,3 +48,23 @@ def test_an_orphan_lock_on_the_cluster_is_w001_and_its_policy_gives_no_w003(
         warnings = deploy_messages()
     assert {w.id for w in warnings} == {"mutexcron.W001"}
     assert sorted(w.obj for w in warnings) == names[1:]
+
+
+def test_the_task_settings_take_cluster_and_sentinel_urls(cluster_url: str, sentinel_url: str) -> None:
+    from mutexcron.tasks.backends.rabbitmq import RabbitMQTaskBackend
+    from mutexcron.tasks.backends.redis import RedisTaskBackend
+    from mutexcron.tasks.redis_records import RedisCancelMarks
+
+    with override_settings(MUTEXCRON={"AUTOSTART": False, "TASKS": {"BACKEND": cluster_url}}):
+        queue = get_settings().tasks.build_queue()
+    try:
+        assert isinstance(queue.backend, RedisTaskBackend) and queue.backend.claim_groups(["a", "b"]) != [["a", "b"]]
+    finally:
+        queue.close()
+    tasks = {"BACKEND": "amqp://guest:guest@127.0.0.1:5672/", "CANCEL_STORE": sentinel_url}
+    with override_settings(MUTEXCRON={"AUTOSTART": False, "TASKS": tasks}):
+        queue = get_settings().tasks.build_queue()
+    try:
+        assert isinstance(queue.backend, RabbitMQTaskBackend) and isinstance(queue.backend.marks, RedisCancelMarks)
+    finally:
+        queue.close()

@@ -102,8 +102,8 @@ def test_from_url_reads_the_prefix_and_the_database(redis_server_url: str) -> No
     backend = RedisTaskBackend.from_url("redis://127.0.0.1:6379/3?prefix=app:one:")
     try:
         assert backend.prefix == "app:one:"
-        assert backend.task_key("abc") == "app:one:{tasks}:task:abc"
-        assert backend.due_key("send-sms") == "app:one:{tasks}:due:send-sms"
+        assert backend.task_key("send-sms", "abc") == "app:one:{tasks:send-sms}:task:abc"
+        assert backend.due_key("send-sms") == "app:one:{tasks:send-sms}:due"
         assert backend.client.connection_pool.connection_kwargs["db"] == 3
     finally:
         backend.close()
@@ -112,7 +112,8 @@ def test_from_url_reads_the_prefix_and_the_database(redis_server_url: str) -> No
 def test_the_default_prefix_is_mutexcron() -> None:
     backend = RedisTaskBackend.from_url("redis://127.0.0.1:6379/0")
     try:
-        assert backend.processing_key == "mutexcron:{tasks}:processing"
+        assert backend.processing_key("t") == "mutexcron:{tasks:t}:processing"
+        assert backend.types_key == "mutexcron:{tasks}:types"
     finally:
         backend.close()
 
@@ -155,10 +156,11 @@ def test_the_password_never_shows_in_repr_or_errors() -> None:
 # -- keys ----------------------------------------------------------------------------------------------
 
 
-def test_every_key_shares_one_cluster_hash_tag(
+def test_the_keys_of_a_task_type_share_its_own_cluster_hash_tag(
     queues: Callable[..., TaskQueue], recorder: Recorder, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
-    """Multi-key scripts are Redis Cluster safe only if every key they touch is in one slot."""
+    """A multi-key script is Redis Cluster safe only if every key it touches is in one slot: each type's keys
+    are under that type's tag (so types spread over the shards); only the types set is under ``{tasks}``."""
 
     def fail(payload: Any) -> None:
         if payload == "fails":
@@ -172,11 +174,16 @@ def test_every_key_shares_one_cluster_hash_tag(
     queue.schedule(first, "runs")
     failed_id = queue.schedule(first, "fails")
     wait_until(lambda: queue.status(failed_id) == TaskStatus.FAILED)
-    keys = list(redis_client.scan_iter(match=redis_prefix + "*"))
-    kinds = {key[len(redis_prefix):].split(":")[1] for key in keys}
+    keys = set(redis_client.scan_iter(match=redis_prefix + "*"))
+    assert {f"{redis_prefix}{HASH_TAG}:types"} == {key for key in keys if HASH_TAG in key}
+    for task_type in (first, second):
+        tag = f"{redis_prefix}{{tasks:{task_type}}}:"
+        of_type = {key for key in keys if key.startswith(tag)}
+        assert {key_slot(key.encode()) for key in of_type} == {key_slot(f"{tag}due".encode())}
+    kinds = {key.rpartition("}:")[2].split(":")[0] for key in keys}
     assert kinds == {"task", "due", "failed", "types"}, keys
-    assert all(key.startswith(redis_prefix + HASH_TAG + ":") for key in keys)
-    assert {key_slot(key.encode()) for key in keys} == {key_slot(f"{redis_prefix}{HASH_TAG}:processing".encode())}
+    tags = {key_slot(f"{redis_prefix}{{tasks:{task_type}}}:".encode()) for task_type in (first, second)}
+    assert len(tags) == 2, "two types, two slots"
 
 
 def test_a_task_is_a_hash_with_its_fields(
@@ -184,7 +191,7 @@ def test_a_task_is_a_hash_with_its_fields(
 ) -> None:
     backend = backends()
     backend.enqueue([new_task("t1", payload='{"a":1}', delay=60)])
-    fields = redis_client.hgetall(backend.task_key("t1"))
+    fields = redis_client.hgetall(backend.task_key("redis.task", "t1"))
     assert fields["type"] == "redis.task" and fields["payload"] == '{"a":1}'
     assert (fields["status"], fields["attempts"], fields["claims"]) == ("scheduled", "0", "0")
     assert fields["run_at"] == fields["due"]
@@ -198,8 +205,8 @@ def test_the_trace_context_is_a_field_of_the_hash_and_comes_back_with_the_attemp
     trace = '{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
     plain = new_task("plain", delay=-1)
     backend.enqueue([NewTask("traced", "redis.task", "1", plain.run_at, trace_context=trace), plain])
-    assert redis_client.hget(backend.task_key("traced"), "trace_context") == trace
-    assert redis_client.hget(backend.task_key("plain"), "trace_context") is None
+    assert redis_client.hget(backend.task_key("redis.task", "traced"), "trace_context") == trace
+    assert redis_client.hget(backend.task_key("redis.task", "plain"), "trace_context") is None
     assert redis_client.smembers(backend.types_key) == {"redis.task"}
     deliveries = {delivery.id: delivery for delivery in claim(backend, ["redis.task"])}
     assert deliveries["traced"].trace_context == {"traceparent": json.loads(trace)["traceparent"]}
@@ -221,10 +228,10 @@ def test_a_succeeded_or_cancelled_task_expires_after_the_retention_but_a_failed_
             delivery.fail("Traceback: boom")
     assert backend.cancel("gone")
     week_ms = 7 * 24 * 3600 * 1000
-    assert week_ms - 60_000 < redis_client.pttl(backend.task_key("ok")) <= week_ms
-    assert week_ms - 60_000 < redis_client.pttl(backend.task_key("gone")) <= week_ms
-    assert redis_client.pttl(backend.task_key("bad")) == -1
-    assert redis_client.zrange(backend.failed_key, 0, -1) == ["bad"]
+    assert week_ms - 60_000 < redis_client.pttl(backend.task_key("redis.task", "ok")) <= week_ms
+    assert week_ms - 60_000 < redis_client.pttl(backend.task_key("redis.task", "gone")) <= week_ms
+    assert redis_client.pttl(backend.task_key("redis.task", "bad")) == -1
+    assert redis_client.zrange(backend.failed_key("redis.task"), 0, -1) == ["bad"]
     assert backend.failed() == ["bad"]
     info = backend.info("bad")
     assert info is not None and info.status == TaskStatus.FAILED and info.error == "Traceback: boom"
@@ -318,7 +325,7 @@ def test_retry_later_puts_the_task_back_after_the_delay_on_the_server_clock(
     assert score is not None and abs(score - (server_ms + 30_000)) < 1000
     info = backend.info("t")
     assert info is not None and (info.status, info.attempts, info.error) == (TaskStatus.SCHEDULED, 1, "oops")
-    assert redis_client.zcard(backend.processing_key) == 0
+    assert redis_client.zcard(backend.processing_key("redis.task")) == 0
     assert backend.cancel("t") is True  # waiting for a retry, it has not started again: it can be cancelled
 
 

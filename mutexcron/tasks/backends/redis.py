@@ -1,22 +1,30 @@
 """Delayed tasks in Redis: a hash per task, sorted sets for due and claimed tasks, Lua for every change.
 
-This module is the backend; its worker loop and deliveries are in ``redis_consumer``, its scripts in
-``redis_lua``. The keys, the claim protocol and the wake-ups are described in ``docs/redis-tasks.md``.
+Every key of a task type is under that type's hash tag, so types spread over a Redis Cluster's shards while each
+script stays in one slot. This module is the backend; its worker loop and deliveries are in ``redis_consumer``, its
+scripts in ``redis_lua``, the move from the first key layout in ``redis_migrate``. The keys, the claim protocol
+and the wake-ups are described in ``docs/redis-tasks.md``.
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import redis
+from redis.crc import key_slot
 
 from ..._common import clip_error, duration_ms, epoch_ms, ms_to_datetime
 from ..._options import positive_duration
-from ..._redis import RedisClient, client_from_url, eviction_policy
+from ..._redis import AnyRedis, RedisClient, eviction_policy
 from ..._redis import text as _text
-from ...errors import StoreConfigError
+from ...errors import StoreConfigError, StoreUnavailable
+from ...redis_cluster import ScriptCall, queue_script, run_batch
+from ...redis_urls import client_from_url, is_cluster
 from ...urls import shown
 from ..model import NewTask, TaskInfo, decode_trace_context, stored_payload, stored_status
 from ..redis_records import RedisResultField
@@ -26,11 +34,14 @@ from .redis_consumer import RedisConsumer, RedisDelivery
 
 __all__ = ["RedisDelivery", "RedisTaskBackend"]
 
+logger = logging.getLogger("mutexcron.tasks.redis")
+
 DEFAULT_PREFIX = "mutexcron:"
-HASH_TAG = "{tasks}"
+HASH_TAG = "{tasks}"  # of the keys shared by every type: the types set and the wake channel's name
 DEFAULT_RETENTION = timedelta(days=7)  # how long status() still answers for a succeeded or cancelled task
 DEFAULT_MAX_IDLE = timedelta(seconds=60)  # a worker that knows of nothing due looks again after this
 ENQUEUE_CHUNK = 500  # tasks per enqueue script call (each call blocks Redis for about a millisecond)
+KNOWN_TYPES = 10_000  # task ids whose type this process remembers (a lookup by id otherwise asks every type)
 
 
 def _duration(value: timedelta | float, name: str) -> timedelta:
@@ -44,7 +55,7 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: AnyRedis,
         *,
         prefix: str = DEFAULT_PREFIX,
         url: str | None = None,
@@ -54,10 +65,11 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
         self._bind(client, prefix, url)
         super().__init__()
         self.base = f"{prefix}{HASH_TAG}:"
-        self.processing_key = self.base + "processing"
-        self.failed_key = self.base + "failed"
         self.types_key = self.base + "types"
         self.channel = self.base + "wake"
+        self._type_of: OrderedDict[str, str] = OrderedDict()
+        self._type_of_lock = threading.Lock()
+        self._rounds = itertools.count()
         self.retention = _duration(retention, "retention")
         self.max_idle = _duration(max_idle, "max_idle")
         self._enqueue = client.register_script(lua.ENQUEUE)
@@ -69,15 +81,14 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
         self._release = client.register_script(lua.RELEASE)
         self._cancel = client.register_script(lua.CANCEL)
         self._retry = client.register_script(lua.RETRY)
-        self._pending = client.register_script(lua.PENDING)
         self._results = RedisResultField(client, self.errors)
 
     @classmethod
     def from_url(cls, url: str, *, cancel_store: str | None = None, **options: Any) -> RedisTaskBackend:
-        """``redis://[:password@]host[:port][/db][?prefix=…]``; also ``rediss://`` and ``unix://``.
+        """``redis://[:password@]host[:port][/db][?prefix=…]``; also ``rediss://``, ``unix://``, ``redis+cluster://``
+        and ``redis+sentinel://`` (``mutexcron.redis_urls``).
 
-        ``retention`` and ``max_idle`` (timedelta or seconds) go to the backend, other options to
-        ``redis.Redis.from_url``.
+        ``retention`` and ``max_idle`` (timedelta or seconds) go to the backend, other options to the client.
         """
         if cancel_store is not None:
             raise StoreConfigError(
@@ -91,37 +102,95 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
 
     # -- keys --------------------------------------------------------------------------------
 
-    def task_key(self, task_id: str) -> str:
-        return f"{self.base}task:{task_id}"
+    def type_base(self, task_type: str) -> str:
+        """Where every key of ``task_type`` starts: ``<prefix>{tasks:<type>}:``, its own hash tag."""
+        return f"{self.prefix}{{tasks:{task_type}}}:"
+
+    def task_key(self, task_type: str, task_id: str) -> str:
+        return f"{self.type_base(task_type)}task:{task_id}"
 
     def due_key(self, task_type: str) -> str:
-        return f"{self.base}due:{task_type}"
+        return f"{self.type_base(task_type)}due"
+
+    def processing_key(self, task_type: str) -> str:
+        return f"{self.type_base(task_type)}processing"
+
+    def failed_key(self, task_type: str) -> str:
+        return f"{self.type_base(task_type)}failed"
+
+    def _remember(self, task_id: str, task_type: str) -> None:
+        with self._type_of_lock:
+            self._type_of[task_id] = task_type
+            self._type_of.move_to_end(task_id)
+            while len(self._type_of) > KNOWN_TYPES:
+                self._type_of.popitem(last=False)
+
+    def types(self) -> list[str]:
+        """Every task type ever scheduled here (``<prefix>{tasks}:types``). Raises as :meth:`errors`."""
+        with self.errors():
+            return sorted(_text(name) for name in self.client.smembers(self.types_key))
+
+    def type_of(self, task_id: str) -> str | None:
+        """The type of task ``task_id`` (None: no such task): remembered from this process's enqueues and claims,
+        else looked up in one pipeline, one EXISTS per known type. Raises as :meth:`errors`."""
+        with self._type_of_lock:
+            known = self._type_of.get(task_id)
+        if known is not None:
+            return known
+        types = self.types()
+        with self.errors():
+            pipe = self.client.pipeline(transaction=False)
+            for task_type in types:
+                pipe.exists(self.task_key(task_type, task_id))
+            found = pipe.execute() if types else []
+        for task_type, exists in zip(types, found, strict=True):
+            if exists:
+                self._remember(task_id, task_type)
+                return task_type
+        return None
 
     # -- producing --------------------------------------------------------------------------------
 
     def enqueue(self, tasks: Sequence[NewTask]) -> None:
+        """One pipeline (on a cluster, one per node): the types into the types set, then one script per type
+        and chunk of :data:`ENQUEUE_CHUNK` tasks."""
+        by_type: dict[str, list[NewTask]] = {}
+        for task in tasks:
+            by_type.setdefault(task.task_type, []).append(task)
+        if not by_type:
+            return
         with self.errors():
             pipe = self.client.pipeline(transaction=False)
-            for start in range(0, len(tasks), ENQUEUE_CHUNK):
-                keys: list[str] = []
-                args: list[Any] = [self.channel]
-                for task in tasks[start : start + ENQUEUE_CHUNK]:
-                    keys += [self.task_key(task.id), self.due_key(task.task_type)]
-                    args += [task.id, task.task_type, task.payload, epoch_ms(task.run_at), task.trace_context or ""]
-                self._enqueue(keys=keys, args=args, client=pipe)
+            pipe.sadd(self.types_key, *by_type)
+            for task_type, of_type in by_type.items():
+                for start in range(0, len(of_type), ENQUEUE_CHUNK):
+                    keys = [self.due_key(task_type)]
+                    args: list[Any] = [self.channel, task_type]
+                    for task in of_type[start : start + ENQUEUE_CHUNK]:
+                        keys.append(self.task_key(task_type, task.id))
+                        args += [task.id, task.payload, epoch_ms(task.run_at), task.trace_context or ""]
+                    queue_script(pipe, self._enqueue, keys, args)
             pipe.execute()
+        for task in tasks:
+            self._remember(task.id, task.task_type)
 
     def cancel(self, task_id: str) -> bool:
         if not isinstance(task_id, str) or not task_id:
             return False
+        task_type = self.type_of(task_id)
+        if task_type is None:
+            return False
         with self.errors():
-            return bool(self._cancel(keys=[self.task_key(task_id)],
-                                     args=[task_id, self.base, duration_ms(self.retention)]))
+            return bool(self._cancel(keys=[self.task_key(task_type, task_id), self.due_key(task_type)],
+                                     args=[task_id, duration_ms(self.retention)]))
 
     def info(self, task_id: str) -> TaskInfo | None:
         if not isinstance(task_id, str) or not task_id:
             return None
-        data = self.read_hash(self.task_key(task_id))
+        task_type = self.type_of(task_id)
+        if task_type is None:
+            return None
+        data = self.read_hash(self.task_key(task_type, task_id))
         if not data:
             return None
         return TaskInfo(
@@ -137,16 +206,23 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
     def retry(self, task_id: str) -> bool:
         if not isinstance(task_id, str) or not task_id:
             return False
+        task_type = self.type_of(task_id)
+        if task_type is None:
+            return False
+        keys = [self.task_key(task_type, task_id), self.failed_key(task_type), self.due_key(task_type)]
         with self.errors():
-            return bool(self._retry(keys=[self.task_key(task_id), self.failed_key],
-                                    args=[task_id, self.base, self.channel]))
+            return bool(self._retry(keys=keys, args=[task_id, self.channel, task_type]))
 
     def pending_counts(self) -> Mapping[str, int]:
-        """One script: the size of each type's due set (a type scheduled before ``<prefix>{tasks}:types``
-        existed is counted once a task of it is due again: scheduled, retried or requeued)."""
+        """The size of each type's due set: the types set, then one pipeline of a ZCARD per type (on a cluster,
+        one per node). Types scheduled before the types set existed are added by ``redis_migrate``."""
+        types = self.types()
         with self.errors():
-            flat = self._pending(keys=[self.types_key], args=[self.base])
-        return {_text(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+            pipe = self.client.pipeline(transaction=False)
+            for task_type in types:
+                pipe.zcard(self.due_key(task_type))
+            counts = pipe.execute() if types else []
+        return {task_type: int(count) for task_type, count in zip(types, counts, strict=True)}
 
     @property
     def pending_source(self) -> str:
@@ -154,21 +230,42 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
 
     def store_result(self, task_id: str, text: str) -> bool:
         """A field of the task's hash: it expires with the task, and a retry keeps it."""
-        return self._results.store(self.task_key(task_id), text)
+        task_type = self.type_of(task_id)
+        return task_type is not None and self._results.store(self.task_key(task_type, task_id), text)
 
     def load_result(self, task_id: str) -> str | None:
-        return self._results.load(self.task_key(task_id))
+        task_type = self.type_of(task_id)
+        return None if task_type is None else self._results.load(self.task_key(task_type, task_id))
 
     def failed(self, limit: int = 100) -> list[str]:
-        """Ids of failed tasks, most recent first."""
+        """Ids of failed tasks, most recent first: the newest ``limit`` of each type's failed set, merged."""
+        types = self.types()
         with self.errors():
-            ids: list[bytes | str] = self.client.zrevrange(self.failed_key, 0, max(0, limit - 1))  # type: ignore[assignment]
-        return [_text(i) for i in ids]
+            pipe = self.client.pipeline(transaction=False)
+            for task_type in types:
+                pipe.zrevrange(self.failed_key(task_type), 0, max(0, limit - 1), withscores=True)
+            replies = pipe.execute() if types else []
+        newest = sorted(((score, _text(i)) for reply in replies for i, score in reply), reverse=True)
+        return [task_id for _, task_id in newest[:limit]]
 
     # -- consuming --------------------------------------------------------------------------------
 
     def consumer(self, request: ConsumeRequest) -> RedisConsumer:
         return RedisConsumer(self, request)
+
+    def warn_of_old_layout(self, types: list[str]) -> None:
+        """Log a warning if tasks of ``types`` (or claims or failures) wait in the first key layout, where this
+        version's workers do not look (``redis_migrate`` moves them); a check that fails says nothing."""
+        from .redis_migrate import old_layout_keys
+
+        try:
+            found = old_layout_keys(self, types)
+        except StoreUnavailable:
+            return
+        if found:
+            logger.warning("Redis task backend %s: tasks wait in the first key layout (%s); this version's workers "
+                           "do not see them: run python -m mutexcron.tasks.backends.redis_migrate with this "
+                           "backend's URL (docs/redis-tasks.md)", self._display, ", ".join(found))
 
     def eviction_policy(self) -> str | None:
         """The server's ``maxmemory-policy`` (None if CONFIG is not allowed): an ``allkeys-*`` one may evict tasks."""
@@ -178,50 +275,85 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
     # -- the claim protocol: what a worker's consumer, deliveries and heartbeat call -----------------
     # Each settling call is fenced by the claim's token; False: the claim expired and the task moved on.
 
+    def claim_groups(self, types: list[str]) -> list[list[str]]:
+        """How ``types`` are claimed: together in one script on one server; on a cluster, one script per slot."""
+        if not is_cluster(self.client):
+            return [list(types)]
+        groups: dict[int, list[str]] = {}
+        for task_type in types:
+            groups.setdefault(key_slot(self.due_key(task_type).encode()), []).append(task_type)
+        return list(groups.values())
+
     def claim_batch(
         self, types: list[str], limit: int, owner: str, visibility_ms: list[int]
     ) -> tuple[int, int, list[RedisDelivery]]:
         """Claim up to ``limit`` due tasks of ``types`` (requeueing expired claims first). Returns the server
-        time, the earliest due score or deadline of these types (-1: none) and the deliveries (ms)."""
-        keys = [self.processing_key, *(self.due_key(t) for t in types)]
-        with self.errors():
-            now, next_ms, rows = self._claim(keys=keys, args=[self.base, self.channel, limit, owner, *visibility_ms])
+        time, the earliest due score or deadline of these types (-1: none) and the deliveries (ms). On a
+        cluster, one script per slot, starting from another slot each time, until ``limit`` tasks are claimed."""
         by_type = dict(zip(types, visibility_ms, strict=True))
-        deliveries = []
-        for task_id, task_type, payload, attempt, token, due, trace in rows:
-            task_type = _text(task_type)
-            deliveries.append(RedisDelivery(
-                self, _text(task_id), task_type, _text(payload), int(attempt), str(token), by_type[task_type],
-                due=ms_to_datetime(int(due)), trace_context=decode_trace_context(_text(trace)),
-            ))
-        return int(now), int(next_ms), deliveries
+        groups = self.claim_groups(types)
+        start = next(self._rounds) % len(groups)
+        now, nexts = 0, list[int]()
+        deliveries: list[RedisDelivery] = []
+        for group in groups[start:] + groups[:start]:
+            keys: list[str] = []
+            args: list[Any] = [self.channel, limit - len(deliveries), owner]
+            for task_type in group:
+                keys += [self.processing_key(task_type), self.due_key(task_type)]
+                args += [self.type_base(task_type), task_type, by_type[task_type]]
+            with self.errors():
+                now, next_ms, rows = self._claim(keys=keys, args=args)
+            if int(next_ms) >= 0:
+                nexts.append(int(next_ms))
+            for task_id, task_type, payload, attempt, token, due, trace in rows:
+                task_type, task_id = _text(task_type), _text(task_id)
+                self._remember(task_id, task_type)
+                deliveries.append(RedisDelivery(
+                    self, task_id, task_type, _text(payload), int(attempt), str(token), by_type[task_type],
+                    due=ms_to_datetime(int(due)), trace_context=decode_trace_context(_text(trace)),
+                ))
+            if len(deliveries) >= limit:
+                break
+        return int(now), min(nexts, default=-1), deliveries
 
-    def extend_claims(self, claims: Sequence[tuple[str, str, int]]) -> list[bool]:
-        """Extend each (task id, token, visibility ms) claim to now + its visibility; whether each is still held."""
-        args: list[Any] = [self.base]
-        for task_id, token, visibility_ms in claims:
-            args += [task_id, token, visibility_ms]
+    def extend_claims(self, claims: Sequence[tuple[str, str, str, int]]) -> list[bool]:
+        """Extend each (task id, type, token, visibility ms) claim to now + its visibility; whether each is still
+        held. One script per type, all in one pipeline (on a cluster, one per node)."""
+        by_type: dict[str, list[tuple[int, str, str, int]]] = {}
+        for index, (task_id, task_type, token, visibility_ms) in enumerate(claims):
+            by_type.setdefault(task_type, []).append((index, task_id, token, visibility_ms))
+        calls: list[ScriptCall] = []
+        for task_type, of_type in by_type.items():
+            args: list[Any] = [self.type_base(task_type)]
+            for _, task_id, token, visibility_ms in of_type:
+                args += [task_id, token, visibility_ms]
+            calls.append(([self.processing_key(task_type)], args))
         with self.errors():
-            return [bool(ok) for ok in self._extend(keys=[self.processing_key], args=args)]
+            replies = run_batch(self.client, self._extend, calls)
+        held = [False] * len(claims)
+        for of_type, reply in zip(by_type.values(), replies, strict=True):
+            for (index, *_), ok in zip(of_type, reply, strict=True):
+                held[index] = bool(ok)
+        return held
 
-    def ack_claim(self, task_id: str, token: str) -> bool:
+    def ack_claim(self, task_id: str, task_type: str, token: str) -> bool:
         with self.errors():
-            return bool(self._ack(keys=[self.task_key(task_id), self.processing_key],
+            return bool(self._ack(keys=[self.task_key(task_type, task_id), self.processing_key(task_type)],
                                   args=[task_id, token, duration_ms(self.retention)]))
 
     def retry_claim_later(self, task_id: str, task_type: str, token: str, delay: timedelta, error: str) -> bool:
-        keys = [self.task_key(task_id), self.processing_key, self.due_key(task_type)]
+        keys = [self.task_key(task_type, task_id), self.processing_key(task_type), self.due_key(task_type)]
         args: list[str | int] = [task_id, token, duration_ms(delay), clip_error(error), self.channel, task_type]
         with self.errors():
             return bool(self._retry_later(keys=keys, args=args))
 
-    def fail_claim(self, task_id: str, token: str, error: str) -> bool:
-        keys = [self.task_key(task_id), self.processing_key, self.failed_key]
+    def fail_claim(self, task_id: str, task_type: str, token: str, error: str) -> bool:
+        keys = [self.task_key(task_type, task_id), self.processing_key(task_type), self.failed_key(task_type)]
         with self.errors():
             return bool(self._fail(keys=keys, args=[task_id, token, clip_error(error)]))
 
     def release_claim(self, task_id: str, task_type: str, token: str) -> bool:
         """Give a claimed task back unrun: due again at its due time, the attempt not counted."""
-        keys = [self.task_key(task_id), self.processing_key, self.due_key(task_type)]
+        keys = [self.task_key(task_type, task_id), self.processing_key(task_type), self.due_key(task_type)]
         with self.errors():
             return bool(self._release(keys=keys, args=[task_id, token, self.channel, task_type]))

@@ -20,6 +20,7 @@ import redis
 from ..._common import duration_ms
 from ..._redis import text as _text
 from ...errors import StoreUnavailable
+from ...redis_urls import REDIS_ERRORS, is_cluster
 from .base import ClaimedDelivery, ClaimHeartbeat, ClaimingConsumer, ConsumeRequest, run_batch
 
 if TYPE_CHECKING:
@@ -52,14 +53,14 @@ class RedisDelivery(ClaimedDelivery):
         return self.visibility_ms / 1000
 
     def ack(self) -> None:
-        self.settle("ack", lambda: self.backend.ack_claim(self.id, self.token))
+        self.settle("ack", lambda: self.backend.ack_claim(self.id, self.task_type, self.token))
 
     def retry_later(self, delay: timedelta, error: str) -> None:
         self.settle("schedule a retry of",
                     lambda: self.backend.retry_claim_later(self.id, self.task_type, self.token, delay, error))
 
     def fail(self, error: str) -> None:
-        self.settle("fail", lambda: self.backend.fail_claim(self.id, self.token, error))
+        self.settle("fail", lambda: self.backend.fail_claim(self.id, self.task_type, self.token, error))
 
     def release(self) -> None:
         """Give the task back unrun (the worker is stopping): due again at once, this attempt not counted."""
@@ -74,7 +75,7 @@ class RedisHeartbeat(ClaimHeartbeat[RedisDelivery]):
         super().__init__()
 
     def extend(self, batch: list[RedisDelivery]) -> set[RedisDelivery]:
-        kept = self.backend.extend_claims([(d.id, d.token, d.visibility_ms) for d in batch])
+        kept = self.backend.extend_claims([(d.id, d.task_type, d.token, d.visibility_ms) for d in batch])
         return {delivery for delivery, ok in zip(batch, kept, strict=True) if ok}
 
 
@@ -87,22 +88,40 @@ class RedisConsumer(ClaimingConsumer):
         self.private_channel = f"{backend.channel}:{self.token}"
 
     def run(self) -> None:
-        pubsub = self.backend.client.pubsub()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+        self._pubsub: Any = None
+        self._channel_lost = False
         heartbeat = RedisHeartbeat(self.backend)
         try:
             # Subscribed (confirmed) before the first claim: no wake-up published after it can be missed.
             with self.backend.errors():
-                self._subscribe(pubsub)
-            self._loop(pubsub, heartbeat)
+                self._pubsub = self.backend.client.pubsub()  # type: ignore[no-untyped-call]  # unannotated
+                self._subscribe(self._pubsub)
+            self.backend.warn_of_old_layout(self.types)
+            self._loop(self._pubsub, heartbeat)
         finally:
             heartbeat.close()
-            with contextlib.suppress(redis.RedisError):
-                pubsub.close()
+            if self._pubsub is not None:
+                with contextlib.suppress(*REDIS_ERRORS):
+                    self._pubsub.close()
+
+    def _resubscribe(self) -> Any:
+        """A cluster's pub/sub connection is to one node: when it fails (the node died, a failover), subscribe
+        anew, on a node that answers. Until that works the worker looks for tasks at least every second."""
+        with contextlib.suppress(*REDIS_ERRORS):
+            self._pubsub.close()
+        try:
+            with self.backend.errors():
+                self._pubsub = self.backend.client.pubsub()  # type: ignore[no-untyped-call]
+                self._subscribe(self._pubsub)
+            self._channel_lost = False
+        except StoreUnavailable as error:
+            logger.debug("task worker %s: cannot subscribe yet: %s", self.owner, error)
+        return self._pubsub
 
     def wake(self) -> None:
         try:
             self.backend.client.publish(self.private_channel, "wake")
-        except redis.RedisError as error:  # the waiting worker notices ``stop`` by itself soon anyway
+        except REDIS_ERRORS as error:  # the waiting worker notices ``stop`` by itself soon anyway
             logger.debug("could not wake %s: %s", self.private_channel, error)
 
     def _subscribe(self, pubsub: Any) -> None:
@@ -118,6 +137,8 @@ class RedisConsumer(ClaimingConsumer):
 
     def _loop(self, pubsub: Any, heartbeat: RedisHeartbeat) -> None:
         while not self.stop.is_set():
+            if self._channel_lost and is_cluster(self.backend.client):
+                pubsub = self._resubscribe()
             self._drain(pubsub)
             claimed_at = time.monotonic()
             try:
@@ -144,7 +165,7 @@ class RedisConsumer(ClaimingConsumer):
             for _ in range(10_000):
                 if pubsub.get_message(timeout=0) is None:
                     return
-        except redis.RedisError:
+        except REDIS_ERRORS:
             return  # the claim or the next wait reports it
 
     def _sleep(self, pubsub: Any, now_ms: int, next_ms: int, answered_at: float) -> None:
@@ -159,13 +180,18 @@ class RedisConsumer(ClaimingConsumer):
                 return
             try:
                 message = pubsub.get_message(timeout=min(remaining, STOP_CHECK_SECONDS))
-            except redis.RedisError as error:
-                logger.warning("task worker %s: wake-up channel: %s", self.owner, error)
+            except REDIS_ERRORS as error:
+                if not self._channel_lost:
+                    logger.warning("task worker %s: wake-up channel: %s", self.owner, error)
+                self._channel_lost = True
                 self.stop.wait(min(max(remaining, 0), 1.0))
                 return
             if message is None:
+                if self._channel_lost and time.monotonic() - answered_at >= 1.0:
+                    return  # not subscribed (yet) again: look for tasks at least every second
                 continue
             if message["type"] == "subscribe":
+                self._channel_lost = False
                 return  # re-subscribed after a reconnect: wake-ups may have been lost meanwhile, look now
             if message["type"] != "message":
                 continue

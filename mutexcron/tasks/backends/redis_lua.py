@@ -1,12 +1,13 @@
 """The Lua scripts of the Redis task backend: every change to a task is one of them, atomic in Redis.
 
 Each script reads the server's clock (TIME), so due times and deadlines never depend on the workers'
-clocks; the keys they use are described in ``docs/redis-tasks.md``.
+clocks. Every key a script touches is of one task type, under that type's hash tag ``<prefix>{tasks:<type>}:``
+(its *base*), so each call is one Redis Cluster slot; the keys are described in ``docs/redis-tasks.md``.
 """
 
 from __future__ import annotations
 
-__all__ = ["ACK", "CANCEL", "CLAIM", "ENQUEUE", "EXTEND", "FAIL", "PENDING", "RELEASE", "RETRY", "RETRY_LATER"]
+__all__ = ["ACK", "CANCEL", "CLAIM", "ENQUEUE", "EXTEND", "FAIL", "MIGRATE", "RELEASE", "RETRY", "RETRY_LATER"]
 
 REQUEUE_LIMIT = 100  # expired claims moved back to due per claim call
 
@@ -17,96 +18,101 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-# Put a task into a due set (<base>due:<type>), and its type into <base>types; if that makes the type's
-# earliest due time earlier, tell sleeping workers.
+# Put a task into its type's due set; if that makes the type's earliest due time earlier, tell sleeping workers.
 _ADD_DUE = """
 local function add_due(dkey, score, id, ttype, channel)
   local head = redis.call('ZRANGE', dkey, 0, 0, 'WITHSCORES')
   redis.call('ZADD', dkey, score, id)
-  redis.call('SADD', string.sub(dkey, 1, #dkey - #ttype - 4) .. 'types', ttype)
   if head[2] == nil or score < tonumber(head[2]) then
     redis.call('PUBLISH', channel, string.format('%d', score) .. ' ' .. ttype)
   end
 end
 """
 
-# KEYS: task hash, due set, then the same pair for each further task.
-# ARGV: channel, then id, type, payload, run_at ms, trace context ('' for none) for each task.
+# Tasks of one type. KEYS: due set, then the hash of each task.
+# ARGV: channel, type, then id, payload, run_at ms, trace context ('' for none) for each task.
 # Returns how many were new.
 ENQUEUE = _NOW + _ADD_DUE + """
 local created = 0
-for i = 1, #KEYS / 2 do
-  local hkey, dkey = KEYS[2 * i - 1], KEYS[2 * i]
-  local a = 1 + (i - 1) * 5
-  local id, ttype, payload, run_at = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], tonumber(ARGV[a + 4])
+for i = 2, #KEYS do
+  local hkey = KEYS[i]
+  local a = 3 + (i - 2) * 4
+  local id, payload, run_at = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   if redis.call('EXISTS', hkey) == 0 then
-    redis.call('HSET', hkey, 'type', ttype, 'payload', payload, 'run_at', ARGV[a + 4], 'due', ARGV[a + 4],
+    redis.call('HSET', hkey, 'type', ARGV[2], 'payload', payload, 'run_at', ARGV[a + 2], 'due', ARGV[a + 2],
                'status', 'scheduled', 'attempts', 0, 'claims', 0, 'created_at', now, 'updated_at', now)
-    if ARGV[a + 5] ~= '' then redis.call('HSET', hkey, 'trace_context', ARGV[a + 5]) end
-    add_due(dkey, run_at, id, ttype, ARGV[1])
+    if ARGV[a + 3] ~= '' then redis.call('HSET', hkey, 'trace_context', ARGV[a + 3]) end
+    add_due(KEYS[1], run_at, id, ARGV[2], ARGV[1])
     created = created + 1
   end
 end
 return created
 """
 
-# KEYS: processing, then one due set per task type.
-# ARGV: key base, channel, limit, owner, then the visibility timeout (ms) of each type, in KEYS order.
-# Returns {now, next, tasks}: next is the earliest due score of these types or visibility deadline
-# (-1: none), tasks a list of {id, type, payload, attempt, token, due ms, trace context or ''}.
+# KEYS: processing and due set of each type (on a cluster: types of one slot).
+# ARGV: channel, limit, owner, then the key base, name and visibility timeout (ms) of each type, in KEYS order.
+# Returns {now, next, tasks}: next is the earliest due score or visibility deadline of these types (-1: none),
+# tasks a list of {id, type, payload, attempt, token, due ms, trace context or ''}.
 CLAIM = _NOW + _ADD_DUE + """
-local base, channel, limit, owner = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local processing = KEYS[1]
+local channel, limit, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local types = #KEYS / 2
+local function base(i) return ARGV[1 + 3 * i] end
+local function ttype(i) return ARGV[2 + 3 * i] end
 
 -- 1. Claims whose visibility deadline passed belong to dead workers: their tasks are due again now.
-local expired = redis.call('ZRANGEBYSCORE', processing, '-inf', now, 'LIMIT', 0, REQUEUE_LIMIT)
-for _, id in ipairs(expired) do
-  redis.call('ZREM', processing, id)
-  local hkey = base .. 'task:' .. id
-  local h = redis.call('HMGET', hkey, 'type', 'status', 'owner', 'attempts')
-  if h[2] == 'running' then
-    redis.call('HSET', hkey, 'status', 'scheduled', 'due', now, 'owner', '', 'updated_at', now,
-               'error', 'visibility timeout: worker ' .. (h[3] or '?') .. ' did not finish attempt ' .. (h[4] or '?'))
-    add_due(base .. 'due:' .. h[1], now, id, h[1], channel)
+for i = 1, types do
+  local processing, due = KEYS[2 * i - 1], KEYS[2 * i]
+  local expired = redis.call('ZRANGEBYSCORE', processing, '-inf', now, 'LIMIT', 0, REQUEUE_LIMIT)
+  for _, id in ipairs(expired) do
+    redis.call('ZREM', processing, id)
+    local hkey = base(i) .. 'task:' .. id
+    local h = redis.call('HMGET', hkey, 'status', 'owner', 'attempts')
+    if h[1] == 'running' then
+      redis.call('HSET', hkey, 'status', 'scheduled', 'due', now, 'owner', '', 'updated_at', now,
+                 'error', 'visibility timeout: worker ' .. (h[2] or '?') .. ' did not finish attempt ' .. (h[3] or '?'))
+      add_due(due, now, id, ttype(i), channel)
+    end
   end
 end
 
 -- 2. The earliest due tasks of these types, up to the limit.
 local candidates = {}
-for i = 2, #KEYS do
-  local got = redis.call('ZRANGEBYSCORE', KEYS[i], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+for i = 1, types do
+  local got = redis.call('ZRANGEBYSCORE', KEYS[2 * i], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
   for j = 1, #got, 2 do
     table.insert(candidates, {tonumber(got[j + 1]), got[j], i})
   end
 end
-if #KEYS > 2 then
+if types > 1 then
   table.sort(candidates, function(a, b)
     if a[1] ~= b[1] then return a[1] < b[1] end
     return a[2] < b[2]
   end)
 end
-local first_deadline = redis.call('ZRANGE', processing, 0, 0, 'WITHSCORES')
-local earliest_new = nil
+local first_deadline, earliest_new = {}, {}
+for i = 1, types do first_deadline[i] = redis.call('ZRANGE', KEYS[2 * i - 1], 0, 0, 'WITHSCORES')[2] end
 local tasks = {}
 for k = 1, math.min(limit, #candidates) do
   local c = candidates[k]
-  local id = c[2]
-  redis.call('ZREM', KEYS[c[3]], id)
-  local hkey = base .. 'task:' .. id
+  local id, i = c[2], c[3]
+  redis.call('ZREM', KEYS[2 * i], id)
+  local hkey = base(i) .. 'task:' .. id
   local h = redis.call('HMGET', hkey, 'type', 'payload', 'status', 'trace_context')
   if h[3] == 'scheduled' then
     local attempt = redis.call('HINCRBY', hkey, 'attempts', 1)
     local token = redis.call('HINCRBY', hkey, 'claims', 1)
-    local deadline = now + tonumber(ARGV[3 + c[3]])
+    local deadline = now + tonumber(ARGV[3 + 3 * i])
     redis.call('HSET', hkey, 'status', 'running', 'owner', owner, 'started_at', now, 'updated_at', now)
-    redis.call('ZADD', processing, deadline, id)
-    if earliest_new == nil or deadline < earliest_new then earliest_new = deadline end
+    redis.call('ZADD', KEYS[2 * i - 1], deadline, id)
+    if earliest_new[i] == nil or deadline < earliest_new[i] then earliest_new[i] = deadline end
     table.insert(tasks, {id, h[1], h[2], attempt, token, c[1], h[4] or ''})
   end
 end
--- Others must learn of the new deadline: if this worker dies, one of them takes its tasks.
-if earliest_new ~= nil and (first_deadline[2] == nil or earliest_new < tonumber(first_deadline[2])) then
-  redis.call('PUBLISH', channel, string.format('%d', earliest_new) .. ' *')
+-- The type's other workers must learn of a new earliest deadline: if this worker dies, one of them takes its tasks.
+for i = 1, types do
+  if earliest_new[i] ~= nil and (first_deadline[i] == nil or earliest_new[i] < tonumber(first_deadline[i])) then
+    redis.call('PUBLISH', channel, string.format('%d', earliest_new[i]) .. ' ' .. ttype(i))
+  end
 end
 
 -- 3. When to look again.
@@ -121,7 +127,8 @@ end
 return {now, next or -1, tasks}
 """.replace("REQUEUE_LIMIT", str(REQUEUE_LIMIT))
 
-# KEYS: processing. ARGV: key base, then id, token, visibility timeout ms per claim. Returns 1/0 per claim.
+# Claims of one type. KEYS: processing. ARGV: key base, then id, token, visibility timeout ms per claim.
+# Returns 1/0 per claim: whether it is still held (and was extended).
 EXTEND = _NOW + """
 local result = {}
 for i = 2, #ARGV, 3 do
@@ -150,7 +157,7 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 """
 
-# KEYS: task, processing, due set of its type. ARGV: id, token, delay ms, error, channel, type.
+# KEYS: task, processing, due set. ARGV: id, token, delay ms, error, channel, type.
 RETRY_LATER = _NOW + _ADD_DUE + _OWNED + """
 local due = now + tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], 'status', 'scheduled', 'owner', '', 'due', due, 'error', ARGV[4], 'updated_at', now)
@@ -176,34 +183,38 @@ add_due(KEYS[3], due, ARGV[1], ARGV[4], ARGV[3])
 return 1
 """
 
-# KEYS: task. ARGV: id, key base, retention ms. Only a task still in its due set can be cancelled.
+# KEYS: task, due set. ARGV: id, retention ms. Only a task still in its due set can be cancelled.
 CANCEL = _NOW + """
-local h = redis.call('HMGET', KEYS[1], 'type', 'status')
-if h[2] ~= 'scheduled' then return 0 end
-if redis.call('ZREM', ARGV[2] .. 'due:' .. h[1], ARGV[1]) == 0 then return 0 end
+if redis.call('HGET', KEYS[1], 'status') ~= 'scheduled' then return 0 end
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'cancelled', 'finished_at', now, 'updated_at', now)
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 """
 
-# KEYS: task, failed. ARGV: id, key base, channel.
+# KEYS: task, failed, due set. ARGV: id, channel, type.
 RETRY = _NOW + _ADD_DUE + """
-local h = redis.call('HMGET', KEYS[1], 'type', 'status')
-if h[2] ~= 'failed' then return 0 end
+if redis.call('HGET', KEYS[1], 'status') ~= 'failed' then return 0 end
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[1], 'status', 'scheduled', 'attempts', 0, 'due', now, 'updated_at', now)
 redis.call('HDEL', KEYS[1], 'finished_at')
-add_due(ARGV[2] .. 'due:' .. h[1], now, ARGV[1], h[1], ARGV[3])
+add_due(KEYS[3], now, ARGV[1], ARGV[3], ARGV[2])
 return 1
 """
 
-# KEYS: the types set. ARGV: key base. Returns {type, count, ...}: the size of each type's due set (its
-# scheduled tasks, due or not), one ZCARD per type ever scheduled since <base>types exists.
-PENDING = """
-local counts = {}
-for _, ttype in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  table.insert(counts, ttype)
-  table.insert(counts, redis.call('ZCARD', ARGV[1] .. 'due:' .. ttype))
+# The move of one task from the first layout (every key under one hash tag, {tasks}) to its type's hash tag, on
+# one server (the two layouts' keys are in different slots). KEYS: the old hash, the new one, then the old and
+# new due, processing and failed sets. ARGV: id. The hash keeps its TTL; the id its score in whichever set
+# held it. Returns 1 if it moved the task, 0 if there was none (or it had moved already).
+MIGRATE = """
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('RENAME', KEYS[1], KEYS[2])
+for i = 3, 7, 2 do
+  local score = redis.call('ZSCORE', KEYS[i], ARGV[1])
+  if score then
+    redis.call('ZADD', KEYS[i + 1], score, ARGV[1])
+    redis.call('ZREM', KEYS[i], ARGV[1])
+  end
 end
-return counts
+return 1
 """
