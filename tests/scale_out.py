@@ -156,11 +156,11 @@ class _Topology:
         raise AssertionError(f"no replica of {port}")
 
     def kill(self, port: int) -> float:
-        """SIGKILL the server on ``port`` and reap it; when (time.time())."""
+        """SIGKILL the server on ``port`` and reap it; when (time.time()) it was reaped: from then on it
+        answers nothing (between the signal and the reaping it may still answer a command in flight)."""
         self.processes[port].send_signal(signal.SIGKILL)
-        killed = time.time()
         self.processes[port].wait(10)
-        return killed
+        return time.time()
 
     def close(self) -> None:
         for process in self.processes.values():

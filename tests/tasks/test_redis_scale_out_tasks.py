@@ -4,6 +4,7 @@ wake-up channel on one node)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
@@ -17,6 +18,7 @@ from mutexcron.tasks.backends.redis import RedisTaskBackend
 from mutexcron.tasks.cancel_marks import cancel_marks_from_url
 from mutexcron.tasks.redis_records import RedisCancelMarks
 from tests.scale_out import cluster_client
+from tests.support import wait_until
 from tests.tasks.contract import Recorder, TaskQueueContract, TaskRecordStoreContract, queue_factory
 
 UNREACHABLE = {"cluster": "redis+cluster://:secret@127.0.0.1:1,127.0.0.1:2",
@@ -108,6 +110,10 @@ def test_failed_tasks_of_every_type_newest_first(backend: RedisTaskBackend) -> N
         for delivery in backend.claim_batch([task_type], 10, "w", [30_000])[2]:
             delivery.fail("boom")
             order.append(delivery.id)
+        # Failure times are whole milliseconds: the next type fails in a later one, so "newest" is one type.
+        failed_in = time.time_ns() // 1_000_000
+        wait_until(lambda since=failed_in: time.time_ns() // 1_000_000 > since + 1, timeout=1,  # type: ignore[misc]
+                   what="the next millisecond")
     assert set(backend.failed()) == set(order) and backend.failed(limit=1) in ([order[-1]], [order[-2]])
     assert backend.retry(order[0]) and backend.status(order[0]) == TaskStatus.SCHEDULED
 
