@@ -23,7 +23,10 @@ OPTIONS = Options(seconds=60, instances=8, jobs=10, fault_every=10, down=4, paus
 
 @pytest.mark.timeout(300)
 def test_a_minute_of_kills_and_pauses_runs_no_tick_twice_and_misses_none(tmp_path: Path) -> None:
-    results = run_soaks(["redis", "postgres"], OPTIONS, directory=tmp_path)
+    # Redis only in CI: on PostgreSQL a SIGSTOP between the acquire's UPDATE and its COMMIT holds the job's row
+    # for the whole pause (README, "Frozen process (SQL)"), which this minute cannot tell from a miss; `make soak`
+    # runs both stores.
+    results = run_soaks(["redis"], OPTIONS, directory=tmp_path)
     print(report(results, OPTIONS))
     for result in results:
         assert result.error is None, f"{result.store}: {result.error}"
