@@ -5,6 +5,10 @@
     proxy.restore()                          # accepts again, on the same port
     proxy.latency = 0.2                      # from now on every chunk is forwarded 200 ms after it came in
     proxy.close()
+
+``ProxyProcess`` is the same proxy in a child process of its own (same methods): its forwarding threads then
+share no GIL, garbage collector or scheduling with the test that polls beside them, so a busy test process
+cannot add latency of its own to the link (``python tests/tcp_proxy.py HOST PORT`` serves it).
 """
 
 from __future__ import annotations
@@ -13,10 +17,13 @@ import contextlib
 import queue
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
-__all__ = ["TcpProxy"]
+__all__ = ["ProxyProcess", "TcpProxy"]
 
 _BUFFER = 65536
 
@@ -166,3 +173,85 @@ class TcpProxy:
                 destination.sendall(data)
             except OSError:
                 return
+
+
+class ProxyProcess:
+    """A ``TcpProxy`` run by a child process of its own, steered over its standard input; each call returns once
+    the child has carried it out."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target = (target_host, target_port)
+        self._process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), target_host, str(target_port)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+        )
+        self.port = int(self._answer())
+        self._latency = 0.0
+
+    @property
+    def latency(self) -> float:
+        return self._latency
+
+    @latency.setter
+    def latency(self, seconds: float) -> None:
+        self._command(f"latency {seconds}")
+        self._latency = seconds
+
+    def cut(self) -> None:
+        self._command("cut")
+
+    def restore(self) -> None:
+        self._command("restore")
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            with contextlib.suppress(OSError, RuntimeError):
+                self._command("close")
+            self._process.wait(10)
+
+    def __enter__(self) -> ProxyProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _command(self, line: str) -> None:
+        assert self._process.stdin is not None
+        self._process.stdin.write(line + "\n")
+        self._process.stdin.flush()
+        if (answer := self._answer()) != "ok":
+            raise RuntimeError(f"proxy process answered {answer!r} to {line!r}")
+
+    def _answer(self) -> str:
+        assert self._process.stdout is not None
+        line = self._process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"proxy process exited ({self._process.poll()})")
+        return line.strip()
+
+
+def serve(target_host: str, target_port: int) -> None:
+    """The child of ``ProxyProcess``: print the port, then carry out one command a line, answering "ok"."""
+    proxy = TcpProxy(target_host, target_port)
+    print(proxy.port, flush=True)
+    for line in sys.stdin:
+        command, _, argument = line.strip().partition(" ")
+        if command == "latency":
+            proxy.latency = float(argument)
+        elif command == "cut":
+            proxy.cut()
+        elif command == "restore":
+            proxy.restore()
+        elif command == "close":
+            proxy.close()
+            print("ok", flush=True)
+            return
+        else:
+            print(f"unknown command {command!r}", flush=True)
+            continue
+        print("ok", flush=True)
+    proxy.close()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], int(sys.argv[2]))
