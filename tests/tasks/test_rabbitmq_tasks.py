@@ -292,9 +292,12 @@ def test_the_cancel_store_is_required() -> None:
 
 @pytest.mark.parametrize("query, message", [
     ("levels=abc", "not an integer"),
-    ("levels=0", ">= 1"),
+    ("levels=0", "from 1 to 32"),
     ("levels=30", "over RabbitMQ's limit"),
-    ("unit_ms=0", ">= 1"),
+    ("levels=20000", "from 1 to 32"),  # refused before 2 ** (levels - 1) is worked out
+    ("levels=" + "9" * 5000, "levels"),  # more digits than int() takes
+    ("unit_ms=0", "from 1 to"),
+    ("unit_ms=" + "9" * 30, "from 1 to"),
     ("queue_type=lazy", "quorum or classic"),
     ("delay_queue_type=stream", "quorum or classic"),
     ("prefix=a%23b", "without"),
@@ -660,6 +663,18 @@ def test_the_trace_context_travels_in_a_header_and_a_malformed_one_is_ignored() 
     assert decode("rabbit.task", properties, b'"x"').trace_context is None
 
 
+def _next_dead_letter(backend: RabbitMQTaskBackend, task_type: str = "rabbit.task") -> tuple[Any, bytes]:
+    """The properties and body of the next message in ``task_type``'s dead-letter queue (waited for, taken)."""
+    connection, channel = _amqp_channel()
+    try:
+        dead = backend.topology.dead_letter_queue(task_type)
+        _, properties, body = wait_until(lambda: (got := channel.basic_get(dead, auto_ack=True))[0] and got,
+                                         5, f"a message in {dead}")
+    finally:
+        connection.close()
+    return properties, body
+
+
 def test_a_task_whose_record_is_gone_before_its_due_time_never_runs_and_is_dead_lettered(
     queues: Callable[..., TaskQueue], recorder: Recorder
 ) -> None:
@@ -670,18 +685,35 @@ def test_a_task_whose_record_is_gone_before_its_due_time_never_runs_and_is_dead_
     assert queue.cancel(task_id)
     backend.marks.discard([task_id])  # as if the mark had expired, or been lost, before the message came
     queue.start()
-    connection, channel = _amqp_channel()
-    try:
-        dead = backend.topology.dead_letter_queue("rabbit.task")
-        _, properties, body = wait_until(lambda: (got := channel.basic_get(dead, auto_ack=True))[0] and got,
-                                         5, "the message in the dead-letter queue")
-    finally:
-        connection.close()
+    properties, body = _next_dead_letter(backend)
     assert (body, properties.message_id) == (b'"gone"', task_id)
     assert "no task record" in properties.headers[HEADER_DEAD_REASON]
     queue.schedule("rabbit.task", "after")
     recorder.at("after")
     assert recorder.payloads() == ["after"] and queue.worker_alive
+
+
+@pytest.mark.parametrize("header, value", [(HEADER_RUN_AT, 10**15), (HEADER_GEN, 2**40), (HEADER_ATTEMPT, 2**40)])
+def test_a_copy_of_a_real_task_with_a_header_out_of_range_is_dead_lettered_and_the_task_runs_once(
+    header: str, value: int, queues: Callable[..., TaskQueue], recorder: Recorder
+) -> None:
+    """A forged or damaged message naming a real task, with a time no datetime holds or a count no column holds."""
+    recorder.define()
+    queue = queues()
+    backend = backend_of(queue)
+    task_id = queue.schedule("rabbit.task", "real", delay=timedelta(seconds=1))
+    queue.start()
+    connection, channel = _amqp_channel()
+    try:
+        channel.basic_publish("", backend.topology.task_queue("rabbit.task"), b'"forged"', pika.BasicProperties(
+            message_id=task_id, type="rabbit.task", headers={**_good_headers(), header: value}, delivery_mode=2))
+    finally:
+        connection.close()
+    properties, body = _next_dead_letter(backend)
+    assert (body, properties.message_id) == (b'"forged"', task_id)
+    assert header in properties.headers[HEADER_DEAD_REASON]
+    recorder.at("real")
+    assert recorder.payloads() == ["real"] and queue.worker_alive
 
 
 def _good_headers() -> dict[str, Any]:
@@ -697,6 +729,10 @@ GARBAGE: dict[str, Callable[[], tuple[str | None, str | None, dict[str, Any] | N
     "due time is a decimal": lambda: (uuid.uuid4().hex, "rabbit.task",
                                       {**_good_headers(), HEADER_RUN_AT: Decimal("1.5")}, b"1"),
     "generation is zero": lambda: (uuid.uuid4().hex, "rabbit.task", {**_good_headers(), HEADER_GEN: 0}, b"1"),
+    "generation over 32 bits": lambda: (uuid.uuid4().hex, "rabbit.task", {**_good_headers(), HEADER_GEN: 2**40},
+                                        b"1"),
+    "due time after year 9999": lambda: (uuid.uuid4().hex, "rabbit.task",
+                                         {**_good_headers(), HEADER_RUN_AT: 10**15}, b"1"),
     "body is not UTF-8": lambda: (uuid.uuid4().hex, "rabbit.task", _good_headers(), b"\xff\xfe not ours"),
     "body is not JSON": lambda: (uuid.uuid4().hex, "rabbit.task", _good_headers(), b"{'single': quotes}"),
     "type of another task": lambda: (uuid.uuid4().hex, "other.task", _good_headers(), b'"x"'),

@@ -37,6 +37,9 @@ HEADER_TRACE = "x-mutexcron-trace"  # the W3C trace context of the schedule() ca
 
 QUEUE_TYPES = ("quorum", "classic")
 _MAX_TTL_MS = 2**32 - 1  # x-message-ttl is an unsigned 32-bit integer
+_MAX_LEVELS = 32  # more levels than this cannot fit the TTL limit at any unit
+_MAX_TIME_MS = 253402300799999  # 9999-12-31T23:59:59.999Z, the last time a datetime can hold
+_MAX_COUNT = 2**31 - 1  # gen and attempt are kept in 32-bit integer columns
 _LEVEL_QUEUE = re.compile(r".*mutexcron\.delay\.[0-9]+")  # level_queue() under any prefix, of any levels
 
 
@@ -47,10 +50,14 @@ class Topology:
         self, prefix: str = "", *, queue_prefix: str | None = None, levels: int = 28, unit_ms: int = 10,
         queue_type: str = "quorum", delay_queue_type: str = "quorum",
     ) -> None:
-        if not isinstance(levels, int) or levels < 1:
-            raise StoreConfigError(f"RabbitMQ task backend: levels must be an integer >= 1, not {levels!r}")
-        if not isinstance(unit_ms, int) or unit_ms < 1:
-            raise StoreConfigError(f"RabbitMQ task backend: unit_ms must be an integer >= 1, not {unit_ms!r}")
+        if not isinstance(levels, int) or isinstance(levels, bool) or not 1 <= levels <= _MAX_LEVELS:
+            raise StoreConfigError(
+                f"RabbitMQ task backend: levels must be an integer from 1 to {_MAX_LEVELS}, not {levels!r}"
+            )
+        if not isinstance(unit_ms, int) or isinstance(unit_ms, bool) or not 1 <= unit_ms <= _MAX_TTL_MS:
+            raise StoreConfigError(
+                f"RabbitMQ task backend: unit_ms must be an integer from 1 to {_MAX_TTL_MS}, not {unit_ms!r}"
+            )
         if 2 ** (levels - 1) * unit_ms > _MAX_TTL_MS:
             raise StoreConfigError(
                 f"RabbitMQ task backend: {levels} levels of {unit_ms} ms need a TTL of "
@@ -209,12 +216,13 @@ def decode(task_type: str, properties: pika.BasicProperties, body: bytes) -> Tas
     if not isinstance(headers, dict):
         raise Undecodable(f"headers must be a table, got {headers!r}")
     numbers: dict[str, int] = {}
-    for name, least in ((HEADER_GEN, 1), (HEADER_ATTEMPT, 1), (HEADER_RUN_AT, 0), (HEADER_UNTIL, 0)):
+    for name, least, most in ((HEADER_GEN, 1, _MAX_COUNT), (HEADER_ATTEMPT, 1, _MAX_COUNT),
+                              (HEADER_RUN_AT, 0, _MAX_TIME_MS), (HEADER_UNTIL, 0, _MAX_TIME_MS)):
         value = headers.get(name)
         if value is None and name == HEADER_UNTIL:
             continue
-        if not isinstance(value, int) or isinstance(value, bool) or value < least:  # pika's long is an int
-            raise Undecodable(f"header {name} must be an integer >= {least}, got {value!r}")
+        if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= most:  # pika's long: int
+            raise Undecodable(f"header {name} must be an integer from {least} to {most}, got {value!r}")
         numbers[name] = value
     try:
         payload = body.decode()
