@@ -14,15 +14,23 @@ cluster's slots on first use, not when built, so that building one connects to n
 
 from __future__ import annotations
 
+import inspect
 import threading
 from typing import Any, TypeAlias
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, unquote_plus, urlsplit
 
 import redis
 from redis._parsers import Encoder
 from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
-from redis.connection import parse_url
+from redis.connection import (
+    URL_QUERY_ARGUMENT_PARSERS,
+    AbstractConnection,
+    Connection,
+    SSLConnection,
+    UnixDomainSocketConnection,
+    parse_url,
+)
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 from redis.sentinel import Sentinel
@@ -102,6 +110,37 @@ def close_client(client: AnyRedis) -> None:
 
 def _malformed(url: str, why: str) -> StoreConfigError:
     return StoreConfigError(f"malformed Redis URL {mask_url(url)!r}: {why}")
+
+
+def _accepted_options(connection_class: type[AbstractConnection]) -> frozenset[str]:
+    """The query options a URL may give a connection of ``connection_class`` (its keyword arguments), and the
+    pool's: redis-py passes any other one on, and the connection refuses it only at the first command."""
+    names = set(URL_QUERY_ARGUMENT_PARSERS) | {"max_connections"}
+    for klass in connection_class.__mro__:
+        if (init := klass.__dict__.get("__init__")) is not None:
+            names.update(p.name for p in inspect.signature(init).parameters.values()
+                         if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self")
+    return frozenset(names)
+
+
+_ACCEPTED: dict[type[AbstractConnection], frozenset[str]] = {}
+
+
+def _check_query(url: str, cleaned: str, own_options: tuple[str, ...]) -> None:
+    """Refuse, when the URL is read, a query option that neither mutexcron nor redis-py takes (a typo such as
+    ``?prefx=``), naming it."""
+    scheme = urlsplit(cleaned).scheme
+    connection_class: type[AbstractConnection] = (
+        UnixDomainSocketConnection if scheme == "unix" else SSLConnection if scheme.startswith("rediss") else Connection
+    )
+    accepted = _ACCEPTED.get(connection_class) or _ACCEPTED.setdefault(connection_class,
+                                                                       _accepted_options(connection_class))
+    for pair in urlsplit(cleaned).query.split("&"):
+        name = unquote_plus(pair.partition("=")[0])
+        if pair and name not in accepted:
+            ours = ", ".join(own_options) or "none"
+            raise _malformed(url, f"unknown option {name!r} (mutexcron's own: {ours}; the others go to redis-py's "
+                                  f"connections, which take socket_timeout, health_check_interval, …)")
 
 
 def _nodes(text: str, default_port: int, url: str) -> list[tuple[str, int]]:
@@ -190,6 +229,7 @@ def client_from_url(
     extra = SENTINEL_OPTIONS if scheme in SENTINEL_SCHEMES else ()
     cleaned, options = pop_query_options(url, own_options + extra)
     sentinel_options = {name: options.pop(name) for name in extra if name in options}
+    _check_query(url, cleaned, own_options + extra)
     if scheme in CLUSTER_SCHEMES:
         return _cluster(url, cleaned, client_options), cleaned, options
     if scheme in SENTINEL_SCHEMES:

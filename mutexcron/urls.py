@@ -26,9 +26,11 @@ __all__ = [
 ]
 
 MASK = "***"
-_SECRET_KEYS = ("password", "pass", "pwd", "secret", "token", "authsource_password", "sentinel_password")
+# A query option is secret when its name holds one of these (sentinel_password, ssl_password, MongoDB's
+# tlsCertificateKeyFilePassword; authMechanismProperties, which may carry AWS_SESSION_TOKEN:…).
+_SECRET_WORDS = ("pass", "pwd", "secret", "token", "authmechanismproperties")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
-_SECRET_OPTION = re.compile(rf"([?&;](?:{'|'.join(_SECRET_KEYS)})=)[^&]*", re.IGNORECASE)
+_SECRET_OPTION = re.compile(rf"([?&;][^=&;?#]*(?:{'|'.join(_SECRET_WORDS)})[^=&;?#]*=)[^&]*", re.IGNORECASE)
 _URL_CUTS = "/?#"  # where a parser ends the host part; unencoded before the last "@", they split a password
 _STRIPPED_BY_PARSERS = str.maketrans("", "", "\t\r\n")  # urlsplit drops these anywhere in a URL
 
@@ -119,7 +121,10 @@ def pop_query_options(url: str, names: tuple[str, ...]) -> tuple[str, dict[str, 
             options[unquote_plus(key)] = unquote_plus(value)
         elif pair:
             kept.append(pair)
-    return urlunsplit(parts._replace(query="&".join(kept))), options
+    cleaned = urlunsplit(parts._replace(query="&".join(kept)))
+    if not parts.netloc and url.startswith(f"{parts.scheme}://"):  # unix:///path: urlunsplit drops the "//"
+        cleaned = f"{parts.scheme}://{cleaned[len(parts.scheme) + 1:]}"
+    return cleaned, options
 
 
 def check_host_and_port(url: str) -> None:

@@ -69,6 +69,23 @@ def test_mask_url_masks_secret_query_options() -> None:
     assert mask_url("mongodb://host/db?authSource=admin&password=S3c#ret") == "mongodb://host/db?authSource=admin&password=***"
 
 
+@pytest.mark.parametrize("option", ["tlsCertificateKeyFilePassword", "ssl_password", "sentinel_password",
+                                    "authMechanismProperties", "api_token", "clientSecret"])
+def test_mask_url_masks_every_query_option_whose_name_says_it_is_secret(option: str) -> None:
+    url = f"mongodb://host/db?authSource=admin&{option}=AWS_SESSION_TOKEN:S3cr3t&w=1"
+    assert mask_url(url) == f"mongodb://host/db?authSource=admin&{option}=***&w=1"
+    assert "S3cr3t" not in scrub("cannot use AWS_SESSION_TOKEN:S3cr3t", url)
+
+
+def test_a_store_url_with_a_secret_query_option_is_shown_masked() -> None:
+    store = store_from_url("mongodb://127.0.0.1:1/db?tls=true&tlsCertificateKeyFilePassword=S3cr3t"
+                           "&serverSelectionTimeoutMS=20")
+    try:
+        assert "S3cr3t" not in repr(store)
+    finally:
+        store.close()
+
+
 def test_mask_url_leaves_a_url_without_secrets_alone() -> None:
     assert mask_url("redis://127.0.0.1:6379/0?prefix=x") == "redis://127.0.0.1:6379/0?prefix=x"
 

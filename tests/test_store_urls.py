@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
 
 import pytest
+import redis
 
 from mutexcron import StoreConfigError, plugins
 from mutexcron.plugins import Kind
@@ -13,6 +16,7 @@ from mutexcron.tasks import TaskQueue
 from mutexcron.tasks.cancel_marks import SCHEMES as RECORD_SCHEMES
 from mutexcron.tasks.cancel_marks import cancel_marks_from_url
 from mutexcron.tasks.queue import BACKENDS
+from tests.servers import free_port, start_redis_server, stop_process
 
 
 def test_memory_url_gives_a_memory_store() -> None:
@@ -151,3 +155,43 @@ def test_the_known_schemes_include_what_installed_packages_declare() -> None:
     assert {"memory", "redis", "rediss", "unix", "mongodb", "mongodb+srv", "django"} <= set(SCHEMES)
     assert {"redis", "rediss", "unix", "amqp", "amqps", "django"} <= set(BACKENDS)
     assert {"redis", "rediss", "unix", "django"} <= set(RECORD_SCHEMES)
+
+
+@pytest.mark.parametrize("url", [
+    "redis://:hunter2@127.0.0.1:6379/0?prefx=app:",
+    "rediss://127.0.0.1:6380/0?prefix=app:&retenton=60",
+    "redis+cluster://127.0.0.1:7000,127.0.0.1:7001?bogus=1",
+    "redis+sentinel://127.0.0.1:26380/mutexcron/0?socket_timeut=2",
+    "unix:///tmp/redis.sock?prefx=app:",
+])
+@pytest.mark.parametrize(("build", "what"), [(store_from_url, "lock store"), (TaskQueue, "task backend"),
+                                             (cancel_marks_from_url, "record store")])
+def test_an_unknown_redis_url_option_is_refused_when_built_naming_it(url: str, build: Callable[[str], object],
+                                                                     what: str) -> None:
+    """Not later, at the first command, as redis-py's connection would (a TypeError naming a keyword)."""
+    with pytest.raises(StoreConfigError, match="unknown option") as raised:
+        build(url)
+    name = url.rpartition("?")[2].split("&")[-1].partition("=")[0]
+    assert repr(name) in str(raised.value), what
+    assert "hunter2" not in str(raised.value)
+
+
+def test_the_redis_connection_options_of_a_url_are_accepted() -> None:
+    store = store_from_url("redis://127.0.0.1:6379/0?socket_timeout=3&health_check_interval=10&max_connections=5"
+                           "&client_name=app&prefix=app:")
+    assert isinstance(store, RedisLockStore)
+    store.close()
+
+
+def test_a_unix_socket_url_reaches_redis_through_its_socket(tmp_path: Path) -> None:
+    socket_path = tmp_path / "redis.sock"
+    server = start_redis_server(free_port(), "--unixsocket", str(socket_path), "--unixsocketperm", "700")
+    try:
+        store = store_from_url(f"unix://{socket_path}?db=3&prefix=app:")
+        assert isinstance(store, RedisLockStore)
+        store.seed(["job"])
+        assert store.acquire("job", owner="a", lease=timedelta(seconds=5), fire_time=None).acquired
+        assert redis.Redis(unix_socket_path=str(socket_path), db=3).exists(store.key("job"))
+        store.close()
+    finally:
+        stop_process(server)
