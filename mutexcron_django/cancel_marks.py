@@ -11,12 +11,13 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, ParamSpec, TypedDict, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from django.db import connections, router, transaction
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import Count, ExpressionWrapper, F, Q, QuerySet
+from django.db.models.expressions import CombinedExpression
 
 from mutexcron._common import clip_error
 from mutexcron.errors import StoreConfigError, StoreUnavailable
@@ -32,7 +33,7 @@ from mutexcron.tasks.cancel_marks import (
 from mutexcron.tasks.model import NewTask, TaskStatus
 from mutexcron.urls import mask_url, pop_query_options
 
-from .dbclock import AsUTC, DbNow, aware
+from .dbclock import AsUTC, DbNow, aware, now_plus
 from .models import TaskMark
 from .task_claims import sql_errors
 
@@ -79,8 +80,9 @@ class DjangoCancelMarks(CancelMarkStore):
         with sql_errors(self.using, f"task cancel store django://{self.using}"):
             return operation(*args, **kwargs)
 
-    def _expiry(self, run_at: datetime) -> datetime:
-        return max(run_at, datetime.now(UTC)) + self.retention
+    def _expiry(self) -> ExpressionWrapper[CombinedExpression]:
+        """The database's now plus the retention: one clock for writing and comparing ``expires_at``."""
+        return now_plus(self.retention)
 
     # -- the interface ------------------------------------------------------------------------------
 
@@ -146,7 +148,7 @@ class DjangoCancelMarks(CancelMarkStore):
                     return Claim(Verdict.MISSING, 0)
                 attempts = row.attempts
                 if row.status == TaskStatus.CANCELLED:  # its message came: keep the mark for the retention only
-                    self._marks.filter(pk=task_id).update(expires_at=self._expiry(datetime.now(UTC)))
+                    self._marks.filter(pk=task_id).update(expires_at=self._expiry())
                     return Claim(Verdict.CANCELLED, attempts)
                 if gen < row.gen:
                     return Claim(Verdict.STALE, attempts)
@@ -162,7 +164,7 @@ class DjangoCancelMarks(CancelMarkStore):
                     attempts = attempt
                 self._marks.filter(pk=task_id).update(
                     status=TaskStatus.RUNNING.value, gen=gen, attempts=attempts,
-                    expires_at=self._expiry(datetime.now(UTC)), updated_at=DbNow(),
+                    expires_at=self._expiry(), updated_at=DbNow(),
                 )
                 return Claim(Verdict.RUN, attempts)
 
@@ -171,7 +173,7 @@ class DjangoCancelMarks(CancelMarkStore):
     def finish(self, task_id: str, *, gen: int, status: TaskStatus, error: str | None = None) -> bool:
         if status not in FINISHED:
             raise ValueError(f"finish() takes succeeded, failed or cancelled, not {status!r}")
-        expires = None if status == TaskStatus.FAILED else self._expiry(datetime.now(UTC))
+        expires = None if status == TaskStatus.FAILED else self._expiry()
         return self._call(lambda: self._marks.filter(_live(), pk=task_id, status=TaskStatus.RUNNING.value, gen=gen)
                           .update(status=status.value, error=clip_error(error) or None, expires_at=expires,
                                   updated_at=DbNow()) == 1)
