@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from django.db import DatabaseError, IntegrityError, connections, router, transaction
-from django.db.models import BooleanField, ExpressionWrapper, F, Q, QuerySet
+from django.db.models import BooleanField, Case, ExpressionWrapper, F, Q, QuerySet, When
 
 from mutexcron._common import store_errors
 from mutexcron.errors import StoreConfigError, StoreUnavailable
@@ -167,8 +167,11 @@ class DjangoLockStore(LockStore):
                              paused_until=until.astimezone(UTC) if until is not None else None, paused_by=by)
 
     def resume(self, name: str) -> LockState | None:
-        return self._control(name, lambda rows: rows.filter(paused=True), paused=False, paused_at=None,
-                             paused_until=None, paused_by=None, resumed_at=DbNow())
+        # A pause whose until has passed ended then, not now: the ticks after it are missed, not paused.
+        # resumed_at first: MySQL's SET sees the columns assigned before it (paused_until would be NULL).
+        ended = Case(When(paused_until__lte=DbNow(), then=F("paused_until")), default=DbNow())
+        return self._control(name, lambda rows: rows.filter(paused=True), resumed_at=ended, paused=False,
+                             paused_at=None, paused_until=None, paused_by=None)
 
     def set_schedule(self, name: str, spec: str | None, *, timezone: str | None = None,
                      by: str | None = None) -> LockState | None:

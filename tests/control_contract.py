@@ -106,6 +106,24 @@ class FleetControlContract:
         ended = state.pause_ended_at(self.store.now())
         assert ended is not None and abs(ended - until) < timedelta(milliseconds=2)
 
+    def test_resuming_a_pause_whose_until_passed_records_that_it_ended_at_until(self) -> None:
+        """The ticks between its until and the resume were missed, not paused: catch-up may run them."""
+        self.store.seed(["job"])
+        until = (self.store.now() - timedelta(minutes=10)).replace(microsecond=0)
+        self.store.pause("job", until=until, by="alice")
+        resumed = self.store.resume("job")
+        assert resumed is not None and not resumed.paused and resumed.paused_until is None
+        assert resumed.resumed_at == until
+        assert resumed.pause_ended_at(self.store.now()) == until
+
+    def test_resuming_a_pause_whose_until_is_ahead_records_now(self) -> None:
+        self.store.seed(["job"])
+        until = self.store.now() + timedelta(hours=1)
+        before = self.store.now()
+        resumed = self.store.pause("job", until=until) and self.store.resume("job")
+        assert resumed is not None and resumed.resumed_at is not None
+        assert before - timedelta(milliseconds=2) <= resumed.resumed_at <= self.store.now() < until
+
     def test_pausing_again_replaces_until_and_by(self) -> None:
         self.store.seed(["job"])
         self.store.pause("job", until=self.store.now() + timedelta(hours=1), by="alice")

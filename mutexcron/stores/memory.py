@@ -143,7 +143,8 @@ class MemoryLockStore(LockStore):
         def resume(state: LockState, now: datetime) -> LockState:
             if not state.paused:
                 return state
-            return replace(state, paused=False, paused_at=None, paused_until=None, paused_by=None, resumed_at=now)
+            ended = state.pause_ended_at(now) or now  # a pause whose until passed ended then
+            return replace(state, paused=False, paused_at=None, paused_until=None, paused_by=None, resumed_at=ended)
 
         return self._change(name, resume)
 

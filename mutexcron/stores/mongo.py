@@ -214,8 +214,8 @@ class MongoLockStore(LockStore):
         update = {"$set": {"deleted": True}}
         return self._call(self.collection.update_one, {"_id": name, **_VISIBLE}, update).matched_count == 1
 
-    def _control(self, query: Document, update: Document) -> LockState | None:
-        """Apply a plain update ($currentDate is the server's clock) to one document; its new state, if any."""
+    def _control(self, query: Document, update: Document | list[Document]) -> LockState | None:
+        """Apply an update ($currentDate or $$NOW: the server's clock) to one document; its new state, if any."""
         document = self._call(self.collection.find_one_and_update, query, update, return_document=ReturnDocument.AFTER)
         return None if document is None else _state(document)
 
@@ -225,8 +225,10 @@ class MongoLockStore(LockStore):
         return self._control({"_id": name, **_VISIBLE}, {"$set": changes, "$currentDate": {"paused_at": True}})
 
     def resume(self, name: str) -> LockState | None:
-        changes = {"paused": False, "paused_at": None, "paused_until": None, "paused_by": None}
-        update = {"$set": changes, "$currentDate": {"resumed_at": True}}
+        # A pause whose until has passed ended then, not now: the ticks after it are missed, not paused.
+        ended = {"$cond": [{"$or": [_NO_UNTIL, {"$gt": ["$paused_until", "$$NOW"]}]}, "$$NOW", "$paused_until"]}
+        update = [{"$set": {"resumed_at": ended, "paused": False, "paused_at": None, "paused_until": None,
+                            "paused_by": None}}]
         resumed = self._control({"_id": name, "paused": True, **_VISIBLE}, update)
         return resumed if resumed is not None else self.lock(name)  # not paused: nothing to change
 

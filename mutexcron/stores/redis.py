@@ -135,9 +135,12 @@ _PAUSE = _NOW + _VISIBLE + """
 redis.call('HSET', KEYS[1], 'paused', '1', 'paused_at', now, 'paused_until', ARGV[1], 'paused_by', ARGV[2])
 """ + _RETURN_ALL
 
+# A pause whose until has passed ended then, not now: ticks after it stay missed (to catch up), not paused.
 _RESUME = _NOW + _VISIBLE + """
 if redis.call('HGET', KEYS[1], 'paused') == '1' then
-  redis.call('HSET', KEYS[1], 'paused', '0', 'paused_at', '', 'paused_until', '', 'paused_by', '', 'resumed_at', now)
+  local ended = tonumber(redis.call('HGET', KEYS[1], 'paused_until'))
+  if ended == nil or ended > now then ended = now end
+  redis.call('HSET', KEYS[1], 'paused', '0', 'paused_at', '', 'paused_until', '', 'paused_by', '', 'resumed_at', ended)
 end
 """ + _RETURN_ALL
 
