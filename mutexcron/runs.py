@@ -141,6 +141,9 @@ class Runs:
         except Exception:
             outcome, error = Outcome.FAILED, traceback.format_exc()
             logger.exception("job %r (fire %s) failed", job.name, fire_time.isoformat())
+        except BaseException:  # SystemExit, KeyboardInterrupt: released as failed (not as a success), then raised
+            outcome, error = Outcome.FAILED, traceback.format_exc()
+            raise
         finally:
             life.heartbeats.remove(beat)
             if life.finalized:

@@ -32,5 +32,18 @@ def metrics(request: HttpRequest) -> HttpResponse:
     except ImportError as missing:
         return HttpResponse(f"mutexcron metrics need prometheus-client: pip install 'mutexcron[prometheus]' "
                             f"({missing})\n", status=503, content_type=_TEXT)
+    _watch_pending_tasks()
     body, content_type = render(request.headers.get("Accept", ""))
     return HttpResponse(body, content_type=content_type)
+
+
+def _watch_pending_tasks() -> None:
+    """Build this process's task queue (it connects to nothing) so that ``mutexcron_tasks_pending`` is read from
+    the backend at every scrape, in a process that never scheduled a task too: the series never comes and goes
+    with whichever worker answers."""
+    from .process_queue import get_task_queue
+
+    try:
+        get_task_queue()
+    except ImproperlyConfigured as error:  # a bad TASKS setting: the other series are still served
+        logger.error("mutexcron metrics view: no mutexcron_tasks_pending: %s", error)

@@ -13,7 +13,7 @@ import pytest
 
 from mutexcron import JobDefinitionError, Registry, Scheduler, mutex_cron
 from mutexcron.alerts import Alert, alert_delay, job_problems
-from mutexcron.stores import LockState, MemoryLockStore
+from mutexcron.stores import LockState, LockStore, MemoryLockStore, store_from_url
 from tests.support import wait_until
 
 NOW = datetime(2026, 3, 1, 12, 30, tzinfo=UTC)
@@ -132,23 +132,40 @@ class Events:
             return [alert for alert in self.alerts if alert.event == event]
 
 
-def fleet(store: MemoryLockStore, registry: Registry, started: list[Scheduler], count: int = 3) -> list[Scheduler]:
+@pytest.fixture(params=["memory", "redis", "mongo"])
+def shared(request: pytest.FixtureRequest) -> Iterator[tuple[LockStore, str | LockStore]]:
+    """(the test's own view of the store, what each instance is built on): one in-process store for all, or a
+    real Redis or MongoDB (this test's own prefix or database) that each instance connects to itself."""
+    if request.param == "memory":
+        store = MemoryLockStore()
+        yield store, store
+        return
+    url = str(request.getfixturevalue(f"{request.param}_url"))
+    store = store_from_url(url)
+    try:
+        yield store, url
+    finally:
+        store.close()
+
+
+def fleet(store: str | LockStore, registry: Registry, started: list[Scheduler], count: int = 3) -> list[Scheduler]:
     made = [Scheduler(store, registry=registry, instance_id=f"i{n}", sync_interval=timedelta(milliseconds=100))
             for n in range(count)]
     started.extend(made)
     return made
 
 
-def test_an_overdue_job_raises_one_alert_for_the_fleet_and_one_recovery(registry: Registry,
-                                                                        schedulers: list[Scheduler],
-                                                                        caplog: pytest.LogCaptureFixture) -> None:
-    store = MemoryLockStore()
+def test_an_overdue_job_raises_one_alert_for_the_fleet_and_one_recovery(
+    registry: Registry, schedulers: list[Scheduler], caplog: pytest.LogCaptureFixture,
+    shared: tuple[LockStore, str | LockStore],
+) -> None:
+    store, each = shared
     runs: list[datetime] = []
     mutex_cron("* * * * * *", name="job", registry=registry, alert_after=timedelta(milliseconds=500))(
         lambda ctx: runs.append(ctx.fire_time))
     store.seed(["job"])
     ghost = store.acquire("job", owner="ghost", lease=timedelta(hours=1), fire_time=None)  # a stuck holder
-    instances = fleet(store, registry, schedulers)
+    instances = fleet(each, registry, schedulers)
     events = Events(instances)
     with caplog.at_level(logging.ERROR, logger="mutexcron.alerts"):
         for scheduler in instances:
@@ -169,9 +186,10 @@ def test_an_overdue_job_raises_one_alert_for_the_fleet_and_one_recovery(registry
     assert final is not None and final.incident is None
 
 
-def test_a_failing_job_raises_one_alert_and_recovers_when_a_run_succeeds(registry: Registry,
-                                                                        schedulers: list[Scheduler]) -> None:
-    store = MemoryLockStore()
+def test_a_failing_job_raises_one_alert_and_recovers_when_a_run_succeeds(
+    registry: Registry, schedulers: list[Scheduler], shared: tuple[LockStore, str | LockStore]
+) -> None:
+    store, each = shared
     broken = threading.Event()
     broken.set()
 
@@ -180,7 +198,7 @@ def test_a_failing_job_raises_one_alert_and_recovers_when_a_run_succeeds(registr
             raise ValueError("the upstream is down")
 
     mutex_cron("* * * * * *", name="job", registry=registry)(body)
-    instances = fleet(store, registry, schedulers)
+    instances = fleet(each, registry, schedulers)
     events = Events(instances)
     for scheduler in instances:
         scheduler.start()
@@ -194,14 +212,34 @@ def test_a_failing_job_raises_one_alert_and_recovers_when_a_run_succeeds(registr
     assert lock is not None and lock.last_outcome == "succeeded" and lock.last_error is None
 
 
-def test_no_alert_for_a_job_that_runs_every_tick(registry: Registry, schedulers: list[Scheduler]) -> None:
-    store = MemoryLockStore()
+def test_no_alert_for_a_job_that_runs_every_tick(registry: Registry, schedulers: list[Scheduler],
+                                                shared: tuple[LockStore, str | LockStore]) -> None:
+    _, each = shared
     runs: list[datetime] = []
     mutex_cron("* * * * * *", name="job", registry=registry, alert_after=timedelta(milliseconds=800))(
         lambda ctx: runs.append(ctx.fire_time))
-    instances = fleet(store, registry, schedulers)
+    instances = fleet(each, registry, schedulers)
     events = Events(instances)
     for scheduler in instances:
         scheduler.start()
     wait_until(lambda: len(runs) >= 3, timeout=6, what="three runs")
     assert events.alerts == []
+
+
+@pytest.mark.parametrize("raised", [SystemExit(3), KeyboardInterrupt()])
+def test_a_body_that_raises_a_base_exception_is_released_as_failed_and_the_exception_goes_on(
+    registry: Registry, raised: BaseException
+) -> None:
+    """Not as a success: that would move last_success_at and close an incident for a run that never finished."""
+    def body() -> None:
+        raise raised
+
+    mutex_cron("0 * * * *", name="job", registry=registry)(body)
+    store = MemoryLockStore()
+    scheduler = Scheduler(store, registry=registry)
+    with pytest.raises(type(raised)):
+        scheduler.run_now("job")
+    lock = store.lock("job")
+    assert lock is not None and not lock.locked
+    assert lock.last_outcome == "failed" and lock.last_success_at is None
+    assert lock.last_error is not None and type(raised).__name__ in lock.last_error

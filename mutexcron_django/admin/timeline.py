@@ -262,8 +262,9 @@ def build_timelines(jobs: Iterable[tuple[Job, LockState | None, CronTrigger]], *
     timelines = {}
     for job, state, trigger, ticks in wanted:
         assert state is not None
-        judge = _Judge(job, state, now, trigger.timezone, alert_delay(job, misfire_grace_time)
-                       or job.lease + misfire_grace_time, [*pauses[job.name], *_current_pause(state, now)])
+        delay = alert_delay(job, misfire_grace_time)  # timedelta(0) alerts at once; None (alerts off): the default
+        judge = _Judge(job, state, now, trigger.timezone, job.lease + misfire_grace_time if delay is None else delay,
+                       [*pauses[job.name], *_current_pause(state, now)])
         problems = job_problems(job, state, trigger, now=now, misfire_grace_time=misfire_grace_time,
                                 known_since=now)
         cells = [judge.cell(tick, rows[(job.name, tick)]) for tick in ticks]

@@ -152,6 +152,18 @@ def test_a_per_second_job_shows_its_last_200_ticks(admin_client: Client, declare
     assert {state for _, state, _ in found[:-15]} == {"missed"}  # nothing ran; the newest are within their delay
 
 
+def test_a_job_that_alerts_at_once_shows_every_unrun_tick_as_missed(admin_client: Client,
+                                                                    declare: Declarations) -> None:
+    """``alert_after=timedelta(0)``: as the Overdue badge says, a tick nobody ran is missed as soon as it passed."""
+    declare("* * * * * *", name="timeline.at_once", alert_after=timedelta(0), lease=30)
+    DjangoLockStore().seed(["timeline.at_once"])
+    Lock.objects.filter(name="timeline.at_once").update(created_at=datetime.now(UTC) - timedelta(minutes=5))
+
+    found = cells(section(page(admin_client, timeline_url("timeline.at_once")), 'id="mutexcron-timeline-strip"'))
+
+    assert len(found) == 200 and {state for _, state, _ in found} == {"missed"}
+
+
 def test_an_hourly_job_shows_its_last_24_hours(admin_client: Client, declare: Declarations) -> None:
     declare("0 * * * *", name="timeline.hourly")
     DjangoLockStore().seed(["timeline.hourly"])

@@ -557,3 +557,33 @@ def test_job_failing_and_job_recovered_carry_the_alert_once_each(declare: Declar
     assert failing_signal is signals.job_failing and failing.job_name == "tests.rt.alerting"
     assert failing.problem is not None and "ValueError: no upstream" in failing.problem.detail
     assert recovered_signal is signals.job_recovered and recovered.incident == failing.incident
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(MUTEXCRON={"AUTOSTART": False, "SYNC_INTERVAL": 0.2})
+def test_job_overdue_and_job_recovered_carry_a_missed_tick_once_each(declare: Declarations) -> None:
+    name = declare("* * * * * *", name="tests.rt.overdue", alert_after=timedelta(seconds=1), lease=5)
+    alerts: list[tuple[Any, Any]] = []
+
+    def receiver(sender: Any, alert: Any, signal: Any, **_: Any) -> None:
+        alerts.append((signal, alert))
+
+    scheduler = runtime.build_scheduler()
+    scheduler.store.seed([name])
+    # A hung holder: every tick is refused as busy until the lock is forced open.
+    assert scheduler.store.acquire(name, owner="ghost", lease=timedelta(minutes=5), fire_time=None).acquired
+    for signal in (signals.job_overdue, signals.job_failing, signals.job_recovered):
+        signal.connect(receiver)
+    try:
+        scheduler.start()
+        wait_for(lambda: alerts, timeout=10, what="job_overdue")
+        scheduler.store.force_unlock(name)
+        wait_for(lambda: len(alerts) >= 2, timeout=10, what="job_recovered")
+    finally:
+        scheduler.shutdown(timeout=timedelta(seconds=2))
+        for signal in (signals.job_overdue, signals.job_failing, signals.job_recovered):
+            signal.disconnect(receiver)
+    (overdue_signal, overdue), (recovered_signal, recovered) = alerts
+    assert overdue_signal is signals.job_overdue and overdue.job_name == name
+    assert overdue.problem is not None and overdue.problem.kind == "overdue"
+    assert recovered_signal is signals.job_recovered and recovered.incident == overdue.incident

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -14,8 +15,10 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from mutexcron import Outcome
+from mutexcron.tasks import HandlerRegistry, TaskQueue, task_handler
 from mutexcron_django import runtime
 from mutexcron_django.conf import get_settings
+from mutexcron_django.process_queue import reset_task_queue
 from tests.django.jobhelpers import Declarations
 
 
@@ -85,6 +88,30 @@ def test_the_view_serves_the_registry(client: Client) -> None:
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for family in text_string_to_metric_families(text) for s in family.samples}
     assert samples[("mutexcron_tasks_total", (("outcome", "succeeded"), ("task_type", kind)))] == 1.0
+
+
+def test_the_view_serves_the_pending_tasks_from_a_process_that_never_scheduled_one(client: Client,
+                                                                                   redis_url: str) -> None:
+    """A web worker that only serves the scrape still reads the backend, so the series never comes and goes."""
+    handlers = HandlerRegistry()
+    kind = f"pending.{uuid.uuid4().hex[:8]}"
+    task_handler(kind, registry=handlers)(lambda payload: None)
+    producer = TaskQueue(redis_url, handlers=handlers)  # another process's queue, in effect: no metrics of its own
+    try:
+        producer.schedule(kind, 1, delay=timedelta(hours=1))
+        producer.schedule(kind, 2, delay=timedelta(hours=2))
+    finally:
+        producer.close()
+    with override_settings(MUTEXCRON={"AUTOSTART": False, "METRICS": True, "TASKS": {"BACKEND": redis_url}}):
+        reset_task_queue()
+        try:
+            response = client.get(reverse("mutexcron:metrics"))
+        finally:
+            reset_task_queue()
+    assert response.status_code == 200
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(response.content.decode()) for s in family.samples}
+    assert samples[("mutexcron_tasks_pending", (("task_type", kind),))] == 2.0
 
 
 def test_the_view_speaks_openmetrics_when_asked(client: Client) -> None:
