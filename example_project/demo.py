@@ -317,6 +317,15 @@ def wait_for(condition: Any, instances: list[Instance], stop: SignalFlag, what: 
     return None
 
 
+def health_status(instance: Instance) -> int:
+    """The HTTP status of the instance's health check (mutexcron_django.urls): 200, or 503 with a problem."""
+    try:
+        with urllib.request.urlopen(f"{instance.url}mutexcron/health/", timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
 def missed_tick(instances: list[Instance], stop: SignalFlag) -> bool:
     """A deliberately missed tick: hold the tick job's lock as a hung instance would, until the fleet raises
     the job's overdue alert (red on the Locks page), then let go and see it recover (green). True if both."""
@@ -330,6 +339,8 @@ def missed_tick(instances: list[Instance], stop: SignalFlag) -> bool:
                        "the overdue alert")
     if overdue is not None:
         print(f"  {TICK_JOB} is OVERDUE (red on the Locks page), raised once for the fleet: {overdue.incident}")
+        print(f"  {instances[0].url}mutexcron/health/ answers {health_status(instances[0])} meanwhile "
+              "(what a load balancer or a Kubernetes probe sees)")
     store.force_unlock(TICK_JOB)
     print("  ... released the lock; the next tick runs on one instance again")
     # A run that succeeds after the incident opened closes it: its instance tells the fleet once.
@@ -469,6 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.exit:
             print(f"\nAdmin: {instances[0].url}admin/  user {ADMIN_USER}  password {password}")
             print("       (every instance serves it: " + ", ".join(i.url for i in instances) + ")")
+            print(f"Health: {instances[0].url}mutexcron/health/  metrics: {instances[0].url}mutexcron/metrics/")
             print(f"Pause the job from the admin's Locks page (or: cd example_project && python manage.py mutexcron "
                   f"pause {TICK_JOB} --for 30s) and watch its ticks stop; the instances keep running until Ctrl-C.")
             watch(instances, last + timedelta(seconds=TICK_EVERY), float("inf"), stop)

@@ -8,6 +8,7 @@ Environment:
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -78,6 +79,7 @@ MUTEXCRON = {
     "AUTOSTART": True,  # runserver starts a scheduler in the serving process; see mutexcron_django.autostart
     "INSTANCE_ID": os.environ.get("DEMO_INSTANCE") or None,
     "SYNC_INTERVAL": 1,  # seconds: overrides and overdue alerts are noticed within a second
+    "METRICS": importlib.util.find_spec("prometheus_client") is not None,  # /mutexcron/metrics/ (the extra)
 }
 
 LOGGING = {

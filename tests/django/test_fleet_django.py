@@ -138,6 +138,7 @@ def test_example_project_demo_runs_each_tick_once(tmp_path: Path) -> None:
     # The deliberately missed tick: one overdue alert for the fleet (red), then its recovery (green).
     assert text.count("ticks.record_tick is OVERDUE (red on the Locks page), raised once for the fleet") == 1, text
     assert text.count("ticks.record_tick RECOVERED (green again)") == 1, text
+    assert "mutexcron/health/ answers 503 meanwhile" in text, text
     printed = re.search(r"^Admin user: admin / (\S{12,})$", text, re.M)
     assert printed, "no admin password printed"
     started = STARTED_ROW.findall(text)
