@@ -1,8 +1,8 @@
 """The Timeline in headless Chromium (issue 10): a job with a known history of 96 ticks (succeeded, failed,
 missed, paused, caught up, skipped, pending) shows one cell per tick in the right state, with its hover title,
 in the admin's light and dark themes (the cells' colours follow the theme's CSS variables); the Locks page
-shows its small strip. Screenshots are saved as test artefacts (printed paths); with MUTEXCRON_UPDATE_DOCS=1
-the light one is also written to docs/timeline.png, the README's picture.
+shows its small strip. Screenshots are saved as test artefacts in test-artifacts/timeline-py3.N/ (printed
+paths); with MUTEXCRON_UPDATE_DOCS=1 the light one is also written to docs/timeline.png, the README's picture.
 
 Chromium and chromedriver are Debian's, as in test_admin_browser.py, whose browser fixture this uses.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -31,6 +32,15 @@ STATES = (["succeeded"] * 18 + ["failed", "failed"] + ["succeeded"] * 9 + ["miss
           + ["skipped"] + ["succeeded"] * 14 + ["unrecorded"] + ["succeeded"] * 14 + ["pending"])
 
 
+def artifacts() -> Path:
+    """Where the screenshots are kept after the run: $MUTEXCRON_TEST_ARTIFACTS, else test-artifacts/ (ignored by
+    git) at the repository's root; one folder per Python version, as the CI runs two suites at once."""
+    folder = Path(os.environ.get("MUTEXCRON_TEST_ARTIFACTS", ROOT / "test-artifacts"))
+    folder /= f"timeline-py{sys.version_info.major}.{sys.version_info.minor}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def save(driver: Any, path: Path, what: str, element: Any = None) -> None:
     (element or driver).screenshot(str(path)) if element is not None else driver.save_screenshot(str(path))
     print(f"screenshot of {what}: {path}")
@@ -39,10 +49,12 @@ def save(driver: Any, path: Path, what: str, element: Any = None) -> None:
 @pytest.mark.django_db(transaction=True)
 def test_the_timeline_shows_one_cell_per_tick_in_both_themes(live_server: Any, browser: Any,  # noqa: F811
                                                              django_user_model: Any, declare: Declarations,
-                                                             settings: Any, tmp_path: Path) -> None:
+                                                             settings: Any) -> None:
     import django.contrib.admin
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
+
+    shots = artifacts()
 
     # The live server serves STATIC_ROOT (the test site has no staticfiles app): the admin's own CSS, themes
     # included, so that the screenshots show the pages as they look.
@@ -83,8 +95,8 @@ def test_the_timeline_shows_one_cell_per_tick_in_both_themes(live_server: Any, b
         light = fills()
         assert len(set(light.values())) == 5, light  # five states, five colours
         figure = browser.find_element(By.ID, "content")
-        save(browser, tmp_path / "timeline-light.png", "the timeline (light theme)")
-        save(browser, tmp_path / "timeline-light-figure.png", "the timeline's pictures (light theme)", figure)
+        save(browser, shots / "timeline-light.png", "the timeline (light theme)")
+        save(browser, shots / "timeline-light-figure.png", "the timeline's pictures (light theme)", figure)
 
         browser.execute_script("document.documentElement.dataset.theme = 'dark'")
         dark = fills()
@@ -92,15 +104,15 @@ def test_the_timeline_shows_one_cell_per_tick_in_both_themes(live_server: Any, b
         body = browser.execute_script("return getComputedStyle(document.documentElement).getPropertyValue("
                                       "'--body-bg').trim()")
         assert body == "#121212", body  # the admin's dark theme is on
-        save(browser, tmp_path / "timeline-dark.png", "the timeline (dark theme)")
-        save(browser, tmp_path / "timeline-dark-figure.png", "the timeline's pictures (dark theme)", figure)
+        save(browser, shots / "timeline-dark.png", "the timeline (dark theme)")
+        save(browser, shots / "timeline-dark-figure.png", "the timeline's pictures (dark theme)", figure)
 
         browser.execute_script("document.documentElement.dataset.theme = 'light'")
         browser.get(f"{live_server.url}/admin/mutexcron/lock/")
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-job="{JOB}"] rect.mx-cell'))
         small = browser.find_elements(By.CSS_SELECTOR, f'tr[data-job="{JOB}"] rect.mx-cell')
         assert [cell.get_attribute("data-state") for cell in small] == STATES[-30:]
-        save(browser, tmp_path / "locks.png", "the Locks page")
+        save(browser, shots / "locks.png", "the Locks page")
 
         # The Scheduled tasks page's histogram of waiting tasks, by due time and type.
         now = timezone.now()
@@ -111,17 +123,18 @@ def test_the_timeline_shows_one_cell_per_tick_in_both_themes(live_server: Any, b
                                          created_at=now, updated_at=now)
         browser.get(f"{live_server.url}/admin/mutexcron/scheduledtask/")
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".mutexcron-pending-chart rect"))
-        segments = browser.find_elements(By.CSS_SELECTOR, ".mutexcron-pending-chart rect[data-count]")
-        assert sum(int(segment.get_attribute("data-count")) for segment in segments[:0]) == 0
-        totals = [int(chart.get_attribute("data-total")) for chart in
-                  browser.find_elements(By.CSS_SELECTOR, ".mutexcron-pending-chart")]
+        charts = browser.find_elements(By.CSS_SELECTOR, ".mutexcron-pending-chart")
+        totals = [int(chart.get_attribute("data-total")) for chart in charts]
         assert totals[1] == 60 and 0 < totals[0] < 60, totals
-        save(browser, tmp_path / "scheduled-tasks.png", "the Scheduled tasks page",
+        for chart, total in zip(charts, totals, strict=True):  # the bars drawn add up to what the chart says
+            drawn = chart.find_elements(By.CSS_SELECTOR, "rect[data-count]")
+            assert sum(int(segment.get_attribute("data-count")) for segment in drawn) == total
+        save(browser, shots / "scheduled-tasks.png", "the Scheduled tasks page",
              browser.find_element(By.ID, "mutexcron-pending"))
         if os.environ.get("MUTEXCRON_UPDATE_DOCS") == "1":
-            shutil.copyfile(tmp_path / "timeline-light-figure.png", ROOT / "docs" / "timeline.png")
+            shutil.copyfile(shots / "timeline-light-figure.png", ROOT / "docs" / "timeline.png")
             print(f"updated {ROOT / 'docs' / 'timeline.png'}")
     except BaseException:
-        save(browser, tmp_path / "timeline-failure.png", "the failure")
-        (tmp_path / "timeline-failure.html").write_text(browser.page_source)
+        save(browser, shots / "timeline-failure.png", "the failure")
+        (shots / "timeline-failure.html").write_text(browser.page_source)
         raise
