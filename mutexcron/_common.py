@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from .errors import StoreUnavailable
 from .urls import scrub
 
-__all__ = ["MAX_ERROR_CHARS", "clip_error", "duration_ms", "epoch_ms", "ms_to_datetime", "store_errors",
+__all__ = ["MAX_ERROR_CHARS", "as_utc", "clip_error", "duration_ms", "epoch_ms", "ms_to_datetime", "store_errors",
            "unavailable"]
 
 # The longest error text (a handler's traceback) any task backend or task record store keeps with a task,
@@ -68,6 +68,11 @@ def epoch_ms(value: datetime) -> int:
     if value.tzinfo is None:
         raise ValueError(f"naive datetime {value!r}; pass an aware one")
     return round(value.timestamp() * 1000)
+
+
+def as_utc(value: datetime) -> datetime:
+    """A datetime a database or client gave back as aware UTC: a naive one is taken as UTC (how stores keep times)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def ms_to_datetime(value: int | str | bytes | None) -> datetime | None:

@@ -80,6 +80,12 @@ class RedisClient:
             fields = self.client.hgetall(key)
         return {text(name): text(value) for name, value in fields.items()}
 
+    def eviction_policy(self) -> str | None:
+        """The server's ``maxmemory-policy`` (None where CONFIG is not allowed), for every Redis-backed piece: an
+        ``allkeys-*`` one may evict keys without a TTL (locks, tasks, records). Raises as :meth:`errors`."""
+        with self.errors():
+            return eviction_policy(self.client)
+
     def close(self) -> None:
         close_client(self.client)
 

@@ -2,13 +2,15 @@
 
 Public and documented (README, "Stores"): a backend masks its URL with :func:`mask_url` in errors and logs,
 removes its secrets from client libraries' messages with :func:`scrub`, and reads its own query options with
-:func:`pop_query_options`. Masking never parses: a password may hold ``#``, ``/``, ``?`` or ``@`` unencoded
-(generated secrets often do), and a parser would cut it in two and quote a piece of it in its error message.
+:func:`pop_query_options` (a duration with :func:`seconds_option`). Masking never parses: a password may hold
+``#``, ``/``, ``?`` or ``@`` unencoded (generated secrets often do), and a parser would cut it in two and quote
+a piece of it in its error message.
 """
 
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
 
 from .errors import StoreConfigError
@@ -20,6 +22,7 @@ __all__ = [
     "mask_url",
     "pop_query_options",
     "scrub",
+    "seconds_option",
     "shown",
     "url_scheme",
     "url_secrets",
@@ -133,3 +136,15 @@ def check_host_and_port(url: str) -> None:
         urlsplit(url).port  # noqa: B018 - accessing .port validates it
     except ValueError as error:
         raise StoreConfigError(f"malformed store URL {mask_url(url)!r}: {scrub(str(error), url)}") from None
+
+
+def seconds_option(url: str, name: str, value: str, *, what: str = "store") -> timedelta:
+    """A URL's ``?<name>=<seconds>`` option as a positive timedelta; anything else (not a number, zero, negative,
+    infinite, too long) is a StoreConfigError naming the option and ``what`` URL, masked."""
+    try:
+        result: timedelta | None = timedelta(seconds=float(value))
+    except (ValueError, OverflowError):  # not a number, nan, inf, too large
+        result = None
+    if result is None or result <= timedelta(0):
+        raise StoreConfigError(f"{what} URL {mask_url(url)!r}: {name}={value!r} must be a positive number of seconds")
+    return result

@@ -59,10 +59,9 @@ def seed_after_migrate(using: str = "default", **_: Any) -> None:
     from mutexcron import default_registry
 
     from .conf import get_settings
-    from .store import DjangoLockStore
 
     store = get_settings().build_store()
-    if isinstance(store, DjangoLockStore) and store.using == using:
+    if store.database_alias == using:  # a store whose lock rows live in the database just migrated
         created = store.seed(default_registry.names())
         if created:
             logger.info("seeded %d lock row(s) in database %r", created, using)

@@ -13,14 +13,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, ParamSpec, TypedDict, TypeVar
-from urllib.parse import unquote, urlsplit
 
-from django.db import connections, router, transaction
+from django.db import connections, transaction
 from django.db.models import Count, ExpressionWrapper, F, Q, QuerySet
 from django.db.models.expressions import CombinedExpression
 
-from mutexcron._common import clip_error
-from mutexcron.errors import StoreConfigError, StoreUnavailable
+from mutexcron.backends import clip_error
+from mutexcron.errors import StoreUnavailable
 from mutexcron.tasks.cancel_marks import (
     DEFAULT_RETENTION,
     CancelMarkStore,
@@ -30,12 +29,11 @@ from mutexcron.tasks.cancel_marks import (
     check_retention,
     retention_option,
 )
-from mutexcron.tasks.model import NewTask, TaskStatus
-from mutexcron.urls import mask_url, pop_query_options
+from mutexcron.tasks.model import NewTask, TaskStatus, stored_status
 
+from .databases import checked_alias, parse_django_url, sql_errors
 from .dbclock import AsUTC, DbNow, aware, now_plus
 from .models import TaskMark
-from .task_claims import sql_errors
 
 __all__ = ["DjangoCancelMarks"]
 
@@ -55,10 +53,7 @@ class DjangoCancelMarks(CancelMarkStore):
     """Task records as ``TaskMark`` rows; ``using`` is the database alias (default: the router's)."""
 
     def __init__(self, using: str | None = None, *, retention: timedelta = DEFAULT_RETENTION) -> None:
-        self.using = using or router.db_for_write(TaskMark)
-        if self.using not in connections.databases:
-            known = ", ".join(sorted(connections.databases))
-            raise StoreConfigError(f"django://{self.using}: no database alias {self.using!r} (DATABASES has {known})")
+        self.using = checked_alias(using, TaskMark)
         self.retention = check_retention(retention)
         self._next_prune = 0.0
         self._prune_lock = threading.Lock()
@@ -66,11 +61,8 @@ class DjangoCancelMarks(CancelMarkStore):
     @classmethod
     def from_url(cls, url: str) -> DjangoCancelMarks:
         """``django://`` or ``django://<alias>``, with ``?retention=<seconds>`` (default 7 days)."""
-        cleaned, options = pop_query_options(url, ("retention",))
-        parts = urlsplit(cleaned)
-        if parts.query or parts.fragment or parts.path.strip("/"):
-            raise StoreConfigError(f"malformed cancel store URL {mask_url(url)!r}: use django://[alias][?retention=…]")
-        return cls(unquote(parts.netloc) or None, retention=retention_option(url, options))
+        alias, options = parse_django_url(url, TaskMark, what="cancel store", options=("retention",))
+        return cls(alias, retention=retention_option(url, options))
 
     @property
     def _marks(self) -> QuerySet[TaskMark]:
@@ -233,6 +225,6 @@ def _record(row: WithAnnotations[TaskMark, _RunAtUTC]) -> TaskRecord:
     assert run_at is not None
     return TaskRecord(
         id=row.id, task_type=row.task_type, payload=row.payload, run_at=run_at,
-        status=TaskStatus(row.status), attempts=row.attempts, gen=row.gen, error=row.error or None,
+        status=stored_status(row.status), attempts=row.attempts, gen=row.gen, error=row.error or None,
         trace_context=row.trace_context or None,
     )

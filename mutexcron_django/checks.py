@@ -10,11 +10,13 @@ from django.core.checks import Error, Tags, Warning, register
 
 from mutexcron import default_registry
 from mutexcron.errors import DuplicateJobError, MutexcronError
+from mutexcron.stores import LockStore
+from mutexcron.tasks import TaskBackend
+from mutexcron.tasks.cancel_marks import TaskRecordStore
 
 from .conf import get_settings
 from .discovery import declaration_errors, declaration_messages
 from .health import health_report
-from .store import DjangoLockStore
 
 TAG = "mutexcron"
 
@@ -51,7 +53,7 @@ def check_orphan_locks_in_the_database(app_configs: Any = None, databases: Any =
     if databases is None:
         return []
     store = get_settings().build_store()
-    if not isinstance(store, DjangoLockStore) or store.using not in databases:
+    if store.database_alias is None or store.database_alias not in databases:  # not a store in the database
         return []
     try:
         return _orphans(store)
@@ -65,7 +67,7 @@ def check_store(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     store = get_settings().build_store()
     try:
         store.ping()
-        return [] if isinstance(store, DjangoLockStore) else _orphans(store)
+        return [] if store.database_alias is not None else _orphans(store)  # W001 in the database: the check above
     except MutexcronError as error:
         return [Warning(
             f"the lock store {store!r} cannot be reached: {error}",
@@ -94,12 +96,11 @@ _EVICTION_RISKS: dict[str, tuple[tuple[frozenset[str], str], ...]] = {
 }
 
 
-def _eviction_warning(what: str, part: Any) -> list[Warning]:
-    policy_of = getattr(part, "eviction_policy", None)  # Redis-backed pieces only
-    if policy_of is None:
+def _eviction_warning(what: str, part: LockStore | TaskBackend | TaskRecordStore | None) -> list[Warning]:
+    if part is None:
         return []
     try:
-        policy = policy_of()
+        policy = part.eviction_policy()  # None but for Redis-backed pieces
     except MutexcronError:  # unreachable: W002 says so for the lock store; the queue reports its own errors
         return []
     consequence = next((text for risky, text in _EVICTION_RISKS[what] if policy in risky), None)
@@ -131,7 +132,7 @@ def check_redis_eviction(app_configs: Any = None, **kwargs: Any) -> list[Warning
         queue = conf.tasks.build_queue()  # connects to nothing until asked
         try:
             warnings += _eviction_warning("the task backend", queue.backend)
-            warnings += _eviction_warning("the task cancel store", getattr(queue.backend, "marks", None))
+            warnings += _eviction_warning("the task cancel store", queue.backend.record_store)
         finally:
             queue.close()
     return warnings

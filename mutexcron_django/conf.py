@@ -12,6 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from mutexcron import _options
 from mutexcron.cron import resolve_timezone
 from mutexcron.errors import StoreConfigError
+from mutexcron.plugins import class_for_scheme
 from mutexcron.stores import LockStore, store_from_url
 from mutexcron.tasks import TaskBackend, TaskQueue
 from mutexcron.tasks.cancel_marks import SCHEMES as CANCEL_STORE_SCHEMES
@@ -35,10 +36,11 @@ DEFAULTS: dict[str, Any] = {
 
 TASKS_DEFAULTS: dict[str, Any] = {
     "BACKEND": "django",  # the project's own database; or "django://<alias>", "redis://…", "amqp://…"
-    "CANCEL_STORE": None,  # amqp:// only (required there): "django" or "redis://…"
+    "CANCEL_STORE": None,  # amqp:// (a backend that needs_record_store) only, required there: "django" or "redis://…"
     "MODULES": ["tasks"],  # <app>.<module> files imported at start-up to find @task_handler handlers
 }
-# Task backends whose URL scheme needs a cancel store (the broker cannot look a waiting message up).
+# The built-in schemes whose backend needs a cancel store, kept for code that imports it: the settings ask the
+# scheme's class instead (TaskBackend.needs_record_store), so a scheme added with mutexcron.plugins is served too.
 NEEDS_CANCEL_STORE = ("amqp", "amqps")
 
 
@@ -182,6 +184,19 @@ def _scheme(url: str) -> str:
     return url_scheme(url) or ""
 
 
+def _needs_record_store(spec: str | TaskBackend) -> bool:
+    """Whether the backend of ``spec`` (a URL of a known scheme) keeps its task records in a cancel store, as its
+    class declares (``needs_record_store``); False for a backend object, which was built with whatever it needs."""
+    if not isinstance(spec, str):
+        return False
+    try:
+        backend_class = class_for_scheme(spec, TASK_BACKEND_SCHEMES, "task backend")
+    except StoreConfigError as error:  # its module cannot be imported (a missing extra): as building it would say
+        raise ImproperlyConfigured(f"MUTEXCRON['TASKS']['BACKEND']: {error}") from None
+    is_backend = isinstance(backend_class, type) and issubclass(backend_class, TaskBackend)
+    return is_backend and backend_class.needs_record_store
+
+
 def _tasks_settings(tasks: object) -> TasksSettings:
     """Check ``MUTEXCRON["TASKS"]`` (a dict, every key optional). URLs are shown with passwords masked.
 
@@ -205,11 +220,12 @@ def _tasks_settings(tasks: object) -> TasksSettings:
         raise _task_fail("BACKEND", f'must be "django", a task backend URL or a TaskBackend, not {shown(backend)}')
 
     cancel_store = values["CANCEL_STORE"]
-    needs_marks = isinstance(spec, str) and _scheme(spec) in NEEDS_CANCEL_STORE
+    needs_marks = _needs_record_store(spec)
     if cancel_store is None:
         if needs_marks and isinstance(spec, str):
-            raise _task_fail("CANCEL_STORE", f'is required with the RabbitMQ backend {mask_url(spec)!r}: "django" '
-                                             "(the project's database) or a redis://… URL")
+            raise _task_fail("CANCEL_STORE", f"is required with the task backend {mask_url(spec)!r}, which keeps its "
+                                             'task records there (as RabbitMQ does): "django" (the project\'s '
+                                             "database) or a redis://… URL")
     elif not needs_marks:
         raise _task_fail("CANCEL_STORE", f"is only for the RabbitMQ (amqp://) backend, whose broker cannot cancel "
                                          f"a waiting message; remove it (it is {shown(cancel_store)}, the backend "

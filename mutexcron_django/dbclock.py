@@ -10,13 +10,15 @@ instants, but Django's psycopg loaders label what the server sends (in the sessi
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections
 from django.db.models import DateTimeField, DurationField, Expression, ExpressionWrapper, F, Func, Value
 from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Now
+
+from mutexcron.backends import as_utc
 
 __all__ = ["AsUTC", "DbNow", "Interval", "aware", "db_now", "now_minus", "now_plus", "now_sql", "plus", "utc_sql"]
 
@@ -90,9 +92,7 @@ def aware(value: datetime | str | None) -> datetime | None:
     """A time read from the database as an aware UTC datetime: naive values (and SQLite's text) are UTC."""
     if value is None:
         return None
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return as_utc(datetime.fromisoformat(value) if isinstance(value, str) else value)
 
 
 def db_now(alias: str) -> datetime:

@@ -19,6 +19,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
+from mutexcron.backends import as_utc
 from mutexcron.tasks import NewTask, PayloadError, TaskBackend, TaskQueue, TaskStatus, task_handler
 
 from .process_queue import get_task_queue
@@ -119,9 +120,10 @@ def cancel(result: Any) -> bool:
 if HAS_DJANGO_TASKS:
 
     def _aware(value: datetime) -> datetime:
-        if timezone.is_naive(value):  # USE_TZ = False: naive datetimes are in the default time zone
+        """A user's time as aware UTC: with USE_TZ = False, naive datetimes are in the default time zone (not UTC)."""
+        if timezone.is_naive(value):
             value = timezone.make_aware(value, timezone.get_default_timezone())
-        return value.astimezone(UTC)
+        return as_utc(value)
 
     def _shown(text: object) -> datetime | None:
         """A stored time as Django gives times: aware with USE_TZ, naive local time without."""

@@ -8,17 +8,16 @@ no read-modify-write, so concurrent instances cannot both win. A deleted lock ke
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
-from django.db import DatabaseError, IntegrityError, connections, router, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import BooleanField, Case, ExpressionWrapper, F, Q, QuerySet, When
 
-from mutexcron._common import store_errors
-from mutexcron.errors import StoreConfigError, StoreUnavailable
+from mutexcron.errors import StoreUnavailable
 from mutexcron.stores.base import AcquireStatus, Acquisition, LockState, LockStore, check_incident, check_outcome
 
+from .databases import checked_alias, parse_django_url, sql_errors
 from .dbclock import AsUTC, DbNow, aware, db_now, now_minus, now_plus, plus
 from .models import Lock
 
@@ -30,38 +29,24 @@ class DjangoLockStore(LockStore):
     """The ``Lock`` model as a lock store; ``using`` picks the database alias (default: the router's)."""
 
     def __init__(self, using: str | None = None) -> None:
-        self.using = using or router.db_for_write(Lock)
-        if self.using not in connections.databases:
-            known = ", ".join(sorted(connections.databases))
-            raise StoreConfigError(f"django://{self.using}: no database alias {self.using!r} (DATABASES has {known})")
+        self.using = checked_alias(using, Lock)
+        self.database_alias = self.using  # LockStore.database_alias: seeded after migrate, checked with it
 
     @classmethod
     def from_url(cls, url: str) -> DjangoLockStore:
-        """``django://`` or ``django://<database alias>``."""
-        alias = url.split("://", 1)[1].strip("/")
-        return cls(alias or None)
+        """``django://`` or ``django://<database alias>``; anything more, or an unknown alias, is a StoreConfigError."""
+        alias, _ = parse_django_url(url, Lock, what="store")
+        return cls(alias)
 
     @property
     def _locks(self) -> QuerySet[Lock]:
         return Lock.objects.using(self.using)
 
     def _call(self, operation: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        try:
-            with store_errors(DatabaseError, f"database {self.using!r}"):
-                return operation(*args, **kwargs)
-        except StoreUnavailable:
-            self._drop_broken_connection()
-            raise
-
-    def _drop_broken_connection(self) -> None:
-        """After an error, close this thread's connection if it is no longer usable (the server terminated it),
-        so that the next call opens a new one. Django does that only around requests (close_old_connections):
-        the scheduler's heartbeat and schedule-sync threads would keep a dead connection for good, and a lock
-        whose renewals all fail runs out under its running body. Never inside the caller's transaction."""
-        connection = connections[self.using]
-        if not connection.in_atomic_block:
-            with suppress(DatabaseError):  # closing a dead connection may fail too: it is dropped all the same
-                connection.close_if_unusable_or_obsolete()
+        """``operation`` with database errors raised as StoreUnavailable, a connection they broke dropped
+        (see :func:`.databases.drop_broken_connection`: the scheduler's threads would keep it for good)."""
+        with sql_errors(self.using, f"database {self.using!r}"):
+            return operation(*args, **kwargs)
 
     def seed(self, names: Iterable[str]) -> int:
         def run() -> int:

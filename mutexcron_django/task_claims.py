@@ -7,11 +7,10 @@ Claims lock rows with ``FOR UPDATE SKIP LOCKED`` on PostgreSQL and MySQL/MariaDB
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -19,8 +18,9 @@ from django.db import Error, connections, transaction
 from django.db.models import Case, CharField, DateTimeField, F, QuerySet, Value, When
 from django.db.models.functions import Cast, Coalesce, Concat
 
-from mutexcron._common import epoch_ms, store_errors
+from mutexcron.backends import epoch_ms
 
+from .databases import sql_errors
 from .dbclock import AsUTC, DbNow, aware, now_plus, now_sql, utc_sql
 from .models import ScheduledTask
 from .task_wakeups import Message, wake_payload
@@ -38,23 +38,6 @@ P = ParamSpec("P")
 T = TypeVar("T")
 # id, task_type, payload, attempt (this claim's), due (aware UTC: when this attempt became due), trace context
 ClaimedRow = tuple[str, str, str, int, datetime | None, str | None]
-
-
-@contextlib.contextmanager
-def sql_errors(alias: str, where: str) -> Iterator[None]:
-    """A database error inside the block as StoreUnavailable naming ``where``; first, outside a transaction,
-    this thread's connection is closed if it is unusable (or past CONN_MAX_AGE), so that the next call
-    reconnects: threads that no request cycle cleans up (a producer thread, a broker's consumer) would
-    otherwise keep a dead connection for ever."""
-    with store_errors(Error, where, name_error=True):
-        try:
-            yield
-        except Error:
-            connection = connections[alias]
-            if not connection.in_atomic_block:
-                with contextlib.suppress(Exception):
-                    connection.close_if_unusable_or_obsolete()
-            raise
 
 
 def is_retryable(error: BaseException) -> bool:

@@ -11,19 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, ParamSpec, TypeVar
-from urllib.parse import unquote, urlsplit
+from typing import ParamSpec, TypeVar
 
-from django.db import connections, router, transaction
+from django.db import connections, transaction
 from django.db.models import Count, QuerySet
 
-from mutexcron._common import epoch_ms
-from mutexcron._options import positive_duration
+from mutexcron.backends import epoch_ms, positive_duration
 from mutexcron.errors import StoreConfigError
 from mutexcron.tasks.backends.base import ClaimingBackend, ConsumeRequest
 from mutexcron.tasks.model import NewTask, TaskInfo, decode_trace_context, stored_payload, stored_status
-from mutexcron.urls import mask_url, pop_query_options
+from mutexcron.urls import mask_url, seconds_option
 
+from .databases import checked_alias, parse_django_url
 from .dbclock import AsUTC, DbNow, aware, now_minus
 from .models import ScheduledTask
 from .task_claims import TaskClaims
@@ -64,10 +63,8 @@ class DjangoTaskBackend(ClaimingBackend):
         retention: timedelta | float = DEFAULT_RETENTION,
     ) -> None:
         super().__init__()
-        self.using = using or router.db_for_write(ScheduledTask)
-        if self.using not in connections.databases:
-            known = ", ".join(sorted(connections.databases))
-            raise StoreConfigError(f"django://{self.using}: no database alias {self.using!r} (DATABASES has {known})")
+        self.using = checked_alias(using, ScheduledTask)
+        self.database_alias = self.using  # TaskBackend.database_alias: the admin shows this alias's tasks table
         self.vendor = connections[self.using].vendor
         modes = WakeModes(self.using)
         self.notifies, self.listens = modes.notifies, modes.listens  # producers NOTIFY; workers LISTEN
@@ -92,18 +89,9 @@ class DjangoTaskBackend(ClaimingBackend):
                 "the Django task backend cancels atomically in its own table: it takes no cancel_store "
                 f"(given {mask_url(str(cancel_store))!r})"
             )
-        cleaned, options = pop_query_options(url, ("max_sleep", "retention"))
-        parts = urlsplit(cleaned)
-        if parts.query or parts.fragment or parts.path.strip("/"):
-            raise StoreConfigError(
-                f"malformed task backend URL {mask_url(url)!r}: use django://[alias][?max_sleep=<seconds>"
-                "&retention=<seconds>]"
-            )
-        kwargs: dict[str, Any] = {}
-        for name in ("max_sleep", "retention"):
-            if name in options:
-                kwargs[name] = _seconds(options[name], name, url)
-        return cls(unquote(parts.netloc) or None, **kwargs)
+        alias, options = parse_django_url(url, ScheduledTask, what="task backend", options=("max_sleep", "retention"))
+        seconds = {name: seconds_option(url, name, value, what="task backend") for name, value in options.items()}
+        return cls(alias, **seconds)
 
     @property
     def _tasks(self) -> QuerySet[ScheduledTask]:
@@ -241,18 +229,6 @@ class DjangoTaskBackend(ClaimingBackend):
         """The database's now, and the earliest due time of ``types`` or visibility deadline of their
         running tasks (None: nothing), in ms."""
         return self.claims.next_due(types)
-
-
-def _seconds(raw: str, name: str, url: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not value > 0 or value == float("inf"):
-        raise StoreConfigError(
-            f"task backend URL {mask_url(url)!r}: {name}={raw!r} must be a positive number of seconds"
-        )
-    return value
 
 
 def _positive(value: timedelta | float, name: str) -> timedelta:

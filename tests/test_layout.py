@@ -57,11 +57,11 @@ def test_the_django_app_plugs_in_django_urls_through_entry_points() -> None:
 
 
 def test_the_public_names_stay_where_they_are() -> None:
-    """Users' names in mutexcron.tasks, backend authors' in mutexcron.tasks.backends, the URL helpers and the
-    registry in their modules: a change to these lists is a change to the public API."""
+    """Users' names in mutexcron.tasks, backend authors' in mutexcron.tasks.backends and mutexcron.backends, the
+    URL helpers and the registry in their modules: a change to these lists is a change to the public API."""
     import mutexcron.tasks
     import mutexcron.tasks.backends
-    from mutexcron import plugins, urls
+    from mutexcron import backends, plugins, urls
     from mutexcron.tasks import cancel_marks
 
     assert sorted(mutexcron.tasks.__all__) == [
@@ -76,11 +76,15 @@ def test_the_public_names_stay_where_they_are() -> None:
         "consumed_types", "run_batch", "warn_stale_settle",
     ]
     assert sorted(urls.__all__) == [
-        "MASK", "check_host_and_port", "check_userinfo", "mask_url", "pop_query_options", "scrub", "shown",
-        "url_scheme", "url_secrets",
+        "MASK", "check_host_and_port", "check_userinfo", "mask_url", "pop_query_options", "scrub", "seconds_option",
+        "shown", "url_scheme", "url_secrets",
+    ]
+    assert sorted(backends.__all__) == [
+        "MAX_ERROR_CHARS", "SignalFlag", "as_utc", "clip_error", "duration_ms", "epoch_ms", "ms_to_datetime",
+        "positive_duration", "store_errors", "unavailable",
     ]
     assert {"ENTRY_POINT_GROUP", "KINDS", "register", "schemes"} <= set(plugins.__all__)
-    for module in (mutexcron.tasks, mutexcron.tasks.backends, urls, plugins):
+    for module in (mutexcron.tasks, mutexcron.tasks.backends, urls, plugins, backends):
         assert [name for name in module.__all__ if not hasattr(module, name)] == []
     assert mutexcron.tasks.backends.TaskRecordStore is cancel_marks.TaskRecordStore is cancel_marks.CancelMarkStore
     assert mutexcron.tasks.Delivery is mutexcron.tasks.backends.Delivery

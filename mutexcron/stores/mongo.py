@@ -20,7 +20,7 @@ from pymongo.collection import Collection
 from pymongo.errors import BulkWriteError, ConfigurationError, InvalidName, OperationFailure, PyMongoError
 from pymongo.write_concern import WriteConcern
 
-from .._common import store_errors
+from .._common import as_utc, store_errors
 from ..errors import StoreConfigError
 from ..urls import check_host_and_port, mask_url, pop_query_options, scrub
 from .base import (
@@ -302,8 +302,7 @@ def _insert_only(name: str) -> list[Document]:
     return [{"$replaceWith": {"$cond": [{"$eq": [{"$type": "$token"}, "missing"]}, fresh, "$$ROOT"]}}]
 
 
-def _aware(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+_aware = as_utc  # the server's datetimes (naive ones are UTC) as aware UTC
 
 
 # The document's fields are LockState's, by name ("name" is the _id).

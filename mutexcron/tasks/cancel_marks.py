@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .._options import positive_duration
 from ..errors import StoreConfigError
 from ..plugins import build_from_url, schemes
-from ..urls import mask_url, shown
+from ..urls import seconds_option, shown
 from .model import NewTask, TaskInfo, TaskStatus, stored_payload
 
 __all__ = [
@@ -157,6 +157,11 @@ class TaskRecordStore(ABC):
     def load_result(self, task_id: str) -> str | None:
         """The text :meth:`store_result` kept for the task, or None (none kept, or the record is gone)."""
 
+    def eviction_policy(self) -> str | None:
+        """The server's policy for dropping keys when its memory is full (Redis's ``maxmemory-policy``), or None
+        for a store that never evicts (or may not say): what ``check --deploy`` warns about (W003)."""
+        return None
+
     def close(self) -> None:  # noqa: B027 - optional
         """Release connections."""
 
@@ -173,12 +178,7 @@ def retention_option(url: str, options: dict[str, str]) -> timedelta:
     """A cancel store URL's ``?retention=<seconds>`` (how long finished records are kept), or the default."""
     if "retention" not in options:
         return DEFAULT_RETENTION
-    try:
-        return timedelta(seconds=float(options["retention"]))
-    except (ValueError, OverflowError):
-        raise StoreConfigError(
-            f"cancel store URL {mask_url(url)!r}: retention={options['retention']!r} is not a number of seconds"
-        ) from None
+    return seconds_option(url, "retention", options["retention"], what="cancel store")
 
 
 if TYPE_CHECKING:

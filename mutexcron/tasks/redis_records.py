@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .._common import clip_error, duration_ms, epoch_ms, ms_to_datetime
-from .._redis import AnyRedis, RedisClient, eviction_policy
+from .._redis import AnyRedis, RedisClient
 from .._redis import text as _text
 from ..redis_cluster import run_batch
 from ..redis_urls import client_from_url
@@ -27,9 +27,9 @@ from .cancel_marks import (
     check_retention,
     retention_option,
 )
-from .model import NewTask, TaskStatus
+from .model import NewTask, TaskStatus, stored_status
 
-__all__ = ["RedisCancelMarks", "RedisResultField"]
+__all__ = ["RedisCancelMarks", "RedisResultField", "record_from_hash"]
 
 # -- Redis ------------------------------------------------------------------------------------------
 
@@ -115,6 +115,26 @@ return 1
 """
 
 
+_EPOCH = datetime.fromtimestamp(0, UTC)  # the due time of a hash without one (written by hand)
+
+
+def record_from_hash(task_id: str, data: Mapping[str, str]) -> TaskRecord:
+    """A task's Redis hash (a record here, a task of the Redis task backend: the same fields) as a TaskRecord.
+    Read leniently, so a hash written by hand never raises: a missing field takes its default, an unknown status
+    reads UNKNOWN."""
+    return TaskRecord(
+        id=task_id,
+        task_type=data.get("type", ""),
+        payload=data.get("payload", ""),
+        run_at=ms_to_datetime(data.get("run_at")) or _EPOCH,
+        status=stored_status(data.get("status")),
+        attempts=int(data.get("attempts") or 0),
+        gen=int(data.get("gen") or 1),
+        error=data.get("error") or None,
+        trace_context=data.get("trace_context") or None,
+    )
+
+
 class RedisResultField:
     """The result slot of a record kept as a Redis hash: one field, written only while the hash exists.
     Redis errors become StoreUnavailable through its owner's ``errors`` context."""
@@ -183,19 +203,7 @@ class RedisCancelMarks(RedisClient, TaskRecordStore):
 
     def get(self, task_id: str) -> TaskRecord | None:
         data = self.read_hash(self.key(task_id))
-        if not data:
-            return None
-        return TaskRecord(
-            id=task_id,
-            task_type=data.get("type", ""),
-            payload=data.get("payload", ""),
-            run_at=ms_to_datetime(data.get("run_at")) or datetime.fromtimestamp(0, UTC),
-            status=TaskStatus(data.get("status", "unknown")),
-            attempts=int(data.get("attempts") or 0),
-            gen=int(data.get("gen") or 1),
-            error=data.get("error") or None,
-            trace_context=data.get("trace_context") or None,
-        )
+        return record_from_hash(task_id, data) if data else None
 
     def cancel(self, task_id: str) -> bool:
         with self.errors():
@@ -233,12 +241,3 @@ class RedisCancelMarks(RedisClient, TaskRecordStore):
 
     def load_result(self, task_id: str) -> str | None:
         return self._results.load(self.key(task_id))
-
-    def eviction_policy(self) -> str | None:
-        """The server's ``maxmemory-policy`` (None if CONFIG is not allowed). Records of scheduled (and failed)
-        tasks have no TTL until their message comes: an ``allkeys-*`` policy may evict one, and the message is
-        then dead-lettered unrun (a missing record never runs) and its status lost. A ``volatile-*`` policy
-        evicts only records whose message already came (they carry the retention as TTL): their status goes
-        early, and a redelivered message of a running one is dead-lettered, not retried."""
-        with self.errors():
-            return eviction_policy(self.client)

@@ -23,7 +23,6 @@ from mutexcron.errors import MutexcronError
 
 from ..conf import get_settings
 from ..models import ScheduledTask
-from ..tasks_backend import DjangoTaskBackend
 from .display import (
     ModelAdmin,
     WrittenByMutexcron,
@@ -47,9 +46,7 @@ def _task_backend_alias() -> str | None:
         if scheme.lower() != "django":
             return None
         return rest.strip("/") or router.db_for_read(ScheduledTask)
-    if isinstance(backend, DjangoTaskBackend):  # an object of this app's own SQL backend, whose table this is
-        return backend.using
-    return None
+    return backend.database_alias  # a backend object says where its tasks table is, if it has one
 
 
 _TIMES = ("run_at", "due", "visible_until", "created_at", "updated_at", "started_at", "finished_at")

@@ -250,5 +250,5 @@ def test_a_redis_with_noeviction_gives_no_w003(redis_url: str) -> None:
 def test_eviction_policy_is_none_and_w003_silent_where_config_is_not_allowed() -> None:
     with PrivateRedis("--maxmemory-policy", "allkeys-lru", "--rename-command", "CONFIG", "") as url:
         with store_from_url(url) as store:
-            assert store.eviction_policy() is None  # type: ignore[attr-defined]
+            assert store.eviction_policy() is None
         assert w003(STORE=url) == []

@@ -4,7 +4,8 @@ A backend implements :class:`TaskBackend` and hands due tasks to workers as :cla
 backend, which cannot look a task up, keeps its records in a :class:`TaskRecordStore`. The claiming helpers
 (:class:`ClaimingConsumer`, :class:`ClaimedDelivery`, :class:`ClaimHeartbeat`, ...) serve backends that claim due
 tasks with a visibility deadline (Redis, SQL). The backends themselves (``redis``, ``rabbitmq``) are submodules,
-imported only when used, so their client libraries are needed only then. Users import from :mod:`mutexcron.tasks`.
+imported only when used, so their client libraries are needed only then. Users import from :mod:`mutexcron.tasks`;
+the helpers every kind of backend shares (client errors, clipped tracebacks, times) are in :mod:`mutexcron.backends`.
 """
 
 from ..cancel_marks import Claim, TaskRecord, TaskRecordStore, Verdict, cancel_marks_from_url

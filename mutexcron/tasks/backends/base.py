@@ -18,11 +18,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, Generic, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar, cast
 
 from ...errors import StoreUnavailable
 from ..handlers import validate_task_type
 from ..model import NewTask, TaskInfo, TaskStatus, UnknownTaskType
+
+if TYPE_CHECKING:
+    from ..cancel_marks import TaskRecordStore
 
 __all__ = ["ClaimHeartbeat", "ClaimedDelivery", "ClaimingBackend", "ClaimingConsumer", "ConsumeRequest", "Delivery",
            "RunningConsumers", "TaskBackend", "consumed_types", "run_batch", "warn_stale_settle"]
@@ -71,6 +74,12 @@ class TaskBackend(ABC):
     # True for a backend whose workers refresh the application's database connections around each task
     # themselves (the Django SQL backend), so the framework integration need not wrap handlers for it.
     manages_connections: ClassVar[bool] = False
+    # True for a backend whose broker cannot look a waiting message up (RabbitMQ): its from_url() needs a
+    # ``cancel_store`` (a TaskRecordStore) for the task records, so the settings require one for its scheme.
+    needs_record_store: ClassVar[bool] = False
+    # The application database (a Django alias) whose mutexcron tables hold this backend's tasks, or None
+    # (another server): which rows the framework's admin pages show and may act on, without isinstance.
+    database_alias: str | None = None
 
     @abstractmethod
     def enqueue(self, tasks: Sequence[NewTask]) -> None:
@@ -137,6 +146,17 @@ class TaskBackend(ABC):
     @abstractmethod
     def deliver(self, request: ConsumeRequest) -> None:
         """What :meth:`consume` does, once its arguments are checked: each backend's own way of delivering."""
+
+    @property
+    def record_store(self) -> TaskRecordStore | None:
+        """The store that keeps this backend's task records beside its broker (the ``cancel_store``), or None
+        for a backend that keeps its own: what ``check --deploy`` inspects as "the task cancel store"."""
+        return None
+
+    def eviction_policy(self) -> str | None:
+        """The server's policy for dropping keys when its memory is full (Redis's ``maxmemory-policy``), or None
+        for a backend that never evicts (or may not say): what ``check --deploy`` warns about (W003)."""
+        return None
 
     def wake(self) -> None:  # noqa: B027 - backends whose consume() can block for long override it
         """Make a consume() that is waiting (in this process) look again now: after ``stop`` was set."""

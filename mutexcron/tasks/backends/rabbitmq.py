@@ -46,6 +46,8 @@ class RabbitMQTaskBackend(BrokerConnection, TaskBackend):
     call is a :class:`~.rabbitmq_consumer.TaskConsumer`.
     """
 
+    needs_record_store = True  # the broker cannot look a waiting message up: from_url() takes a cancel_store
+
     def __init__(
         self,
         parameters: pika.ConnectionParameters | pika.URLParameters,
@@ -62,6 +64,11 @@ class RabbitMQTaskBackend(BrokerConnection, TaskBackend):
         self.heartbeat = heartbeat
         self._links: set[ConsumerLink] = set()
         self._links_lock = threading.Lock()
+
+    @property
+    def record_store(self) -> TaskRecordStore:
+        """``marks``, the store of this backend's task records (see :attr:`TaskBackend.record_store`)."""
+        return self.marks
 
     @classmethod
     def from_url(cls, url: str, *, cancel_store: str | TaskRecordStore | None = None) -> RabbitMQTaskBackend:

@@ -13,21 +13,22 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 from redis.crc import key_slot
 
 from ..._common import clip_error, duration_ms, epoch_ms, ms_to_datetime
 from ..._options import positive_duration
-from ..._redis import AnyRedis, RedisClient, eviction_policy
+from ..._redis import AnyRedis, RedisClient
 from ..._redis import text as _text
 from ...errors import StoreConfigError, StoreUnavailable
 from ...redis_cluster import ScriptCall, queue_script, run_batch
 from ...redis_urls import client_from_url, is_cluster
 from ...urls import shown
-from ..model import NewTask, TaskInfo, decode_trace_context, stored_payload, stored_status
-from ..redis_records import RedisResultField
+from ..model import NewTask, TaskInfo, decode_trace_context, stored_payload
+from ..redis_records import RedisResultField, record_from_hash
 from . import redis_lua as lua
 from .base import ClaimingBackend, ConsumeRequest
 from .redis_consumer import RedisConsumer, RedisDelivery
@@ -174,10 +175,15 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
         for task in tasks:
             self._remember(task.id, task.task_type)
 
-    def cancel(self, task_id: str) -> bool:
+    def _known_type(self, task_id: object) -> str | None:
+        """The type of task ``task_id`` (see :meth:`type_of`), or None: no such task, or not an id at all (only a
+        non-empty string is one). What cancel, info, retry and the results look up first."""
         if not isinstance(task_id, str) or not task_id:
-            return False
-        task_type = self.type_of(task_id)
+            return None
+        return self.type_of(task_id)
+
+    def cancel(self, task_id: str) -> bool:
+        task_type = self._known_type(task_id)
         if task_type is None:
             return False
         with self.errors():
@@ -185,28 +191,15 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
                                      args=[task_id, duration_ms(self.retention)]))
 
     def info(self, task_id: str) -> TaskInfo | None:
-        if not isinstance(task_id, str) or not task_id:
-            return None
-        task_type = self.type_of(task_id)
-        if task_type is None:
-            return None
-        data = self.read_hash(self.task_key(task_type, task_id))
+        task_type = self._known_type(task_id)
+        data = {} if task_type is None else self.read_hash(self.task_key(task_type, task_id))
         if not data:
             return None
-        return TaskInfo(
-            id=task_id,
-            task_type=data.get("type", ""),
-            payload=stored_payload(data.get("payload", "null")),
-            run_at=ms_to_datetime(data.get("run_at")) or datetime.fromtimestamp(0, UTC),
-            status=stored_status(data.get("status")),
-            attempts=int(data.get("attempts") or 0),
-            error=data.get("error") or None,
-        )
+        # A task's payload field is JSON text, read as such even when empty (a record's empty one reads None).
+        return replace(record_from_hash(task_id, data).info(), payload=stored_payload(data.get("payload", "null")))
 
     def retry(self, task_id: str) -> bool:
-        if not isinstance(task_id, str) or not task_id:
-            return False
-        task_type = self.type_of(task_id)
+        task_type = self._known_type(task_id)
         if task_type is None:
             return False
         keys = [self.task_key(task_type, task_id), self.failed_key(task_type), self.due_key(task_type)]
@@ -230,11 +223,11 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
 
     def store_result(self, task_id: str, text: str) -> bool:
         """A field of the task's hash: it expires with the task, and a retry keeps it."""
-        task_type = self.type_of(task_id)
+        task_type = self._known_type(task_id)
         return task_type is not None and self._results.store(self.task_key(task_type, task_id), text)
 
     def load_result(self, task_id: str) -> str | None:
-        task_type = self.type_of(task_id)
+        task_type = self._known_type(task_id)
         return None if task_type is None else self._results.load(self.task_key(task_type, task_id))
 
     def failed(self, limit: int = 100) -> list[str]:
@@ -266,11 +259,6 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
             logger.warning("Redis task backend %s: tasks wait in the first key layout (%s); this version's workers "
                            "do not see them: run python -m mutexcron.tasks.backends.redis_migrate with this "
                            "backend's URL (docs/redis-tasks.md)", self._display, ", ".join(found))
-
-    def eviction_policy(self) -> str | None:
-        """The server's ``maxmemory-policy`` (None if CONFIG is not allowed): an ``allkeys-*`` one may evict tasks."""
-        with self.errors():
-            return eviction_policy(self.client)
 
     # -- the claim protocol: what a worker's consumer, deliveries and heartbeat call -----------------
     # Each settling call is fenced by the claim's token; False: the claim expired and the task moved on.
