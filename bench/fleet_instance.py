@@ -33,7 +33,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
@@ -46,7 +46,8 @@ if str(ROOT) not in sys.path:
 
 from bench.fleet_support import COUNTS, count_redis_round_trips, stats_line  # noqa: E402
 from mutexcron._signals import SignalFlag  # noqa: E402
-from mutexcron.stores import Acquisition, LockState, LockStore, store_from_url  # noqa: E402
+from mutexcron.errors import StoreUnavailable  # noqa: E402
+from mutexcron.stores import AcquireRequest, Acquisition, LockState, LockStore, store_from_url  # noqa: E402
 
 JOB_PREFIX = "bench.j"
 HOLDER = re.compile(r"lock held by (\S+)")
@@ -112,6 +113,31 @@ class CountingStore(LockStore):
             out.line("A", job, fire, result.status.value, result.token if result.token is not None else "-",
                      f"{time.time():.6f}", result.holder or "-")
         return result
+
+    @property  # type: ignore[misc]
+    def batches_acquires(self) -> bool:  # type: ignore[override]
+        return self.inner.batches_acquires
+
+    def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[Acquisition | StoreUnavailable]:
+        """The inner store's acquire_many (one round trip on Redis), each request counted and traced as an acquire."""
+        self._count("acquire_many")
+        traced = []
+        for request in requests:
+            COUNTS.add("calls.acquire")
+            if self._out is not None and request.fire_time is not None and request.name.startswith(JOB_PREFIX):
+                job, fire = int(request.name[len(JOB_PREFIX):]), request.fire_time.timestamp()
+                self._out.line("F", job, fire, f"{time.time():.6f}")
+                traced.append((job, fire))
+            else:
+                traced.append(None)
+        results = self.inner.acquire_many(requests)
+        if self._out is not None:
+            done = f"{time.time():.6f}"
+            for where, result in zip(traced, results, strict=True):
+                if where is not None and isinstance(result, Acquisition):
+                    self._out.line("A", *where, result.status.value,
+                                   result.token if result.token is not None else "-", done, result.holder or "-")
+        return results
 
     def renew(self, name: str, *, token: int, lease: timedelta) -> bool:
         self._count("renew")

@@ -4,10 +4,11 @@ release, tell the listeners. The scheduler decides *when*; this decides *whether
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 from .errors import StoreUnavailable
@@ -17,12 +18,13 @@ from .listeners import Listeners
 from .records import JobContext, Outcome, RunRecord
 from .registry import Job
 from .schedules import Schedules
-from .stores import AcquireStatus, Acquisition, LockStore
+from .stores import AcquireRequest, AcquireStatus, Acquisition, LockStore
 from .telemetry import Telemetry
 
 __all__ = ["Runs"]
 
 logger = logging.getLogger("mutexcron.scheduler")
+HandOff = Callable[[Callable[[], None]], bool]  # run a call in a worker thread; False once none takes calls
 _ONE_MICROSECOND = timedelta(microseconds=1)
 
 
@@ -44,16 +46,72 @@ class Runs:
                  catch_up: bool = False) -> RunRecord | None:
         """Acquire, run, release, notify; None for a lock won after shutdown began (released unrun)."""
         started_at = _utc_now()
+        try:
+            acquisition: Acquisition | StoreUnavailable = self._acquire(
+                life, job, None if manual else fire_time, version, patient=catch_up)
+        except StoreUnavailable as error:
+            acquisition = error
+        return self._decided(life, job, fire_time, acquisition, started_at, manual=manual, version=version,
+                             catch_up=catch_up)
+
+    def execute_many(self, life: Generation, fires: Sequence[tuple[Job, datetime, int | None, Callable[[], None]]],
+                     hand_off: HandOff) -> None:
+        """Scheduled fires due together, (job, fire time, schedule version, ``done``): their locks asked for with one
+        :meth:`LockStore.acquire_many` (one round trip on a store that batches). A body to run, or a busy lock's
+        patience, is handed off to a worker thread (bodies first); the skips are recorded here. Each fire's
+        ``done()`` is called once it is over."""
+        started_at = _utc_now()
+        owner = self.instance_id()
+        try:
+            results = self.store.acquire_many([AcquireRequest(job.name, owner, job.lease, fire_time, version)
+                                               for job, fire_time, version, _ in fires])
+        except StoreUnavailable as error:  # a store's acquire_many answers per fire; this is belt and braces
+            results = [error] * len(fires)
+        inline = []
+        for (job, fire_time, version, done), result in zip(fires, results, strict=True):
+            waits = (isinstance(result, Acquisition) and result.status is AcquireStatus.BUSY
+                     and self._patience(job, fire_time) is not None)
+            if isinstance(result, Acquisition) and (result.acquired or waits):
+                if hand_off(functools.partial(self._handed_off, life, job, fire_time, version, result, started_at,
+                                              done)):
+                    continue
+                if result.acquired:  # no worker takes calls any more: shutdown closed the pool
+                    assert result.token is not None
+                    self._release_unrun(life, job, JobContext(job.name, fire_time, owner, result.token))
+                done()
+                continue
+            inline.append((job, fire_time, version, done, result))
+        for job, fire_time, version, done, result in inline:
+            try:
+                self._decided(life, job, fire_time, result, started_at, manual=False, version=version)
+            finally:
+                done()
+
+    def _handed_off(self, life: Generation, job: Job, fire_time: datetime, version: int | None,
+                    acquisition: Acquisition, started_at: datetime, done: Callable[[], None]) -> None:
+        """A fire of :meth:`execute_many`, in a worker thread: wait out a busy lock if it may, then carry on."""
+        try:
+            try:
+                decided: Acquisition | StoreUnavailable = self._wait_out_busy(life, job, fire_time, version,
+                                                                              acquisition)
+            except StoreUnavailable as error:
+                decided = error
+            self._decided(life, job, fire_time, decided, started_at, manual=False, version=version)
+        finally:
+            done()
+
+    def _decided(self, life: Generation, job: Job, fire_time: datetime, acquisition: Acquisition | StoreUnavailable,
+                 started_at: datetime, *, manual: bool, version: int | None, catch_up: bool = False
+                 ) -> RunRecord | None:
+        """What the store answered (or that it could not be asked): skip and record why, or run the body."""
 
         def skipped(outcome: Outcome, why: str) -> RunRecord:
             return self._finish(RunRecord(job.name, fire_time, self.instance_id(), outcome, started_at, _utc_now(),
                                           error=why, manual=manual, catch_up=catch_up))
 
-        try:
-            acquisition = self._acquire(life, job, None if manual else fire_time, version, patient=catch_up)
-        except StoreUnavailable as error:
-            self.health.failed(error)
-            return skipped(Outcome.SKIPPED_STORE_ERROR, str(error))
+        if isinstance(acquisition, StoreUnavailable):
+            self.health.failed(acquisition)
+            return skipped(Outcome.SKIPPED_STORE_ERROR, str(acquisition))
         self.health.ok()
         status = acquisition.status
         if status is AcquireStatus.PAUSED:
@@ -95,23 +153,28 @@ class Runs:
 
     def _acquire(self, life: Generation, job: Job, fire_time: datetime | None, version: int | None, *,
                  patient: bool = False) -> Acquisition:
-        def acquire() -> Acquisition:
-            return self.store.acquire(job.name, owner=self.instance_id(), lease=job.lease, fire_time=fire_time,
-                                      schedule_version=version)
+        acquisition = self.store.acquire(job.name, owner=self.instance_id(), lease=job.lease, fire_time=fire_time,
+                                         schedule_version=version)
+        return self._wait_out_busy(life, job, fire_time, version, acquisition, patient=patient)
 
-        acquisition = acquire()
-        if acquisition.status is not AcquireStatus.BUSY:
-            return acquisition
+    def _patience(self, job: Job, fire_time: datetime | None, patient: bool = False) -> timedelta | None:
+        """How long a fire refused as BUSY keeps asking; None: it gives up at once."""
         if job.on_busy == "wait" or patient:
             # By then a live holder has released it or died. A catch-up waits too: giving up on a missed
             # tick while another instance still runs an older one could let a later tick overtake it.
-            patience = job.lease
-        elif fire_time is not None:
+            return job.lease
+        if fire_time is not None:
             # BUSY means an earlier run holds the lock (a later one would be ALREADY_RAN). It may be just
             # finishing, e.g. an old tick run late by an instance whose clock is slow: give it busy_grace
             # rather than lose this tick to it.
-            patience = self.busy_grace
-        else:
+            return self.busy_grace
+        return None
+
+    def _wait_out_busy(self, life: Generation, job: Job, fire_time: datetime | None, version: int | None,
+                       acquisition: Acquisition, *, patient: bool = False) -> Acquisition:
+        """Ask again, backing off, while the lock is BUSY and the fire's patience lasts (or shutdown begins)."""
+        patience = self._patience(job, fire_time, patient)
+        if acquisition.status is not AcquireStatus.BUSY or patience is None:
             return acquisition
         deadline = time.monotonic() + patience.total_seconds()
         pause = 0.02
@@ -119,7 +182,8 @@ class Runs:
             if life.closing.wait(min(pause, max(0.0, deadline - time.monotonic()))):
                 break
             pause = min(pause * 2, 1.0)
-            acquisition = acquire()
+            acquisition = self.store.acquire(job.name, owner=self.instance_id(), lease=job.lease,
+                                             fire_time=fire_time, schedule_version=version)
         return acquisition
 
     def _run_body(self, life: Generation, job: Job, ctx: JobContext, started_at: datetime,

@@ -19,6 +19,7 @@ from .alerts import Alerts
 from .catchup import CatchUps
 from .checkup import DEFAULT_MISFIRE_GRACE_TIME
 from .errors import LockBusy, SchedulerConfigError, StoreUnavailable
+from .fire_batch import batched_fires, fire_together
 from .health import StoreHealth
 from .heartbeats import Heartbeats
 from .lifecycle import Generation
@@ -142,7 +143,11 @@ class Scheduler:
         aps = BackgroundScheduler(
             timezone=UTC,
             executors={"default": LockingExecutor(functools.partial(self._fire, life),
-                                                  life.start_pool(self.max_workers), self._jitter_of)},
+                                                  life.start_pool(self.max_workers), self._jitter_of,
+                                                  fire_many=functools.partial(
+                                                      fire_together, life, enter=functools.partial(self._enter, life),
+                                                      runs=self._runs, fire_context=self.fire_context),
+                                                  batched=batched_fires(self.store, self.registry))},
             # The store decides who runs; locally every fire is handed over, and coalesced if late.
             job_defaults={"coalesce": True, "max_instances": 10_000, "misfire_grace_time": None},
         )
@@ -283,20 +288,10 @@ class Scheduler:
     def _fire(self, life: Generation, name: str, run_time: datetime, version: int | None, due: datetime) -> None:
         """Called in a worker thread when a job's trigger fires on this instance (``due`` is ``run_time``
         plus the tick's jitter)."""
-        fire_time = (run_time + self.clock_skew).astimezone(UTC)
-        late = _utc_now() - due
-        if late > self.misfire_grace_time:
-            logger.warning("job %r: fire %s missed by %s (misfire_grace_time %s); not run", name,
-                           fire_time.isoformat(), late, self.misfire_grace_time)
+        entered = self._enter(life, name, run_time, due)
+        if entered is None:
             return
-        try:
-            job = self.registry.get(name)
-        except KeyError:
-            logger.warning("job %r fired but is no longer declared", name)
-            return
-        if not life.enter():
-            logger.debug("job %r: fire %s dropped: the scheduler is shutting down", name, fire_time.isoformat())
-            return
+        job, fire_time = entered
         try:
             with self.fire_context():
                 if job.catch_up != "skip":
@@ -304,6 +299,25 @@ class Scheduler:
                 self._runs.execute(life, job, fire_time, manual=False, version=version)
         finally:
             life.leave()
+
+    def _enter(self, life: Generation, name: str, run_time: datetime, due: datetime) -> tuple[Job, datetime] | None:
+        """The job and nominal fire time of a fire that goes ahead (counted in flight: ``life.leave()`` after it),
+        or None: missed by more than the misfire grace, no longer declared, or the scheduler is shutting down."""
+        fire_time = (run_time + self.clock_skew).astimezone(UTC)
+        late = _utc_now() - due
+        if late > self.misfire_grace_time:
+            logger.warning("job %r: fire %s missed by %s (misfire_grace_time %s); not run", name,
+                           fire_time.isoformat(), late, self.misfire_grace_time)
+            return None
+        try:
+            job = self.registry.get(name)
+        except KeyError:
+            logger.warning("job %r fired but is no longer declared", name)
+            return None
+        if not life.enter():
+            logger.debug("job %r: fire %s dropped: the scheduler is shutting down", name, fire_time.isoformat())
+            return None
+        return job, fire_time
 
     # -- the store's schedules, and catching up missed ticks -------------------------------------------
 

@@ -11,6 +11,8 @@ from apscheduler.executors.base import BaseExecutor
 from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.date import DateTrigger
 
+from .fire_batch import FireBatch, FireMany
+
 if TYPE_CHECKING:
     from .lifecycle import WorkerPool
 
@@ -63,11 +65,14 @@ class LockingExecutor(BaseExecutor):
     says to run later (jitter) becomes a one-off date job of the same scheduler, so no thread waits for it.
     """
 
-    def __init__(self, fire: Fire, pool: WorkerPool, delay: Callable[[str, datetime], timedelta]) -> None:
+    def __init__(self, fire: Fire, pool: WorkerPool, delay: Callable[[str, datetime], timedelta], *,
+                 fire_many: FireMany | None = None, batched: Callable[[str], bool] = lambda name: False) -> None:
         super().__init__()
         self._fire = fire
         self._pool = pool
         self._delay = delay
+        self._batched = batched
+        self._batch = FireBatch(pool, fire_many) if fire_many is not None else None
 
     def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
         due = run_times[-1]
@@ -83,6 +88,10 @@ class LockingExecutor(BaseExecutor):
                 self._run_job_success(job.id, [])
                 return
 
+        if self._batch is not None and self._batched(name):
+            self._batch.add((name, run_time, version, due), lambda: self._run_job_success(job.id, []))
+            return
+
         def run() -> None:
             try:
                 self._fire(name, run_time, version, due)
@@ -94,3 +103,4 @@ class LockingExecutor(BaseExecutor):
 
     def shutdown(self, wait: bool = True) -> None:
         """Nothing to do: the scheduler's Generation closes the pool and joins it within its deadline."""
+

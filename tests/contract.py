@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 from mutexcron.stores import AcquireStatus, LockStore
 from tests.alert_contract import AlertsContract
+from tests.batch_contract import AcquireManyContract
 from tests.control_contract import FleetControlContract
 from tests.support import wait_until
 
@@ -20,7 +21,7 @@ FIRE_1 = datetime(2026, 1, 1, 6, 0, 0, tzinfo=UTC)
 FIRE_2 = FIRE_1 + timedelta(days=1)
 
 
-class LockStoreContract(FleetControlContract, AlertsContract):
+class LockStoreContract(FleetControlContract, AlertsContract, AcquireManyContract):
     """Behaviour shared by every LockStore (memory, Redis, MongoDB, Django ORM)."""
 
     store: LockStore  # set by the subclass's autouse fixture

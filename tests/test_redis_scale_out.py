@@ -125,6 +125,8 @@ def test_cluster_and_sentinel_urls_never_show_the_password(secret: SecretURL, ca
     ("redis+cluster://:S3cret@127.0.0.1:7000?wait_replicas=one", "wait_replicas must be a whole number"),
     ("redis+sentinel://:S3cret@127.0.0.1/svc?wait_timeout=-5", "wait_timeout must be a whole number"),
     ("redis://:S3cret@127.0.0.1?wait_timeout=0", "wait_timeout must be a positive"),
+    ("redis+sentinel://:S3cret@127.0.0.1/svc?wait_timeout=" + "9" * 5000, "wait_timeout must be a whole number"),
+    ("redis://:S3cret@127.0.0.1?wait_replicas=" + "1" * 10, "wait_replicas must be a whole number, at most"),
 ])
 def test_malformed_cluster_and_sentinel_urls_get_a_clear_error(url: str, message: str) -> None:
     with pytest.raises(StoreConfigError, match=message) as raised:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import StoreConfigError
 from ..plugins import build_from_url, import_class, schemes
 from ..urls import shown
-from .base import AcquireStatus, Acquisition, LockState, LockStore
+from .base import AcquireRequest, AcquireStatus, Acquisition, LockState, LockStore
 from .memory import MemoryLockStore
 
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SCHEMES",
+    "AcquireRequest",
     "AcquireStatus",
     "Acquisition",
     "LockState",

@@ -9,15 +9,17 @@ what operators set at run time: a pause and a schedule override with its version
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import ClassVar
 
 from .._common import duration_ms, epoch_ms, ms_to_datetime
+from ..errors import StoreUnavailable
 
-__all__ = ["MAX_ERROR_LINE", "MAX_INCIDENT", "OUTCOMES", "AcquireStatus", "Acquisition", "LockState", "LockStore",
-           "check_incident", "check_outcome", "datetime_to_ms", "duration_ms", "ms_to_datetime"]
+__all__ = ["MAX_ERROR_LINE", "MAX_INCIDENT", "OUTCOMES", "AcquireRequest", "AcquireStatus", "Acquisition", "LockState",
+           "LockStore", "check_incident", "check_outcome", "datetime_to_ms", "duration_ms", "ms_to_datetime"]
 
 datetime_to_ms = epoch_ms  # the stores' name for it (Redis keeps times as epoch milliseconds)
 
@@ -92,9 +94,24 @@ class Acquisition:
         return self.status is AcquireStatus.ACQUIRED
 
 
+@dataclass(frozen=True)
+class AcquireRequest:
+    """The arguments of one :meth:`LockStore.acquire`, for :meth:`LockStore.acquire_many`."""
+
+    name: str
+    owner: str
+    lease: timedelta
+    fire_time: datetime | None
+    schedule_version: int | None = None
+
+
 class LockStore(ABC):
     """A place where job locks live. Every method raises :class:`~mutexcron.errors.StoreUnavailable`
     when the store cannot be reached, so callers can fail closed."""
+
+    # The application database (a Django alias) whose tables hold this store's locks, or None (another server):
+    # where a framework seeds lock rows after its migrations and runs its database checks, without isinstance.
+    database_alias: str | None = None
 
     @abstractmethod
     def seed(self, names: Iterable[str]) -> int:
@@ -111,6 +128,23 @@ class LockStore(ABC):
         Refused, in this order: PAUSED while :meth:`LockState.is_paused` on the store's clock (any run);
         STALE_SCHEDULE when ``schedule_version`` is given with a ``fire_time`` and differs from the
         document's; then ALREADY_RAN and BUSY as above. A refusal changes nothing."""
+
+    # True: acquire_many() asks for all its locks in one round trip (the scheduler then asks for the locks of the
+    # jobs due at one instant together); False: it asks one by one, and the scheduler asks in parallel threads.
+    batches_acquires: ClassVar[bool] = False
+
+    def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[Acquisition | StoreUnavailable]:
+        """Each request as :meth:`acquire` would answer it, in order: each atomic on its own (not all or none),
+        and a request the store could not be asked for is its StoreUnavailable (never raised: what was taken
+        before the error must reach its caller). This default asks one by one."""
+        answers: list[Acquisition | StoreUnavailable] = []
+        for request in requests:
+            try:
+                answers.append(self.acquire(request.name, owner=request.owner, lease=request.lease,
+                                            fire_time=request.fire_time, schedule_version=request.schedule_version))
+            except StoreUnavailable as error:
+                answers.append(error)
+        return answers
 
     @abstractmethod
     def renew(self, name: str, *, token: int, lease: timedelta) -> bool:
@@ -181,6 +215,11 @@ class LockStore(ABC):
     def ping(self) -> None:
         """Raise StoreUnavailable if the store cannot be reached."""
         self.now()
+
+    def eviction_policy(self) -> str | None:
+        """The server's policy for dropping keys when its memory is full (Redis's ``maxmemory-policy``), or None
+        for a store that never evicts (or may not say): what ``check --deploy`` warns about (W003)."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook; most stores hold a client pool
         """Release connections."""

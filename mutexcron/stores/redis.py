@@ -9,20 +9,21 @@ with ``wait_replicas`` an acquire counts only once that many replicas confirmed 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from redis.commands.core import Script
 
 from .._options import positive_duration
-from .._redis import AnyRedis, RedisClient, eviction_policy, glob_escape
+from .._redis import AnyRedis, RedisClient, glob_escape
 from .._redis import text as _text
 from ..errors import ReplicationUnconfirmed, StoreConfigError, StoreUnavailable
 from ..redis_cluster import run_batch, scan_keys, write_then_wait
 from ..redis_urls import client_from_url
 from ..urls import mask_url
 from .base import (
+    AcquireRequest,
     AcquireStatus,
     Acquisition,
     LockState,
@@ -169,6 +170,23 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
+def _acquire_args(request: AcquireRequest) -> list[str | int]:
+    """ARGV of the acquire script: name, owner, lease (ms), fire time (ms, '' for a manual run), version ('')."""
+    fire_ms = "" if request.fire_time is None else str(datetime_to_ms(request.fire_time))
+    version = "" if request.schedule_version is None else str(request.schedule_version)
+    return [request.name, request.owner, duration_ms(request.lease), fire_ms, version]
+
+
+def _acquisition(status: Any, detail: Any) -> Acquisition:
+    """The acquire script's reply {status, token or holder or version} as an Acquisition."""
+    status, detail = _text(status), _text(detail)
+    if status == "acquired":
+        return Acquisition(AcquireStatus.ACQUIRED, token=int(detail))
+    if status == "stale_schedule":
+        return Acquisition(AcquireStatus.STALE_SCHEDULE, schedule_version=int(detail))
+    return Acquisition(AcquireStatus(status), holder=detail or None)
+
+
 class RedisLockStore(RedisClient, LockStore):
     """Lock hashes at ``<prefix>{<job name>}``; the braces make the name the Redis Cluster hash tag."""
 
@@ -202,10 +220,10 @@ class RedisLockStore(RedisClient, LockStore):
         waits: dict[str, Any] = {}
         for name, value in options.items():
             if name in ("wait_replicas", "wait_timeout"):
-                if not value.isdigit():
+                if not value.isdigit() or len(value) > 9:  # at most 999,999,999 (replicas; ms: 11 days)
                     client.close()
                     raise StoreConfigError(f"Redis store URL {mask_url(cleaned)!r}: {name} must be a whole number, "
-                                           f"not {value!r}")
+                                           f"at most 999999999, not {value[:20]!r}")
                 waits[name] = int(value) if name == "wait_replicas" else timedelta(milliseconds=int(value))
         return cls(client, prefix=options.get("prefix", DEFAULT_PREFIX), url=cleaned, **waits)
 
@@ -222,22 +240,29 @@ class RedisLockStore(RedisClient, LockStore):
 
     def acquire(self, name: str, *, owner: str, lease: timedelta, fire_time: datetime | None,
                 schedule_version: int | None = None) -> Acquisition:
-        fire_ms = "" if fire_time is None else str(datetime_to_ms(fire_time))
-        version = "" if schedule_version is None else str(schedule_version)
-        args: list[str | int] = [name, owner, duration_ms(lease), fire_ms, version]
+        args = _acquire_args(AcquireRequest(name, owner, lease, fire_time, schedule_version))
         if self.wait_replicas:
             (status, detail), confirmed = self._call(write_then_wait, self.client, self._acquire, [self.key(name)],
                                                      args, self.wait_replicas, duration_ms(self.wait_timeout))
         else:
             (status, detail), confirmed = self._call(self._acquire, keys=[self.key(name)], args=args), 0
-        status, detail = _text(status), _text(detail)
-        if status == "acquired" and confirmed < self.wait_replicas:
-            self._unconfirmed(name, int(detail), confirmed)
-        if status == "acquired":
-            return Acquisition(AcquireStatus.ACQUIRED, token=int(detail))
-        if status == "stale_schedule":
-            return Acquisition(AcquireStatus.STALE_SCHEDULE, schedule_version=int(detail))
-        return Acquisition(AcquireStatus(status), holder=detail or None)
+        if _text(status) == "acquired" and confirmed < self.wait_replicas:
+            self._unconfirmed(name, int(_text(detail)), confirmed)
+        return _acquisition(status, detail)
+
+    batches_acquires = True
+
+    def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[Acquisition | StoreUnavailable]:
+        """One pipeline of acquire scripts (one per node on a cluster), each atomic on its own. With
+        ``wait_replicas``, one by one: each acquire is confirmed by WAIT on its own master."""
+        if self.wait_replicas or len(requests) < 2:
+            return super().acquire_many(requests)
+        calls = [([self.key(request.name)], _acquire_args(request)) for request in requests]
+        try:
+            replies = self._call(run_batch, self.client, self._acquire, calls)
+        except StoreUnavailable as error:  # whether any script ran is unknown: those locks end with their leases
+            return [error] * len(requests)
+        return [_acquisition(status, detail) for status, detail in replies]
 
     def _unconfirmed(self, name: str, token: int, confirmed: int) -> None:
         """An acquire that fewer than ``wait_replicas`` replicas confirmed does not count: release it (best effort;
@@ -308,10 +333,6 @@ class RedisLockStore(RedisClient, LockStore):
             return sorted(states, key=lambda state: state.name)
 
         return self._call(run)
-
-    def eviction_policy(self) -> str | None:
-        """The server's ``maxmemory-policy`` (None if CONFIG is not allowed): an ``allkeys-*`` one may evict locks."""
-        return self._call(eviction_policy, self.client)
 
     def now(self) -> datetime:
         seconds, micros = self._call(self.client.time)
