@@ -256,8 +256,10 @@ class TaskQueueContract(TaskTelemetryContract):
         queue = self.worker(make_queue)
         due = time.time() + 0.6
         queue.schedule(task_type, "later", delay=timedelta(seconds=0.6))
-        time.sleep(0.3)
-        assert self.runs.of("later") == []
+        time.sleep(0.3)  # an idle window: a worker that ignored the delay has run it by now
+        # Judged by when the handler started, not by whether it has run yet: on a loaded machine the sleep may
+        # itself last past the due time.
+        assert [run.at - due for run in self.runs.of("later") if run.at < due - EARLY] == []
         (run,) = self.runs.wait_for("later")
         assert due - EARLY <= run.at < due + LATE, f"started {run.at - due:+.3f}s from its due time"
 
