@@ -141,3 +141,17 @@ def test_a_batch_on_an_unreachable_store_skips_every_fire_as_a_store_error(
                what="two ticks of store errors")
     assert runs == Counter() and set(outcomes) == {"skipped_store_error"}
     assert max(store.batches) > 1
+
+
+def test_one_redis_server_batches_and_a_cluster_is_asked_fire_by_fire(redis_url: str, cluster_url: str) -> None:
+    """On a cluster redis-py's pipeline sends each script's text and groups the calls in Python: measured slower
+    (bench/fleet.py) than the calls one by one in threads, so the scheduler does not batch there; acquire_many
+    itself still answers on a cluster (the lock store contract runs there too)."""
+    single, cluster = store_from_url(redis_url), store_from_url(cluster_url)
+    try:
+        assert single.batches_acquires is True
+        assert cluster.batches_acquires is False
+        assert MemoryLockStore().batches_acquires is False
+    finally:
+        single.close()
+        cluster.close()

@@ -13,7 +13,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import ClassVar
 
 from .._common import duration_ms, epoch_ms, ms_to_datetime
 from ..errors import StoreUnavailable
@@ -131,7 +130,7 @@ class LockStore(ABC):
 
     # True: acquire_many() asks for all its locks in one round trip (the scheduler then asks for the locks of the
     # jobs due at one instant together); False: it asks one by one, and the scheduler asks in parallel threads.
-    batches_acquires: ClassVar[bool] = False
+    batches_acquires: bool = False
 
     def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[Acquisition | StoreUnavailable]:
         """Each request as :meth:`acquire` would answer it, in order: each atomic on its own (not all or none),
