@@ -63,6 +63,7 @@ class LockingExecutor(BaseExecutor):
     APScheduler's own executors call the job function without the scheduled time; we need that time
     because (job name, scheduled time) is the identity of a run across the fleet. A tick that ``delay``
     says to run later (jitter) becomes a one-off date job of the same scheduler, so no thread waits for it.
+    A fire that ``batched(name)`` says may go with others goes to ``fire_many`` through a :class:`FireBatch`.
     """
 
     def __init__(self, fire: Fire, pool: WorkerPool, delay: Callable[[str, datetime], timedelta], *,
@@ -103,4 +104,3 @@ class LockingExecutor(BaseExecutor):
 
     def shutdown(self, wait: bool = True) -> None:
         """Nothing to do: the scheduler's Generation closes the pool and joins it within its deadline."""
-
