@@ -413,9 +413,11 @@ def test_a_lost_wake_up_is_made_up_by_the_next_known_due_time(
     deaf = backends()
     deaf.channel += ":nobody-listens"  # its wake-ups are lost
     try:
+        # Scheduled before the worker starts, so that its first claim finds it not yet due and learns its due time
+        # (a worker already waiting would learn it from the wake-up instead, and claim nothing until then).
+        known_due = due_time(worker_queue, worker_queue.schedule(task_type, "known", delay=timedelta(seconds=1.5)))
         worker_queue.start()
-        known_due = due_time(worker_queue, worker_queue.schedule(task_type, "known", delay=timedelta(seconds=0.8)))
-        wait_until(lambda: claims and claims[-1][0] == 0 and claims[-1][1] >= 0,
+        wait_until(lambda: any(found == 0 and next_ms >= 0 for found, next_ms in claims),
                    what="the worker to wait for the due time it knows of")
         deaf.enqueue([new_task("lost", payload='"lost"')])
         lost_at, known_at = recorder.at("lost"), recorder.at("known")
