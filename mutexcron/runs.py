@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 from .errors import StoreUnavailable
+from .fire_batch import HandOff
 from .health import StoreHealth
 from .lifecycle import Generation
 from .listeners import Listeners
@@ -24,7 +25,6 @@ from .telemetry import Telemetry
 __all__ = ["Runs"]
 
 logger = logging.getLogger("mutexcron.scheduler")
-HandOff = Callable[[Callable[[], None]], bool]  # run a call in a worker thread; False once none takes calls
 _ONE_MICROSECOND = timedelta(microseconds=1)
 
 
@@ -69,8 +69,9 @@ class Runs:
             results = [error] * len(fires)
         inline = []
         for (job, fire_time, version, done), result in zip(fires, results, strict=True):
+            patience = self._patience(job, fire_time)
             waits = (isinstance(result, Acquisition) and result.status is AcquireStatus.BUSY
-                     and self._patience(job, fire_time) is not None)
+                     and patience is not None and patience > timedelta(0))
             if isinstance(result, Acquisition) and (result.acquired or waits):
                 if hand_off(functools.partial(self._handed_off, life, job, fire_time, version, result, started_at,
                                               done)):
