@@ -73,8 +73,10 @@ def write_then_wait(client: AnyRedis, script: Script, keys: Sequence[str], args:
     """Run ``script`` on the master of ``keys`` and ``WAIT replicas timeout_ms`` right behind it on the same
     connection (WAIT counts the replicas that acknowledged this connection's writes). Returns the script's reply
     and how many replicas acknowledged it; errors raise. On a cluster, the key's master is asked directly, so
-    a reply that the slot moved reads the cluster's nodes again and tries once more."""
-    for attempt in range(2):
+    a reply that the slot moved reads the cluster's nodes again and tries again, twice at most (just after a
+    failover the first node asked may still have the old map)."""
+    attempts = 3
+    for attempt in range(attempts):
         node = client
         if is_cluster(client):
             node = client.get_redis_connection(client.get_node_from_key(keys[0]))  # type: ignore[union-attr]
@@ -89,7 +91,7 @@ def write_then_wait(client: AnyRedis, script: Script, keys: Sequence[str], args:
         if isinstance(reply, NoScriptError):  # a new master (after a failover) has not seen the script yet
             node.script_load(script.script)
             continue
-        if isinstance(reply, _TOPOLOGY_ERRORS) and attempt == 0 and is_cluster(client):
+        if isinstance(reply, _TOPOLOGY_ERRORS) and attempt < attempts - 1 and is_cluster(client):
             refresh_topology(client)
             continue
         for answer in (reply, acknowledged):
