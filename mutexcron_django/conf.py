@@ -39,9 +39,6 @@ TASKS_DEFAULTS: dict[str, Any] = {
     "CANCEL_STORE": None,  # amqp:// (a backend that needs_record_store) only, required there: "django" or "redis://…"
     "MODULES": ["tasks"],  # <app>.<module> files imported at start-up to find @task_handler handlers
 }
-# The built-in schemes whose backend needs a cancel store, kept for code that imports it: the settings ask the
-# scheme's class instead (TaskBackend.needs_record_store), so a scheme added with mutexcron.plugins is served too.
-NEEDS_CANCEL_STORE = ("amqp", "amqps")
 
 
 def _masked_repr(self: object) -> str:
