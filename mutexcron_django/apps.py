@@ -17,7 +17,7 @@ logger = logging.getLogger("mutexcron.django")
 BACKENDS: dict[Kind, str] = {
     "lock_store": "mutexcron_django.store:DjangoLockStore",
     "task_backend": "mutexcron_django.tasks_backend:DjangoTaskBackend",
-    "record_store": "mutexcron_django.cancel_marks:DjangoCancelMarks",
+    "record_store": "mutexcron_django.cancel_marks:DjangoTaskRecords",
 }
 
 

@@ -1,8 +1,8 @@
 """Task records of the RabbitMQ task backend in the app's SQL database: ``cancel_store="django://[alias]"``.
 
-:class:`DjangoCancelMarks`, the ``TaskRecordStore`` contract on the ``TaskMark`` model: each change one
-compare-and-set on one row, expired rows counted as absent and pruned. How it locks and expires rows is
-described in ``docs/sql-tasks.md``.
+:class:`DjangoTaskRecords` (once ``DjangoCancelMarks``), the ``TaskRecordStore`` contract on the ``TaskMark``
+model: each change one compare-and-set on one row, expired rows counted as absent and pruned. How it locks and
+expires rows is described in ``docs/sql-tasks.md``.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from mutexcron.backends import clip_error
 from mutexcron.errors import StoreUnavailable
 from mutexcron.tasks.cancel_marks import (
     DEFAULT_RETENTION,
-    CancelMarkStore,
     Claim,
     TaskRecord,
+    TaskRecordStore,
     Verdict,
     check_retention,
     retention_option,
@@ -35,7 +35,7 @@ from .databases import checked_alias, parse_django_url, sql_errors
 from .dbclock import AsUTC, DbNow, aware, now_plus
 from .models import TaskMark
 
-__all__ = ["DjangoCancelMarks"]
+__all__ = ["DjangoCancelMarks", "DjangoTaskRecords"]
 
 PRUNE_EVERY = 600.0  # seconds between two deletions of expired rows by one store
 PRUNE_CHUNK = 1000
@@ -49,7 +49,7 @@ def _live() -> Q:
     return Q(expires_at__isnull=True) | Q(expires_at__gt=DbNow())
 
 
-class DjangoCancelMarks(CancelMarkStore):
+class DjangoTaskRecords(TaskRecordStore):
     """Task records as ``TaskMark`` rows; ``using`` is the database alias (default: the router's)."""
 
     def __init__(self, using: str | None = None, *, retention: timedelta = DEFAULT_RETENTION) -> None:
@@ -59,7 +59,7 @@ class DjangoCancelMarks(CancelMarkStore):
         self._prune_lock = threading.Lock()
 
     @classmethod
-    def from_url(cls, url: str) -> DjangoCancelMarks:
+    def from_url(cls, url: str) -> DjangoTaskRecords:
         """``django://`` or ``django://<alias>``, with ``?retention=<seconds>`` (default 7 days)."""
         alias, options = parse_django_url(url, TaskMark, what="cancel store", options=("retention",))
         return cls(alias, retention=retention_option(url, options))
@@ -209,7 +209,10 @@ class DjangoCancelMarks(CancelMarkStore):
             self.prune()
 
     def __repr__(self) -> str:
-        return f"<DjangoCancelMarks database={self.using!r}>"
+        return f"<DjangoTaskRecords database={self.using!r}>"
+
+
+DjangoCancelMarks = DjangoTaskRecords  # its name before the record stores kept results
 
 
 if TYPE_CHECKING:

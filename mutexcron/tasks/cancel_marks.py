@@ -29,6 +29,7 @@ __all__ = [
     "CancelMarkStore",
     "Claim",
     "RedisCancelMarks",
+    "RedisTaskRecords",
     "TaskRecord",
     "TaskRecordStore",
     "Verdict",
@@ -182,12 +183,12 @@ def retention_option(url: str, options: dict[str, str]) -> timedelta:
 
 
 if TYPE_CHECKING:
-    from .redis_records import RedisCancelMarks
+    from .redis_records import RedisCancelMarks, RedisTaskRecords
 
 
 def __getattr__(name: str) -> Any:
-    """``RedisCancelMarks`` here too (its path before it moved to redis_records, which imports redis-py)."""
-    if name in ("RedisCancelMarks", "RedisResultField"):
+    """``RedisTaskRecords`` here too (its path before it moved to redis_records, which imports redis-py)."""
+    if name in ("RedisCancelMarks", "RedisTaskRecords", "RedisResultField"):
         from . import redis_records
 
         return getattr(redis_records, name)

@@ -29,7 +29,7 @@ from .cancel_marks import (
 )
 from .model import NewTask, TaskStatus, stored_status
 
-__all__ = ["RedisCancelMarks", "RedisResultField", "record_from_hash"]
+__all__ = ["RedisCancelMarks", "RedisResultField", "RedisTaskRecords", "record_from_hash"]
 
 # -- Redis ------------------------------------------------------------------------------------------
 
@@ -154,7 +154,7 @@ class RedisResultField:
         return None if value is None else _text(value)
 
 
-class RedisCancelMarks(RedisClient, TaskRecordStore):
+class RedisTaskRecords(RedisClient, TaskRecordStore):
     """Records as Redis hashes at ``<prefix>{<task id>}``, each change one Lua script on one key (Cluster-safe)."""
 
     kind = "task cancel store (Redis)"
@@ -174,7 +174,7 @@ class RedisCancelMarks(RedisClient, TaskRecordStore):
         self._results = RedisResultField(client, self.errors)
 
     @classmethod
-    def from_url(cls, url: str, **client_options: Any) -> RedisCancelMarks:
+    def from_url(cls, url: str, **client_options: Any) -> RedisTaskRecords:
         """``redis://[:password@]host[:port][/db][?prefix=…&retention=<seconds>]``; also ``rediss://``, ``unix://``,
         ``redis+cluster://`` and ``redis+sentinel://`` (``mutexcron.redis_urls``)."""
         client, cleaned, options = client_from_url(url, ("prefix", "retention"), **client_options)
@@ -241,3 +241,6 @@ class RedisCancelMarks(RedisClient, TaskRecordStore):
 
     def load_result(self, task_id: str) -> str | None:
         return self._results.load(self.key(task_id))
+
+
+RedisCancelMarks = RedisTaskRecords  # its name before the record stores kept results
