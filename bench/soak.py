@@ -317,11 +317,18 @@ class Soak:
         def stalled_by(key: tuple[int, float], tick: float) -> str | None:
             """The stopped instance whose open transaction held a job's row lock (an acquire or release by another
             instance was sent before its SIGCONT and answered only then), if this tick's acquires waited on that
-            lock too, or were all sent only once it went on: queued behind worker threads that waited on it."""
+            lock too, or were all sent only once it went on: queued behind worker threads that waited on it. Or,
+            on SQL stores that batch, whose row lock made this tick's batches by others time out while it was
+            stopped: answered busy with no holder known (``BATCH_LOCK_TIMEOUT``)."""
             for incarnation in self.incarnations:
                 for stopped, continued in incarnation.stops:
                     if not stopped - 1 <= tick <= continued + o.lease + BUSY_GRACE + 1:
                         continue
+                    timed_out = [answered for name, parsed in lines.items() if name != incarnation.name
+                                 for status, answered, holder in parsed.answers.get(key, [])
+                                 if status == "busy" and holder == "-"]
+                    if timed_out and all(stopped <= answered <= continued + 0.5 for answered in timed_out):
+                        return incarnation.name
 
                     def across(name: str, sent: float, answered: float, _c: float = continued,
                                _x: str = incarnation.name) -> bool:

@@ -30,6 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "MODULES": ["cron"],  # <app>.<module> files imported at start-up to find @mutex_cron jobs
     "TASKS": {},  # delayed one-off tasks: see TASKS_DEFAULTS
     "SYNC_INTERVAL": timedelta(seconds=5),  # how often a running scheduler reads schedule overrides (or seconds)
+    "MAX_WORKERS": 10,  # the scheduler's worker threads: fires at once, and so database connections (README)
     "METRICS": False,  # Prometheus metrics of the runs (the "prometheus" extra); served by mutexcron_django.urls
     "TRACING": False,  # OpenTelemetry spans of the runs (the "otel" extra)
 }
@@ -102,6 +103,7 @@ class MutexcronSettings:
     sync_interval: timedelta = timedelta(seconds=5)
     metrics: bool = False
     tracing: bool = False
+    max_workers: int = 10
     __repr__ = _masked_repr
 
     @property
@@ -157,10 +159,12 @@ def get_settings() -> MutexcronSettings:
         raise _fail("MODULES", f'must be a list of module names such as ["cron"], not {modules!r}')
     sync_interval = _options.duration(values["SYNC_INTERVAL"], what="MUTEXCRON['SYNC_INTERVAL']",
                                       error=ImproperlyConfigured, allow_zero=False)
+    max_workers = _options.count(values["MAX_WORKERS"], what="MUTEXCRON['MAX_WORKERS']", error=ImproperlyConfigured,
+                                 maximum=1000)
     metrics, tracing = _telemetry(values, "METRICS"), _telemetry(values, "TRACING")
     tasks = replace(_tasks_settings(values["TASKS"]), metrics=metrics, tracing=tracing)
     return MutexcronSettings(store, values["AUTOSTART"], timezone, instance_id, retention, tuple(modules),
-                             tasks, sync_interval, metrics, tracing)
+                             tasks, sync_interval, metrics, tracing, max_workers)
 
 
 def _telemetry(values: dict[str, Any], key: str) -> bool:

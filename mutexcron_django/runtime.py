@@ -43,6 +43,7 @@ def build_scheduler() -> Scheduler:
             timezone=conf.timezone,
             fire_context=fresh_connections,
             sync_interval=conf.sync_interval,
+            max_workers=conf.max_workers,
             metrics=conf.metrics,
             tracing=conf.tracing,
         )

@@ -7,15 +7,23 @@ no read-modify-write, so concurrent instances cannot both win. A deleted lock ke
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, connections, transaction
 from django.db.models import BooleanField, Case, ExpressionWrapper, F, Q, QuerySet, When
 
 from mutexcron.errors import StoreUnavailable
-from mutexcron.stores.base import AcquireStatus, Acquisition, LockState, LockStore, check_incident, check_outcome
+from mutexcron.stores.base import (
+    AcquireRequest,
+    AcquireStatus,
+    Acquisition,
+    LockState,
+    LockStore,
+    check_incident,
+    check_outcome,
+)
 
 from .databases import checked_alias, parse_django_url, sql_errors
 from .dbclock import AsUTC, DbNow, aware, db_now, now_minus, now_plus, plus
@@ -31,6 +39,9 @@ class DjangoLockStore(LockStore):
     def __init__(self, using: str | None = None) -> None:
         self.using = checked_alias(using, Lock)
         self.database_alias = self.using  # LockStore.database_alias: seeded after migrate, checked with it
+        # One transaction per batch where rows can be locked in order (SELECT … FOR UPDATE): not on SQLite,
+        # which locks the whole file and has no round trips to save.
+        self.batches_acquires = connections[self.using].features.has_select_for_update
 
     @classmethod
     def from_url(cls, url: str) -> DjangoLockStore:
@@ -68,33 +79,60 @@ class DjangoLockStore(LockStore):
 
     def acquire(self, name: str, *, owner: str, lease: timedelta, fire_time: datetime | None,
                 schedule_version: int | None = None) -> Acquisition:
+        request = AcquireRequest(name, owner, lease, fire_time, schedule_version)
+
         def run() -> Acquisition:
             for _ in range(2):
-                # One conditional UPDATE decides it all on the database's clock: not paused (or the pause's
-                # until passed), fired for the current schedule, a new fire, and free.
-                free = self._locks.filter(Q(name=name) & _NOT_PAUSED & (Q(locked=False) | Q(lock_until__lte=DbNow())))
-                if fire_time is not None:
-                    free = free.filter(Q(last_fire_time__isnull=True) | Q(last_fire_time__lt=fire_time))
-                    if schedule_version is not None:
-                        free = free.filter(schedule_version=schedule_version)
-                changes = {"locked": True, "locked_by": owner, "last_locked_at": DbNow(), "lock_until": now_plus(lease),
-                           "token": F("token") + 1, "deleted": False}
-                if fire_time is not None:
-                    changes["last_fire_time"] = fire_time
-                with transaction.atomic(using=self.using):
-                    if free.update(**changes) == 1:
-                        return Acquisition(AcquireStatus.ACQUIRED, token=self._locks.get(name=name).token)
-                state = (self._locks.filter(name=name)
-                         .values("locked_by", "deleted", "schedule_version", last_fire=AsUTC("last_fire_time"),
-                                 paused_now=ExpressionWrapper(_PAUSED, output_field=BooleanField()))
-                         .first())
-                if state is None or state["deleted"]:  # create or revive it, then try once more
-                    self.seed([name])
-                    continue
-                return _refusal(state, fire_time, schedule_version)
+                # PostgreSQL, MariaDB/MySQL: a batch of one, whose row lock waits at most BATCH_LOCK_TIMEOUT.
+                answer = (acquire_batch(self._locks, self.using, [request]).get(name) if self.batches_acquires
+                          else self._update_one(request))
+                if answer is not None:
+                    return answer
+                self.seed([name])  # create or revive it, then try once more
             raise StoreUnavailable(f"database {self.using!r}: lock row for {name!r} vanished while acquiring")
 
         return self._call(run)
+
+    def _update_one(self, request: AcquireRequest) -> Acquisition | None:
+        """One conditional UPDATE decides it all on the database's clock: not paused (or the pause's until passed),
+        fired for the current schedule, a new fire, and free. None: no row, or a deleted one it did not take."""
+        name, fire_time, schedule_version = request.name, request.fire_time, request.schedule_version
+        free = self._locks.filter(Q(name=name) & _NOT_PAUSED & (Q(locked=False) | Q(lock_until__lte=DbNow())))
+        if fire_time is not None:
+            free = free.filter(Q(last_fire_time__isnull=True) | Q(last_fire_time__lt=fire_time))
+            if schedule_version is not None:
+                free = free.filter(schedule_version=schedule_version)
+        with transaction.atomic(using=self.using):
+            if free.update(**_taken(request.owner, request.lease, fire_time)) == 1:
+                return Acquisition(AcquireStatus.ACQUIRED, token=self._locks.get(name=name).token)
+        state = (self._locks.filter(name=name)
+                 .values("locked_by", "deleted", "schedule_version", last_fire=AsUTC("last_fire_time"),
+                         paused_now=ExpressionWrapper(_PAUSED, output_field=BooleanField()))
+                 .first())
+        if state is None or state["deleted"]:
+            return None
+        return _refusal(state, fire_time, schedule_version)
+
+    def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[Acquisition | StoreUnavailable]:
+        """The fires of one instant in one transaction (see :func:`acquire_batch`): their rows locked in name
+        order, decided on the database's clock, the won ones taken by one UPDATE per owner, lease and fire.
+        A manual request, a second request for one name and a missing row go through :meth:`acquire`."""
+        if not self.batches_acquires or len(requests) < 2:
+            return super().acquire_many(requests)
+        firsts: dict[str, int] = {}
+        for index, request in enumerate(requests):
+            if request.fire_time is not None:
+                firsts.setdefault(request.name, index)
+        batch = [requests[index] for index in firsts.values()]
+        try:
+            decided = self._call(acquire_batch, self._locks, self.using, batch)
+        except StoreUnavailable as error:  # rolled back: nothing of this batch was taken
+            return [error] * len(requests)
+        answers: list[Acquisition | StoreUnavailable] = []
+        for index, request in enumerate(requests):
+            answer = decided.get(request.name) if firsts.get(request.name) == index else None
+            answers.append(super().acquire_many([request])[0] if answer is None else answer)
+        return answers
 
     def renew(self, name: str, *, token: int, lease: timedelta) -> bool:
         return self._call(lambda: self._locks.filter(name=name, locked=True, token=token)
@@ -185,6 +223,75 @@ class DjangoLockStore(LockStore):
 # Acquires are refused while this is false: paused, and its until (if any) not reached on the database's clock.
 _NOT_PAUSED = Q(paused=False) | Q(paused_until__lte=DbNow())
 _PAUSED = Q(paused=True) & (Q(paused_until__isnull=True) | Q(paused_until__gt=DbNow()))  # its negation, NULL-safe
+
+
+# How long a batch waits for a row another transaction holds before it answers BUSY: a holder stopped between its
+# UPDATE and its COMMIT (SIGSTOP, a debugger) must not stop every other instance's fires with it. PostgreSQL only;
+# MySQL and MariaDB wait their innodb_lock_wait_timeout (50 s by default).
+BATCH_LOCK_TIMEOUT = timedelta(seconds=2)
+
+
+def acquire_batch(locks: QuerySet[Lock], using: str, batch: Sequence[AcquireRequest]) -> dict[str, Acquisition]:
+    """Each request (one per name) decided from its row, read FOR UPDATE in name order (so
+    that two batches never deadlock) on the database's clock; the won rows taken, all in one transaction. A name
+    without a row (or with a deleted one it did not take) is left out: the caller creates or revives it and asks
+    again. A row still locked after BATCH_LOCK_TIMEOUT answers BUSY."""
+    names = sorted(request.name for request in batch)
+    connection = connections[using]
+    own_transaction = not connection.in_atomic_block  # SET LOCAL would outlive a savepoint, into the caller's
+    try:
+        with transaction.atomic(using=using):
+            if connection.vendor == "postgresql" and own_transaction:
+                with connection.cursor() as cursor:
+                    cursor.execute(f"SET LOCAL lock_timeout = '{BATCH_LOCK_TIMEOUT // timedelta(milliseconds=1)}ms'")
+            rows = locks.select_for_update().filter(name__in=names).order_by("name").values(
+                "name", "token", "locked_by", "deleted", "schedule_version", last_fire=AsUTC("last_fire_time"),
+                paused_now=ExpressionWrapper(_PAUSED, output_field=BooleanField()),
+                free=ExpressionWrapper(Q(locked=False) | Q(lock_until__lte=DbNow()), output_field=BooleanField()))
+            answers, won = _decide(batch, {row["name"]: row for row in rows})
+            for (owner, lease, fire_time), taken in won.items():
+                locks.filter(name__in=taken).update(**_taken(owner, lease, fire_time))
+    except OperationalError as error:
+        if not _lock_wait_timed_out(error):
+            raise
+        # A row was held past the timeout, by a transaction that will take it or free it: not this instance's.
+        return {request.name: Acquisition(AcquireStatus.BUSY) for request in batch}
+    return answers
+
+
+def _taken(owner: str, lease: timedelta, fire_time: datetime | None) -> dict[str, Any]:
+    """What an acquire writes to the row it takes (a manual run, without a fire time, leaves the last fire)."""
+    changes = {"locked": True, "locked_by": owner, "last_locked_at": DbNow(), "lock_until": now_plus(lease),
+               "token": F("token") + 1, "deleted": False}
+    if fire_time is not None:
+        changes["last_fire_time"] = fire_time
+    return changes
+
+
+def _lock_wait_timed_out(error: OperationalError) -> bool:
+    """PostgreSQL's lock_not_available (after ``lock_timeout``) or MySQL's 1205 (``innodb_lock_wait_timeout``)."""
+    cause = error.__cause__
+    sqlstate = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+    return sqlstate == "55P03" or bool(getattr(cause, "args", None) and cause.args[0] == 1205)  # type: ignore[union-attr]
+
+
+def _decide(batch: Sequence[AcquireRequest], states: Mapping[str, Mapping[str, Any]],
+            ) -> tuple[dict[str, Acquisition], dict[tuple[str, timedelta, datetime | None], list[str]]]:
+    """Each request's answer from its locked row (none for a name without one), and the won names grouped by
+    what their UPDATE writes: owner, lease and fire time. Won: a refusal would only have said BUSY, and it is free."""
+    answers: dict[str, Acquisition] = {}
+    won: dict[tuple[str, timedelta, datetime | None], list[str]] = {}
+    for request in batch:
+        state = states.get(request.name)
+        if state is None:
+            continue
+        refusal = _refusal(state, request.fire_time, request.schedule_version)
+        if refusal.status is AcquireStatus.BUSY and state["free"]:
+            answers[request.name] = Acquisition(AcquireStatus.ACQUIRED, token=state["token"] + 1)
+            won.setdefault((request.owner, request.lease, request.fire_time), []).append(request.name)
+        elif not state["deleted"]:  # a deleted row refused is left to the caller, which revives it and asks again
+            answers[request.name] = refusal
+    return answers, won
 
 
 def _refusal(state: Mapping[str, Any], fire_time: datetime | None, schedule_version: int | None) -> Acquisition:

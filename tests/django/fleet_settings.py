@@ -8,6 +8,7 @@ Every value comes from the environment the test gives the process:
     FLEET_INSTANCE    MUTEXCRON["INSTANCE_ID"] (default: host:pid)
     FLEET_AUTOSTART   "0" turns MUTEXCRON["AUTOSTART"] off (default on)
     FLEET_METRICS     "1" turns MUTEXCRON["METRICS"] on (default off; /mutexcron/metrics/ serves them)
+    FLEET_DB_POOL     PostgreSQL: the size of Django's connection pool (OPTIONS["pool"]; default: no pool)
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ if os.environ.get("FLEET_DB_ENGINE", "sqlite") == "postgresql":
             "NAME": os.environ["FLEET_DB_NAME"],
         }
     }
+    if os.environ.get("FLEET_DB_POOL"):
+        DATABASES["default"]["OPTIONS"] = {"pool": {"min_size": 1, "max_size": int(os.environ["FLEET_DB_POOL"])}}
 else:
     DATABASES = {
         "default": {

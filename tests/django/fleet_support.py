@@ -241,8 +241,8 @@ class Site:
     def manage(self, *arguments: str) -> list[str]:
         return [sys.executable, str(MANAGE), *arguments]
 
-    def migrate(self) -> Proc:
-        return self.run("migrate", self.manage("migrate", "--noinput"))
+    def migrate(self, **env: str) -> Proc:
+        return self.run("migrate", self.manage("migrate", "--noinput"), **env)
 
     def stop_all(self) -> None:
         for proc in self.procs:

@@ -19,7 +19,7 @@ import sqlite3
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import suppress
 from datetime import timedelta
 from pathlib import Path
@@ -63,11 +63,48 @@ def site(tmp_path: Path, database: Database) -> Iterator[Site]:
 
 
 def test_every_tick_runs_exactly_once_across_three_django_processes(site: Site) -> None:
-    migrate = site.migrate()
+    run_the_fleet(site)
+
+
+@pytest.fixture
+def pooled_site(tmp_path: Path) -> Iterator[Site]:
+    with postgres_database() as database:
+        site = Site(tmp_path, database)
+        try:
+            yield site
+        finally:
+            site.stop_all()
+            print(site.report())
+
+
+POOL_SIZE = 4
+
+
+def test_on_djangos_connection_pool_every_tick_runs_once_and_each_instance_stays_within_its_pool(
+        pooled_site: Site) -> None:
+    """PostgreSQL with ``OPTIONS["pool"]`` (Django 5.1+, psycopg_pool): each fire's connection is a checkout from
+    the pool, and the database never sees more connections than the instances' pools hold."""
+    seen: list[int] = []
+    database = pooled_site.database
+
+    def sample() -> None:
+        (count,), = database.query("SELECT count(*) - 1 FROM pg_stat_activity "  # minus this query's own
+                                   f"WHERE datname = '{database.name}'")
+        seen.append(int(count))
+
+    run_the_fleet(pooled_site, sample=sample, FLEET_DB_POOL=str(POOL_SIZE))
+    assert seen and max(seen) <= INSTANCES * POOL_SIZE, seen
+    print(f"connections to the database while the fleet ran: max {max(seen)} (pools: {INSTANCES} x {POOL_SIZE})")
+
+
+def run_the_fleet(site: Site, *, sample: Callable[[], None] = lambda: None, **env: str) -> None:
+    """Three instances run at least MIN_TICKS ticks: each ran once, and every instance fired and recorded it.
+    ``sample`` is called at each poll while they run."""
+    migrate = site.migrate(**env)
     assert migrate.started_pids() == [], "manage.py migrate started a scheduler"
     names = {f"instance-{n}" for n in range(1, INSTANCES + 1)}
     command = site.manage("mutexcron", "run")
-    procs = [site.spawn(name, command, FLEET_INSTANCE=name) for name in sorted(names)]
+    procs = [site.spawn(name, command, FLEET_INSTANCE=name, **env) for name in sorted(names)]
 
     def all_started() -> bool:
         for proc in procs:
@@ -78,8 +115,12 @@ def test_every_tick_runs_exactly_once_across_three_django_processes(site: Site) 
     for proc in procs:
         assert proc.started_pids() == [proc.pid], f"{proc.name}: {proc.started_pids()} (pid {proc.pid})"
     first = next_whole_second_after(now())
-    wait_until(lambda: site.ticks_run_since(first) >= MIN_TICKS + 1, timeout=MIN_TICKS + 8,
-               what=f"{MIN_TICKS + 1} ticks run after every instance started")
+
+    def ran_enough() -> bool:
+        sample()
+        return site.ticks_run_since(first) >= MIN_TICKS + 1
+
+    wait_until(ran_enough, timeout=MIN_TICKS + 8, what=f"{MIN_TICKS + 1} ticks run after every instance started")
     for proc in procs:
         proc.assert_alive()
     stopped_waiting = now()
