@@ -9,6 +9,7 @@ import logging
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from .errors import StoreUnavailable
@@ -30,6 +31,19 @@ _ONE_MICROSECOND = timedelta(microseconds=1)
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+@dataclass
+class _Waiting:
+    """A fire of a batch that found its lock busy, waiting it out with the others (:meth:`Runs._wait_out_together`)."""
+
+    job: Job
+    fire_time: datetime
+    version: int | None
+    done: Callable[[], None]
+    acquisition: Acquisition
+    deadline: float  # time.monotonic() when its patience ends
+    error: StoreUnavailable | None = None
 
 
 class Runs:
@@ -57,9 +71,9 @@ class Runs:
     def execute_many(self, life: Generation, fires: Sequence[tuple[Job, datetime, int | None, Callable[[], None]]],
                      hand_off: HandOff) -> None:
         """Scheduled fires due together, (job, fire time, schedule version, ``done``): their locks asked for with one
-        :meth:`LockStore.acquire_many` (one round trip on a store that batches). A body to run, or a busy lock's
-        patience, is handed off to a worker thread (bodies first); the skips are recorded here. Each fire's
-        ``done()`` is called once it is over."""
+        :meth:`LockStore.acquire_many` (one round trip on a store that batches). Each body to run is handed off to
+        a worker thread, then the busy fires to one more that waits them out together; the skips are recorded
+        here. Each fire's ``done()`` is called once it is over."""
         started_at = _utc_now()
         owner = self.instance_id()
         try:
@@ -67,37 +81,83 @@ class Runs:
                                                for job, fire_time, version, _ in fires])
         except StoreUnavailable as error:  # a store's acquire_many answers per fire; this is belt and braces
             results = [error] * len(fires)
-        inline = []
+        inline, waiting = [], []  # skips recorded here; busy fires waited out together in one worker thread
         for (job, fire_time, version, done), result in zip(fires, results, strict=True):
             patience = self._patience(job, fire_time)
-            waits = (isinstance(result, Acquisition) and result.status is AcquireStatus.BUSY
-                     and patience is not None and patience > timedelta(0))
-            if isinstance(result, Acquisition) and (result.acquired or waits):
-                if hand_off(functools.partial(self._handed_off, life, job, fire_time, version, result, started_at,
-                                              done)):
-                    continue
-                if result.acquired:  # no worker takes calls any more: shutdown closed the pool
-                    assert result.token is not None
-                    self._release_unrun(life, job, JobContext(job.name, fire_time, owner, result.token))
-                done()
-                continue
-            inline.append((job, fire_time, version, done, result))
+            if (isinstance(result, Acquisition) and result.status is AcquireStatus.BUSY
+                    and patience is not None and patience > timedelta(0)):
+                deadline = time.monotonic() + patience.total_seconds()
+                waiting.append(_Waiting(job, fire_time, version, done, result, deadline))
+            elif isinstance(result, Acquisition) and result.acquired:
+                self._hand_off_run(life, job, fire_time, version, result, started_at, done, hand_off)
+            else:
+                inline.append((job, fire_time, version, done, result))
+        if waiting and not hand_off(functools.partial(self._wait_out_together, life, waiting, started_at, hand_off)):
+            for fire in waiting:  # no worker takes calls any more: shutdown closed the pool
+                fire.done()
         for job, fire_time, version, done, result in inline:
             try:
                 self._decided(life, job, fire_time, result, started_at, manual=False, version=version)
             finally:
                 done()
 
+    def _hand_off_run(self, life: Generation, job: Job, fire_time: datetime, version: int | None,
+                      acquisition: Acquisition, started_at: datetime, done: Callable[[], None],
+                      hand_off: HandOff) -> None:
+        """A won fire's body to a worker thread; if none takes calls any more (shutdown), its lock released unrun."""
+        if hand_off(functools.partial(self._handed_off, life, job, fire_time, version, acquisition, started_at,
+                                      done)):
+            return
+        assert acquisition.token is not None
+        self._release_unrun(life, job, JobContext(job.name, fire_time, self.instance_id(), acquisition.token))
+        done()
+
+    def _wait_out_together(self, life: Generation, waiting: list[_Waiting], started_at: datetime,
+                           hand_off: HandOff) -> None:
+        """The busy fires of one batch, in one worker thread: asked again together (one ``acquire_many`` a round,
+        backing off) while busy and within each one's patience; each handed off or recorded once decided. One
+        thread for them all, so that a dead holder's locks do not take a worker thread per job."""
+        pause = 0.02
+        try:
+            while True:
+                now = time.monotonic()
+                still = []
+                for fire in waiting:
+                    if fire.error is None and fire.acquisition.status is AcquireStatus.BUSY and now < fire.deadline:
+                        still.append(fire)
+                    else:
+                        self._conclude(life, fire, started_at, hand_off)
+                waiting = still
+                if not waiting or life.closing.wait(min(pause, max(0.0, min(w.deadline for w in waiting) - now))):
+                    break
+                pause = min(pause * 2, 1.0)
+                answers = self.store.acquire_many([AcquireRequest(w.job.name, self.instance_id(), w.job.lease,
+                                                                  w.fire_time, w.version) for w in waiting])
+                for fire, answer in zip(waiting, answers, strict=True):
+                    if isinstance(answer, StoreUnavailable):
+                        fire.error = answer  # decided: recorded as the fire's outcome
+                    else:
+                        fire.acquisition = answer
+        finally:
+            for fire in waiting:  # shutdown began (or an unexpected error): what is left ends as it stands
+                self._conclude(life, fire, started_at, hand_off)
+
+    def _conclude(self, life: Generation, fire: _Waiting, started_at: datetime, hand_off: HandOff) -> None:
+        if fire.error is None and fire.acquisition.acquired:
+            self._hand_off_run(life, fire.job, fire.fire_time, fire.version, fire.acquisition, started_at,
+                               fire.done, hand_off)
+            return
+        try:
+            self._decided(life, fire.job, fire.fire_time, fire.error or fire.acquisition, started_at, manual=False,
+                          version=fire.version)
+        finally:
+            fire.done()
+
     def _handed_off(self, life: Generation, job: Job, fire_time: datetime, version: int | None,
                     acquisition: Acquisition, started_at: datetime, done: Callable[[], None]) -> None:
-        """A fire of :meth:`execute_many`, in a worker thread: wait out a busy lock if it may, then carry on."""
+        """A won fire of :meth:`execute_many`, in a worker thread: its body run, its lock released."""
         try:
-            try:
-                decided: Acquisition | StoreUnavailable = self._wait_out_busy(life, job, fire_time, version,
-                                                                              acquisition)
-            except StoreUnavailable as error:
-                decided = error
-            self._decided(life, job, fire_time, decided, started_at, manual=False, version=version)
+            self._decided(life, job, fire_time, acquisition, started_at, manual=False, version=version)
         finally:
             done()
 

@@ -228,7 +228,7 @@ _PAUSED = Q(paused=True) & (Q(paused_until__isnull=True) | Q(paused_until__gt=Db
 # How long a batch waits for a row another transaction holds before it answers BUSY: a holder stopped between its
 # UPDATE and its COMMIT (SIGSTOP, a debugger) must not stop every other instance's fires with it. PostgreSQL only;
 # MySQL and MariaDB wait their innodb_lock_wait_timeout (50 s by default).
-BATCH_LOCK_TIMEOUT = timedelta(seconds=2)
+BATCH_LOCK_TIMEOUT = timedelta(milliseconds=500)
 
 
 def acquire_batch(locks: QuerySet[Lock], using: str, batch: Sequence[AcquireRequest]) -> dict[str, Acquisition]:

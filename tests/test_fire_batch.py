@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -155,3 +155,26 @@ def test_one_redis_server_batches_and_a_cluster_is_asked_fire_by_fire(redis_url:
     finally:
         single.close()
         cluster.close()
+
+
+def test_the_busy_fires_of_one_instant_wait_out_their_locks_together(
+    redis_url: str, registry: Registry, new_scheduler: Callable[..., Scheduler], runs: Counter[tuple[str, datetime]]
+) -> None:
+    """Six jobs whose locks a dead instance holds (an earlier tick, 1.5 s of lease left): their busy fires are asked
+    again together, one acquire_many a round from one worker thread (not one thread and one acquire per job,
+    which a small pool cannot afford), and each runs the tick it waited for once the lease ends."""
+    names = declare_every_second(registry, runs, count=6)
+    store = counting_store(redis_url)
+    store.seed(names)
+    for name in names:
+        assert store.acquire(name, owner="dead", lease=timedelta(seconds=1.5),
+                             fire_time=datetime(2026, 1, 1, tzinfo=UTC)).acquired
+    store.single.clear()
+    new_scheduler(store, max_workers=2, busy_grace=timedelta(seconds=3)).start()
+    wait_until(lambda: all(sum(n == name for n, _ in runs) >= 3 for name in names), timeout=15,
+               what="three ticks of every job")
+    assert set(runs.values()) == {1}
+    assert store.single == []  # the retries too went through acquire_many
+    assert store.batches.count(len(names)) >= 3, store.batches  # the first ask, then at least two rounds together
+    first_ticks = sorted({fire for _, fire in runs})[:1]
+    assert all(runs[(name, first_ticks[0])] == 1 for name in names)  # the tick each waited for, run once
