@@ -44,6 +44,7 @@ class _Waiting:
     acquisition: Acquisition
     deadline: float  # time.monotonic() when its patience ends
     error: StoreUnavailable | None = None
+    concluded: bool = False  # handed off or recorded, and done() called (once, whatever goes wrong)
 
 
 class Runs:
@@ -143,6 +144,9 @@ class Runs:
                 self._conclude(life, fire, started_at, hand_off)
 
     def _conclude(self, life: Generation, fire: _Waiting, started_at: datetime, hand_off: HandOff) -> None:
+        if fire.concluded:
+            return
+        fire.concluded = True
         if fire.error is None and fire.acquisition.acquired:
             self._hand_off_run(life, fire.job, fire.fire_time, fire.version, fire.acquisition, started_at,
                                fire.done, hand_off)

@@ -245,5 +245,6 @@ def test_the_first_tick_after_the_failover_runs_once(observed: Observed) -> None
 def test_after_the_failover_the_others_see_each_tick_as_already_run(observed: Observed) -> None:
     """The new master has the lock's last fire time: the instances that lose a tick see it already run."""
     ran = {r["fire_time"] for r in observed.runs() if r["fire_time"] > observed.replica_back_at and not r["catch_up"]}
-    outcomes = Counter(r["outcome"] for r in observed.fleet.records() if r["fire_time"] in ran)
+    # The tick's own fires: a catch-up asking later for a tick it saw lost is a record of its own (as above)
+    outcomes = Counter(r["outcome"] for r in observed.fleet.records() if r["fire_time"] in ran and not r["catch_up"])
     assert outcomes["skipped_already_ran"] + outcomes["skipped_busy"] == 2 * len(ran), outcomes
