@@ -13,13 +13,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TypedDict
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.combining import OrTrigger
 from apscheduler.triggers.cron import CronTrigger as _APSCronTrigger
 
 from .errors import CronSpecError
+from .zones import fixed_offset, resolve_timezone
 
 __all__ = [
     "MACROS",
@@ -229,20 +229,6 @@ def _compact(values: tuple[int, ...], low: int, high: int) -> str:
     return ",".join(runs)
 
 
-def resolve_timezone(value: str | tzinfo | None, *, default: str | tzinfo = "UTC", subject: str = "timezone") -> tzinfo:
-    """Turn a zone name or tzinfo into a tzinfo; an unknown name raises ``ValueError`` naming it."""
-    value = default if value is None else value
-    if isinstance(value, tzinfo):
-        return value
-    if isinstance(value, str):
-        try:
-            return ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long for a file name
-            pass
-    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:80] + "…"
-    raise ValueError(f"{subject}: unknown time zone {shown}")
-
-
 class _TimeFields(TypedDict):
     """The APScheduler cron fields other than the two day fields, in APScheduler's syntax."""
 
@@ -270,6 +256,8 @@ class CronTrigger(BaseTrigger):
     def __init__(self, spec: CronSpec, timezone: tzinfo = UTC) -> None:
         self.spec = spec
         self.timezone = timezone
+        self._fixed = fixed_offset(timezone)  # a zone without changes: the fire after an instant is arithmetic
+        self._last: tuple[datetime, datetime | None] | None = None  # the last (previous fire, next fire) answered
         fields: _TimeFields = {
             "second": _compact(spec.seconds, 0, 59),
             "minute": _compact(spec.minutes, 0, 59),
@@ -295,9 +283,18 @@ class CronTrigger(BaseTrigger):
             self._wall = _APSCronTrigger(day=days, day_of_week=weekdays, timezone=UTC, **fields)
 
     def get_next_fire_time(self, previous_fire_time: datetime | None, now: datetime) -> datetime | None:
-        """The first fire strictly after ``previous_fire_time``, or at/after ``now`` when there is none."""
-        after = previous_fire_time if previous_fire_time is not None else now - _ONE_MICROSECOND
-        return self.next_after(after)
+        """The first fire strictly after ``previous_fire_time``, or at/after ``now`` when there is none.
+
+        APScheduler asks twice per fire with the same previous fire time object (for the run times, then for the
+        next run): the second is answered from the first (by identity: equal aware times may differ in fold)."""
+        if previous_fire_time is None:
+            return self.next_after(now - _ONE_MICROSECOND)
+        last = self._last  # one tuple, read once: safe beside another thread's write
+        if last is not None and last[0] is previous_fire_time:
+            return last[1]
+        fire = self.next_after(previous_fire_time)
+        self._last = (previous_fire_time, fire)
+        return fire
 
     def next_after(self, instant: datetime) -> datetime | None:
         """The first fire time strictly after the aware datetime ``instant``, in this trigger's zone.
@@ -310,6 +307,9 @@ class CronTrigger(BaseTrigger):
         """
         instant_utc = instant.astimezone(UTC)
         naive_utc = instant_utc.replace(tzinfo=None)
+        if self._fixed is not None:  # the first wall match after instant's own wall time (the hot path: UTC)
+            match = self._next_wall_match(naive_utc + self._fixed)
+            return None if match is None else (match - self._fixed).replace(tzinfo=UTC).astimezone(self.timezone)
         fire = self._first_fire_after_wall(naive_utc + _utcoffset(instant_utc.astimezone(self.timezone)), instant_utc)
         # Shortly after a spring-forward gap, wall times skipped by it (before `instant`'s own wall time)
         # may still fire after `instant`: search them from where `instant` falls in the gap.

@@ -3,7 +3,8 @@ write confirmed by ``WAIT`` on the connection that made it.
 
 redis-py's cluster pipeline refuses ``EVALSHA``, so a batch there sends ``EVAL`` (the script's text; Redis caches
 it by its SHA1), which the pipeline routes by the script's first key and groups by node, following ``MOVED``.
-Every script's keys share one hash tag, so each call touches one slot.
+Where that costs too much (the scheduler's acquires at each instant), :func:`run_by_master` sends one plain
+pipeline of ``EVALSHA`` per master instead. Every script's keys share one hash tag, so each call touches one slot.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from redis.cluster import ClusterPipeline
+from redis.cluster import ClusterPipeline, RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import (
     AskError,
     ClusterDownError,
+    MovedError,
     NoScriptError,
     RedisError,
     ResponseError,
@@ -27,11 +29,14 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .redis_urls import AnyRedis, is_cluster
 
-__all__ = ["ScriptCall", "queue_script", "refresh_topology", "run_batch", "scan_keys", "write_then_wait"]
+__all__ = ["ScriptCall", "queue_script", "refresh_topology", "run_batch", "run_by_master", "scan_keys",
+           "write_then_wait"]
 
 ScriptCall = tuple[Sequence[str], Sequence[Any]]  # (keys, args) of one script call
 # Replies and errors that mean the cluster's slots moved (a failover, a resharding): read its nodes again.
 _TOPOLOGY_ERRORS = (AskError, ClusterDownError, TryAgainError, RedisConnectionError, RedisTimeoutError)
+# A call's reply that says it did not run there: asked again through the cluster client, which follows it.
+_NOT_RUN_HERE = (MovedError, AskError, TryAgainError, NoScriptError)
 
 
 def queue_script(pipe: Any, script: Script, keys: Sequence[str], args: Sequence[Any]) -> None:
@@ -54,10 +59,47 @@ def run_batch(client: AnyRedis, script: Script, calls: Sequence[ScriptCall]) -> 
     return list(pipe.execute())
 
 
+def run_by_master(cluster: RedisCluster, script: Script, calls: Sequence[ScriptCall]) -> list[Any]:
+    """Run ``script`` once per (keys, args) on a cluster: one pipeline of EVALSHA per master, by the cluster's map of
+    slots, one master after the other (a cluster pipeline would send each script's text). A call that did not run
+    where it was sent (its slot moved, or that master lacks the script) is asked again through the cluster client,
+    which follows the redirect. The replies in order; a call that failed has its error as its reply."""
+    by_master: dict[str, tuple[Any, list[int]]] = {}
+    for index, (keys, _) in enumerate(calls):
+        node = cluster.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
+        by_master.setdefault(node.name, (node, []))[1].append(index)
+    replies: list[Any] = [None] * len(calls)
+    again: list[int] = []
+    for node, indexes in by_master.values():
+        pipe = cluster.get_redis_connection(node).pipeline(transaction=False)
+        for index in indexes:
+            keys, args = calls[index]
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+        try:
+            answers = pipe.execute(raise_on_error=False)
+        except RedisError as error:  # whether they ran is unknown: each is that error
+            if isinstance(error, _TOPOLOGY_ERRORS):
+                refresh_topology(cluster)
+            answers = [error] * len(indexes)
+        for index, answer in zip(indexes, answers, strict=True):
+            replies[index] = answer
+            if isinstance(answer, _NOT_RUN_HERE):
+                again.append(index)
+    if any(isinstance(replies[index], MovedError | AskError) for index in again):
+        refresh_topology(cluster)
+    for index in again:
+        keys, args = calls[index]
+        try:
+            replies[index] = script(keys=keys, args=args, client=cluster)
+        except RedisError as error:
+            replies[index] = error
+    return replies
+
+
 def scan_keys(client: AnyRedis, match: str, count: int = 500) -> Iterator[Any]:
     """Every key matching ``match``: on a cluster, on every master."""
     if is_cluster(client):
-        return iter(client.scan_iter(match=match, count=count, target_nodes=client.PRIMARIES))  # type: ignore[union-attr]
+        return iter(client.scan_iter(match=match, count=count, target_nodes=client.PRIMARIES))
     return iter(client.scan_iter(match=match, count=count))
 
 
@@ -65,7 +107,7 @@ def refresh_topology(client: AnyRedis) -> None:
     """Read a cluster's nodes and slots again (best effort: while a failover is under way it may fail too)."""
     if is_cluster(client):
         with contextlib.suppress(Exception):
-            client.nodes_manager.initialize()  # type: ignore[union-attr]
+            client.nodes_manager.initialize()
 
 
 def write_then_wait(client: AnyRedis, script: Script, keys: Sequence[str], args: Sequence[Any], replicas: int,
@@ -79,7 +121,7 @@ def write_then_wait(client: AnyRedis, script: Script, keys: Sequence[str], args:
     for attempt in range(attempts):
         node = client
         if is_cluster(client):
-            node = client.get_redis_connection(client.get_node_from_key(keys[0]))  # type: ignore[union-attr]
+            node = client.get_redis_connection(client.get_node_from_key(keys[0]))  # type: ignore[no-untyped-call]
         try:
             pipe = node.pipeline(transaction=False)
             pipe.evalsha(script.sha, len(keys), *keys, *args)

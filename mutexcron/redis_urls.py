@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 import threading
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeGuard
 from urllib.parse import unquote, unquote_plus, urlsplit
 
 import redis
@@ -49,10 +49,23 @@ REDIS_SCHEMES = ("redis", "rediss", "unix", *CLUSTER_SCHEMES, *SENTINEL_SCHEMES)
 REDIS_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, RedisClusterException)
 DEFAULT_PORTS = {"cluster": 6379, "sentinel": 26379}
 SENTINEL_OPTIONS = ("sentinel_password",)
-_DEFAULT_TIMEOUTS = {"socket_connect_timeout": 2, "socket_timeout": 5}  # seconds; a URL's options take precedence
+_REDIS_PARAMETERS = inspect.signature(redis.Redis.__init__).parameters
+_DEFAULT_OPTIONS: dict[str, Any] = {"socket_connect_timeout": 2, "socket_timeout": 5}  # s; the URL's options win
+# A new connection asks nothing but HELLO (redis-py also sends CLIENT SETINFO twice and, from 7, CLIENT
+# MAINT_NOTIFICATIONS, each waiting for its reply): on a slow link each of those delayed the first command of a
+# connection opened at a fire, one round trip each, until a later tick's acquire overtook it (README, "Tested
+# failures"). The client's own arguments still win.
+_LEAN_HANDSHAKE: dict[str, Any] = (
+    {"driver_info": None} if "driver_info" in _REDIS_PARAMETERS  # redis-py 8: None sends no CLIENT SETINFO
+    else {"lib_name": None, "lib_version": None} if "lib_name" in _REDIS_PARAMETERS else {})
+if "maint_notifications_config" in _REDIS_PARAMETERS:
+    from redis.maint_notifications import MaintNotificationsConfig
+
+    _LEAN_HANDSHAKE["maint_notifications_config"] = MaintNotificationsConfig(enabled=False)
+_DEFAULT_OPTIONS.update(_LEAN_HANDSHAKE)
 
 
-def is_cluster(client: object) -> bool:
+def is_cluster(client: object) -> TypeGuard[RedisCluster]:
     """Whether ``client`` is a Redis Cluster client (scripts then run on the node of their key's slot)."""
     return isinstance(client, RedisCluster)
 
@@ -190,7 +203,7 @@ def _cluster(url: str, cleaned: str, client_options: dict[str, Any]) -> LazyRedi
     if parts.path.strip("/"):
         raise _malformed(url, "a cluster has only database 0: no path after the nodes")
     nodes = _nodes(parts.netloc.rpartition("@")[2], DEFAULT_PORTS["cluster"], url)
-    options = {**_DEFAULT_TIMEOUTS, **_options(url, cleaned), **client_options}
+    options = {**_DEFAULT_OPTIONS, **_options(url, cleaned), **client_options}
     startup_nodes = [ClusterNode(host, port) for host, port in nodes]  # type: ignore[no-untyped-call]
     return LazyRedisCluster(startup_nodes=startup_nodes, **options)
 
@@ -203,7 +216,7 @@ def _sentinel(url: str, cleaned: str, sentinel_options: dict[str, str], client_o
     if len(path) == 2 and not path[1].isdigit():
         raise _malformed(url, f"database {path[1]!r} is not a number")
     nodes = _nodes(parts.netloc.rpartition("@")[2], DEFAULT_PORTS["sentinel"], url)
-    options = {**_DEFAULT_TIMEOUTS, **_options(url, cleaned), **client_options}
+    options = {**_DEFAULT_OPTIONS, **_options(url, cleaned), **client_options}
     for_sentinels: dict[str, Any] = {name: value for name, value in options.items() if name.startswith("socket_")}
     # A sentinel that does not answer is skipped for the next (redis-py's default retries each with back-off,
     # seconds per call while all are down); the master's connections keep redis-py's retries.
@@ -234,7 +247,7 @@ def client_from_url(
         return _cluster(url, cleaned, client_options), cleaned, options
     if scheme in SENTINEL_SCHEMES:
         return _sentinel(url, cleaned, sentinel_options, client_options), cleaned, options
-    for name, value in _DEFAULT_TIMEOUTS.items():
+    for name, value in _DEFAULT_OPTIONS.items():
         client_options.setdefault(name, value)  # the URL's own options take precedence (redis-py's from_url)
     check_host_and_port(cleaned)
     parts = urlsplit(cleaned)

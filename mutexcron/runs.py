@@ -33,18 +33,27 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def _nothing() -> None:
+    return None
+
+
 @dataclass
 class _Waiting:
-    """A fire of a batch that found its lock busy, waiting it out with the others (:meth:`Runs._wait_out_together`)."""
+    """A fire that found its lock busy, asking again while its patience lasts (:meth:`Runs._ask_again`);
+    ``fire_time`` None for a manual run."""
 
     job: Job
-    fire_time: datetime
+    fire_time: datetime | None
     version: int | None
-    done: Callable[[], None]
     acquisition: Acquisition
     deadline: float  # time.monotonic() when its patience ends
+    done: Callable[[], None] = _nothing
     error: StoreUnavailable | None = None
-    concluded: bool = False  # handed off or recorded, and done() called (once, whatever goes wrong)
+    concluded: bool = False  # handed to conclude() (once, whatever goes wrong)
+
+    def waits(self, now: float) -> bool:
+        """Still to ask again: busy, no store error, patience left."""
+        return self.error is None and self.acquisition.status is AcquireStatus.BUSY and now < self.deadline
 
 
 class Runs:
@@ -88,7 +97,7 @@ class Runs:
             if (isinstance(result, Acquisition) and result.status is AcquireStatus.BUSY
                     and patience is not None and patience > timedelta(0)):
                 deadline = time.monotonic() + patience.total_seconds()
-                waiting.append(_Waiting(job, fire_time, version, done, result, deadline))
+                waiting.append(_Waiting(job, fire_time, version, result, deadline, done))
             elif isinstance(result, Acquisition) and result.acquired:
                 self._hand_off_run(life, job, fire_time, version, result, started_at, done, hand_off)
             else:
@@ -115,20 +124,26 @@ class Runs:
 
     def _wait_out_together(self, life: Generation, waiting: list[_Waiting], started_at: datetime,
                            hand_off: HandOff) -> None:
-        """The busy fires of one batch, in one worker thread: asked again together (one ``acquire_many`` a round,
-        backing off) while busy and within each one's patience; each handed off or recorded once decided. One
-        thread for them all, so that a dead holder's locks do not take a worker thread per job."""
+        """The busy fires of one batch, in one worker thread, so that a dead holder's locks do not take a worker
+        thread per job: asked again together, each handed off or recorded once decided."""
+        self._ask_again(life, waiting, functools.partial(self._conclude, life, started_at=started_at,
+                                                           hand_off=hand_off))
+
+    def _ask_again(self, life: Generation, waiting: list[_Waiting], conclude: Callable[[_Waiting], None]) -> None:
+        """Ask again for busy fires, together (one ``acquire_many`` a round), backing off from 20 ms to 1 s, while
+        each is busy and within its patience; ``conclude(fire)`` once for each, when decided or when the wait ends
+        (shutdown began, or an unexpected error)."""
+        def settle(fire: _Waiting) -> None:
+            fire.concluded = True
+            conclude(fire)
+
         pause = 0.02
         try:
             while True:
                 now = time.monotonic()
-                still = []
-                for fire in waiting:
-                    if fire.error is None and fire.acquisition.status is AcquireStatus.BUSY and now < fire.deadline:
-                        still.append(fire)
-                    else:
-                        self._conclude(life, fire, started_at, hand_off)
-                waiting = still
+                for fire in [fire for fire in waiting if not fire.waits(now)]:
+                    settle(fire)
+                waiting = [fire for fire in waiting if not fire.concluded]
                 if not waiting or life.closing.wait(min(pause, max(0.0, min(w.deadline for w in waiting) - now))):
                     break
                 pause = min(pause * 2, 1.0)
@@ -140,13 +155,13 @@ class Runs:
                     else:
                         fire.acquisition = answer
         finally:
-            for fire in waiting:  # shutdown began (or an unexpected error): what is left ends as it stands
-                self._conclude(life, fire, started_at, hand_off)
+            for fire in waiting:
+                if not fire.concluded:
+                    settle(fire)
 
-    def _conclude(self, life: Generation, fire: _Waiting, started_at: datetime, hand_off: HandOff) -> None:
-        if fire.concluded:
-            return
-        fire.concluded = True
+    def _conclude(self, life: Generation, fire: _Waiting, *, started_at: datetime, hand_off: HandOff) -> None:
+        """A waited-out fire of a batch, decided: its body handed off, or its skip recorded; ``done()`` called."""
+        assert fire.fire_time is not None  # a batch holds scheduled fires only
         if fire.error is None and fire.acquisition.acquired:
             self._hand_off_run(life, fire.job, fire.fire_time, fire.version, fire.acquisition, started_at,
                                fire.done, hand_off)
@@ -237,19 +252,15 @@ class Runs:
 
     def _wait_out_busy(self, life: Generation, job: Job, fire_time: datetime | None, version: int | None,
                        acquisition: Acquisition, *, patient: bool = False) -> Acquisition:
-        """Ask again, backing off, while the lock is BUSY and the fire's patience lasts (or shutdown begins)."""
+        """One fire's :meth:`_ask_again`, in its own thread: the last answer (the store's error raised)."""
         patience = self._patience(job, fire_time, patient)
         if acquisition.status is not AcquireStatus.BUSY or patience is None:
             return acquisition
-        deadline = time.monotonic() + patience.total_seconds()
-        pause = 0.02
-        while acquisition.status is AcquireStatus.BUSY and time.monotonic() < deadline:
-            if life.closing.wait(min(pause, max(0.0, deadline - time.monotonic()))):
-                break
-            pause = min(pause * 2, 1.0)
-            acquisition = self.store.acquire(job.name, owner=self.instance_id(), lease=job.lease,
-                                             fire_time=fire_time, schedule_version=version)
-        return acquisition
+        fire = _Waiting(job, fire_time, version, acquisition, time.monotonic() + patience.total_seconds())
+        self._ask_again(life, [fire], lambda fire: None)  # the answer is returned, not handed on
+        if fire.error is not None:
+            raise fire.error
+        return fire.acquisition
 
     def _run_body(self, life: Generation, job: Job, ctx: JobContext, started_at: datetime,
                   manual: bool) -> RunRecord | None:

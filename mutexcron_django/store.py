@@ -7,6 +7,7 @@ no read-modify-write, so concurrent instances cannot both win. A deleted lock ke
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
@@ -226,8 +227,9 @@ _PAUSED = Q(paused=True) & (Q(paused_until__isnull=True) | Q(paused_until__gt=Db
 
 
 # How long a batch waits for a row another transaction holds before it answers BUSY: a holder stopped between its
-# UPDATE and its COMMIT (SIGSTOP, a debugger) must not stop every other instance's fires with it. PostgreSQL only;
-# MySQL and MariaDB wait their innodb_lock_wait_timeout (50 s by default).
+# UPDATE and its COMMIT (SIGSTOP, a debugger) must not stop every other instance's fires with it. PostgreSQL's
+# lock_timeout; on MariaDB the statement's own innodb_lock_wait_timeout, in whole seconds (1 s). MySQL waits its
+# innodb_lock_wait_timeout (50 s by default).
 BATCH_LOCK_TIMEOUT = timedelta(milliseconds=500)
 
 
@@ -244,10 +246,11 @@ def acquire_batch(locks: QuerySet[Lock], using: str, batch: Sequence[AcquireRequ
             if connection.vendor == "postgresql" and own_transaction:
                 with connection.cursor() as cursor:
                     cursor.execute(f"SET LOCAL lock_timeout = '{BATCH_LOCK_TIMEOUT // timedelta(milliseconds=1)}ms'")
-            rows = locks.select_for_update().filter(name__in=names).order_by("name").values(
+            wanted = locks.select_for_update().filter(name__in=names).order_by("name").values(
                 "name", "token", "locked_by", "deleted", "schedule_version", last_fire=AsUTC("last_fire_time"),
                 paused_now=ExpressionWrapper(_PAUSED, output_field=BooleanField()),
                 free=ExpressionWrapper(Q(locked=False) | Q(lock_until__lte=DbNow()), output_field=BooleanField()))
+            rows = _read_for_update(connection, wanted)
             answers, won = _decide(batch, {row["name"]: row for row in rows})
             for (owner, lease, fire_time), taken in won.items():
                 locks.filter(name__in=taken).update(**_taken(owner, lease, fire_time))
@@ -257,6 +260,23 @@ def acquire_batch(locks: QuerySet[Lock], using: str, batch: Sequence[AcquireRequ
         # A row was held past the timeout, by a transaction that will take it or free it: not this instance's.
         return {request.name: Acquisition(AcquireStatus.BUSY) for request in batch}
     return answers
+
+
+def _read_for_update(connection: Any, rows: QuerySet[Lock, Any]) -> list[dict[str, Any]]:
+    """The rows of a ``values()`` query with FOR UPDATE. On MariaDB the statement waits at most BATCH_LOCK_TIMEOUT
+    (rounded up to whole seconds) for a row another transaction holds: ``SET STATEMENT innodb_lock_wait_timeout
+    FOR`` the query Django compiles, its values converted as Django would, the connection's own setting untouched."""
+    if connection.vendor != "mysql" or not connection.mysql_is_mariadb:
+        return list(rows)
+    compiler = rows.query.get_compiler(connection=connection)
+    sql, params = compiler.as_sql()
+    seconds = max(1, math.ceil(BATCH_LOCK_TIMEOUT.total_seconds()))
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET STATEMENT innodb_lock_wait_timeout={seconds} FOR {sql}", params)
+        fetched = cursor.fetchall()
+    query = rows.query
+    names = [*query.extra_select, *query.values_select, *query.annotation_select]
+    return [dict(zip(names, row, strict=True)) for row in compiler.results_iter(results=[fetched])]
 
 
 def _taken(owner: str, lease: timedelta, fire_time: datetime | None) -> dict[str, Any]:

@@ -918,3 +918,62 @@ def test_fire_times_across_dst_changes_follow_the_documented_rule(
         expected = next((instant for instant in reference if instant > probe), None)
         if expected is not None and expected < horizon:
             assert in_utc(next_fire_times(spec, after=probe, timezone=zone)) == [expected], probe
+
+
+# --- zones that never change their offset ------------------------------------------------------------------
+
+# Each fixed zone beside a named zone with the same offset and no change at all after ``since``: the fixed
+# zone's fire times are computed as plain arithmetic, the named zone's by the DST-aware search.
+FIXED_AND_STEADY = [
+    (timezone(timedelta(hours=5, minutes=30)), "Asia/Kolkata", datetime(1946, 1, 1, tzinfo=UTC)),
+    (ZoneInfo("Etc/GMT-5"), "Asia/Tashkent", datetime(1992, 1, 1, tzinfo=UTC)),
+    (ZoneInfo("Etc/GMT+10"), "Pacific/Honolulu", datetime(1948, 1, 1, tzinfo=UTC)),
+    (ZoneInfo("UTC"), "Africa/Abidjan", datetime(1913, 1, 1, tzinfo=UTC)),
+]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(
+    expression=cron_expressions(),
+    zones=st.sampled_from(FIXED_AND_STEADY),
+    seconds=st.integers(0, 100 * 365 * 86400),
+)
+def test_a_zone_with_one_fixed_offset_fires_as_the_dst_aware_search_finds(
+    expression: str, zones: tuple[timezone | ZoneInfo, str, datetime], seconds: int
+) -> None:
+    fixed, steady, since = zones
+    try:
+        spec = parse_cron(expression)
+    except CronSpecError:
+        return  # a day no allowed month has: never fires, whatever the zone
+    start = since + timedelta(seconds=seconds)
+    ours = next_fire_times(spec, after=start, count=5, timezone=fixed)
+    assert in_utc(ours) == in_utc(next_fire_times(spec, after=start, count=5, timezone=ZoneInfo(steady)))
+    assert all(fire.tzinfo is fixed for fire in ours)
+
+
+@pytest.mark.parametrize("name", ["UTC", "Etc/UTC", "Etc/GMT+3", "Etc/GMT-14", "GMT", "Zulu", "Universal"])
+def test_the_fixed_zones_are_recognised_and_fire_at_their_offset(name: str) -> None:
+    zone = ZoneInfo(name)
+    offset = zone.utcoffset(datetime(2024, 6, 1))
+    assert offset is not None
+    start = datetime(2024, 6, 1, 12, 0, 30, tzinfo=UTC)
+    next_midnight = datetime.combine((start + offset).date() + timedelta(days=1), datetime.min.time())
+    [fire] = next_fire_times("0 0 * * *", after=start, timezone=zone)
+    assert fire.replace(tzinfo=None) == next_midnight and fire.utcoffset() == offset
+    assert fire.astimezone(UTC) == next_midnight.replace(tzinfo=UTC) - offset
+
+
+def test_asked_again_with_an_equal_time_of_the_other_fold_the_trigger_answers_for_that_instant() -> None:
+    zone = ZoneInfo("America/New_York")
+    trigger = CronTrigger(parse_cron("*/20 * * * *"), zone)
+    first_pass = datetime(2024, 11, 3, 1, 30, tzinfo=zone)  # 05:30 UTC
+    second_pass = first_pass.replace(fold=1)  # 06:30 UTC; equal to the first, as times of one zone compare
+    assert first_pass == second_pass
+    now = datetime(2024, 11, 3, 12, tzinfo=UTC)
+    after_first = trigger.get_next_fire_time(first_pass, now)
+    after_second = trigger.get_next_fire_time(second_pass, now)
+    assert after_first is not None and after_second is not None
+    assert after_first.astimezone(UTC) == datetime(2024, 11, 3, 5, 40, tzinfo=UTC)
+    assert after_second.astimezone(UTC) == datetime(2024, 11, 3, 7, 0, tzinfo=UTC)  # 02:00 EST
+    assert trigger.get_next_fire_time(first_pass, now) == after_first

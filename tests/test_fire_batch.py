@@ -17,28 +17,37 @@ import pytest
 from mutexcron import JobContext, Registry, Scheduler, mutex_cron
 from mutexcron.errors import StoreUnavailable
 from mutexcron.stores import AcquireRequest, Acquisition, MemoryLockStore, RedisLockStore, store_from_url
+from tests.servers import PrivateRedis
 from tests.support import wait_until
 
 JOBS = 20
+TICK = datetime(2026, 3, 1, 6, 0, 0, tzinfo=UTC)
 
 
 class CountingRedisStore(RedisLockStore):
-    """A RedisLockStore that notes each acquire and the size of each acquire_many."""
+    """A RedisLockStore that notes the size of each acquire_many and each acquire made outside one (a batch of one,
+    such as a busy fire asked again alone, is an acquire_many that the store answers with acquire())."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.batches: list[int] = []
         self.single: list[str] = []
         self._noted = threading.Lock()
+        self._in_batch = threading.local()
 
     def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[Acquisition | StoreUnavailable]:
         with self._noted:
             self.batches.append(len(requests))
-        return super().acquire_many(requests)
+        self._in_batch.on = True
+        try:
+            return super().acquire_many(requests)
+        finally:
+            self._in_batch.on = False
 
     def acquire(self, name: str, **options: Any) -> Acquisition:
-        with self._noted:
-            self.single.append(name)
+        if not getattr(self._in_batch, "on", False):
+            with self._noted:
+                self.single.append(name)
         return super().acquire(name, **options)
 
 
@@ -143,18 +152,70 @@ def test_a_batch_on_an_unreachable_store_skips_every_fire_as_a_store_error(
     assert max(store.batches) > 1
 
 
-def test_one_redis_server_batches_and_a_cluster_is_asked_fire_by_fire(redis_url: str, cluster_url: str) -> None:
-    """On a cluster redis-py's pipeline sends each script's text and groups the calls in Python: measured slower
-    (bench/fleet.py) than the calls one by one in threads, so the scheduler does not batch there; acquire_many
-    itself still answers on a cluster (the lock store contract runs there too)."""
+def test_redis_batches_on_one_server_and_on_a_cluster_and_memory_does_not(redis_url: str, cluster_url: str) -> None:
     single, cluster = store_from_url(redis_url), store_from_url(cluster_url)
     try:
         assert single.batches_acquires is True
-        assert cluster.batches_acquires is False
+        assert cluster.batches_acquires is True
         assert MemoryLockStore().batches_acquires is False
     finally:
         single.close()
         cluster.close()
+
+
+def _masters_of(store: RedisLockStore, names: list[str]) -> set[str]:
+    client: Any = store.client
+    return {client.get_node_from_key(store.key(name)).name for name in names}
+
+
+def test_on_a_cluster_acquire_many_sends_one_pipeline_of_scripts_per_master(
+    cluster_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The locks of one batch lie in many slots (one hash tag per job), which one script may not span: each master
+    gets one pipeline of EVALSHA calls (not the scripts' text, as redis-py's cluster pipeline would send)."""
+    import redis.client
+
+    store = store_from_url(cluster_url)
+    assert isinstance(store, RedisLockStore)
+    names = [f"spread.{n}" for n in range(30)]
+    store.seed(names)
+    pipelines: list[list[str]] = []
+    execute = redis.client.Pipeline.execute
+
+    def noted(pipe: Any, *args: Any, **kwargs: Any) -> Any:
+        pipelines.append([str(command[0][0]) for command in pipe.command_stack])
+        return execute(pipe, *args, **kwargs)
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", noted)
+    try:
+        answers = store.acquire_many([AcquireRequest(name, "A", timedelta(seconds=30), TICK, None) for name in names])
+        assert all(isinstance(answer, Acquisition) and answer.acquired for answer in answers), answers
+        assert len(pipelines) == len(_masters_of(store, names)) > 1
+        assert all(set(commands) == {"EVALSHA"} for commands in pipelines)
+        assert sum(len(commands) for commands in pipelines) == len(names)
+        assert [store.lock(name).token for name in names] == [a.token for a in answers]  # type: ignore[union-attr]
+    finally:
+        store.close()
+
+
+def test_on_a_cluster_a_master_that_lost_the_scripts_still_answers_each_acquire(cluster_url: str) -> None:
+    """After SCRIPT FLUSH on every master (as after a failover to a replica that never ran them), the calls that
+    EVALSHA could not run are asked again through the cluster client, which loads the script: each answer stands,
+    and a tick taken in the batch is taken once."""
+    store = store_from_url(cluster_url)
+    assert isinstance(store, RedisLockStore)
+    client: Any = store.client
+    names = [f"flushed.{n}" for n in range(12)]
+    try:
+        store.seed(names)
+        for node in client.get_primaries():
+            client.get_redis_connection(node).script_flush()
+        first = store.acquire_many([AcquireRequest(name, "A", timedelta(seconds=30), TICK, None) for name in names])
+        assert all(isinstance(answer, Acquisition) and answer.acquired for answer in first), first
+        again = store.acquire_many([AcquireRequest(name, "B", timedelta(seconds=30), TICK, None) for name in names])
+        assert all(isinstance(answer, Acquisition) and not answer.acquired for answer in again), again
+    finally:
+        store.close()
 
 
 def test_the_busy_fires_of_one_instant_wait_out_their_locks_together(
@@ -178,3 +239,19 @@ def test_the_busy_fires_of_one_instant_wait_out_their_locks_together(
     assert store.batches.count(len(names)) >= 3, store.batches  # the first ask, then at least two rounds together
     first_ticks = sorted({fire for _, fire in runs})[:1]
     assert all(runs[(name, first_ticks[0])] == 1 for name in names)  # the tick each waited for, run once
+
+
+def test_acquire_many_on_one_redis_server_is_one_command() -> None:
+    # One script for all the locks of an instant: one command for the instance to send and one reply to read,
+    # not a pipeline of one script per lock (a private server, so that its command counts are this test's own).
+    with PrivateRedis() as url:
+        store = store_from_url(url)
+        names = [f"job.{n}" for n in range(JOBS)]
+        store.acquire_many([AcquireRequest(name, "warm-up", timedelta(seconds=30), None) for name in names])
+        assert isinstance(store, RedisLockStore)
+        store.client.config_resetstat()
+        answers = store.acquire_many([AcquireRequest(name, "A", timedelta(seconds=30), TICK) for name in names])
+        stats = store.client.info("commandstats")
+        assert [answer.status for answer in answers if isinstance(answer, Acquisition)] == ["busy"] * JOBS
+        assert stats["cmdstat_evalsha"]["calls"] == 1, stats
+        assert not {name for name in stats if name.startswith("cmdstat_eval") and name != "cmdstat_evalsha"}, stats

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import redis
@@ -17,6 +19,7 @@ from mutexcron.tasks.cancel_marks import SCHEMES as RECORD_SCHEMES
 from mutexcron.tasks.cancel_marks import cancel_marks_from_url
 from mutexcron.tasks.queue import BACKENDS
 from tests.servers import free_port, start_redis_server, stop_process
+from tests.support import wait_until
 
 
 def test_memory_url_gives_a_memory_store() -> None:
@@ -195,3 +198,70 @@ def test_a_unix_socket_url_reaches_redis_through_its_socket(tmp_path: Path) -> N
         store.close()
     finally:
         stop_process(server)
+
+
+class _RecordingProxy:
+    """A TCP proxy to a Redis server that keeps what each client connection sent, to see its handshake."""
+
+    def __init__(self, host: str, port: int) -> None:
+        import socket
+        import threading
+
+        self.connections: list[bytearray] = []
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._target = (host, port)
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self._target)
+            sent = bytearray()
+            self.connections.append(sent)
+            threading.Thread(target=self._pump, args=(server, client, None), daemon=True).start()
+            threading.Thread(target=self._pump, args=(client, server, sent), daemon=True).start()
+
+    def _pump(self, source: Any, destination: Any, keep: bytearray | None) -> None:
+        while data := source.recv(65536):
+            if keep is not None:
+                keep += data
+            destination.sendall(data)
+
+    def commands(self) -> list[list[bytes]]:
+        """Each connection's command words so far, in order (RESP's array and length lines left out)."""
+        return [[line for line in bytes(sent).split(b"\r\n") if line and line[:1] not in b"*$"]
+                for sent in list(self.connections)]
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+@pytest.mark.parametrize("kind", ["lock store", "task backend", "record store"])
+def test_a_new_redis_connection_asks_nothing_of_the_server_but_hello(redis_server_url: str, kind: str) -> None:
+    """Each command of a connection's handshake waits for its reply: on a slow link CLIENT SETINFO (twice) and
+    CLIENT MAINT_NOTIFICATIONS delayed a fire's first acquire on a new connection by three round trips."""
+    parts = urlsplit(redis_server_url)
+    proxy = _RecordingProxy(parts.hostname or "127.0.0.1", parts.port or 6379)
+    url = f"redis://127.0.0.1:{proxy.port}/0?prefix=handshake-test:"
+    try:
+        if kind == "lock store":
+            made: Any = store_from_url(url)
+        elif kind == "task backend":
+            made = TaskQueue(url).backend
+        else:
+            made = cancel_marks_from_url(url)
+        made.client.ping()
+        wait_until(lambda: any(b"PING" in words for words in proxy.commands()), what="the PING to reach the proxy")
+        connections = proxy.commands()
+        assert any(b"HELLO" in words for words in connections), connections
+        assert all(b"CLIENT" not in words for words in connections), connections  # no SETINFO, no MAINT_NOTIFICATIONS
+        made.close()
+    finally:
+        proxy.close()

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mutexcron.stores import AcquireStatus, LockStore, MemoryLockStore, store_from_url
+from mutexcron.stores import AcquireRequest, AcquireStatus, Acquisition, LockStore, MemoryLockStore, store_from_url
 from mutexcron.stores.mongo import MongoLockStore
 from mutexcron.stores.redis import RedisLockStore
 from tests.contract import LockStoreContract
@@ -88,14 +88,25 @@ def raw_document(store: LockStore) -> dict[Any, Any] | None:
     return store.collection.find_one({"_id": "job"})
 
 
-def old_document(store: LockStore) -> None:
-    """Write the job's hash or document as a version from before run-time control made it (token 3)."""
+def old_document(store: LockStore, *, tombstones: bool = True) -> None:
+    """Write the job's hash or document as a version from before run-time control made it (token 3); without
+    ``tombstones``, from before deleted jobs were kept as tombstones (no ``deleted`` field)."""
     if isinstance(store, RedisLockStore):
-        fields = {"name": "job", "locked": "0", "token": "3", "deleted": "0"}
+        fields = {"name": "job", "locked": "0", "token": "3", **({"deleted": "0"} if tombstones else {})}
         store.client.hset(store.key("job"), mapping=fields)  # type: ignore[arg-type]
     else:
         assert isinstance(store, MongoLockStore)
         store.collection.insert_one({"_id": "job", "name": "job", "locked": False, "token": 3})
+
+
+def test_a_document_from_before_tombstones_is_acquired_once_a_tick(server_store: LockStore) -> None:
+    old_document(server_store, tombstones=False)
+    assert server_store.acquire("job", owner="a", lease=LONG, fire_time=FIRE).token == 4
+    assert server_store.acquire("job", owner="b", lease=LONG, fire_time=FIRE).status is AcquireStatus.ALREADY_RAN
+    [batch] = server_store.acquire_many([AcquireRequest("job", "b", LONG, FIRE + timedelta(minutes=1))])
+    assert isinstance(batch, Acquisition) and batch.status is AcquireStatus.BUSY
+    state = server_store.lock("job")
+    assert state is not None and state.locked_by == "a" and state.token == 4
 
 
 def test_a_document_from_before_run_time_control_is_unpaused_at_version_0(server_store: LockStore) -> None:

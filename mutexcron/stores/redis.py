@@ -9,6 +9,7 @@ with ``wait_replicas`` an acquire counts only once that many replicas confirmed 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
@@ -19,9 +20,10 @@ from .._options import positive_duration
 from .._redis import AnyRedis, RedisClient, glob_escape
 from .._redis import text as _text
 from ..errors import ReplicationUnconfirmed, StoreConfigError, StoreUnavailable
-from ..redis_cluster import run_batch, scan_keys, write_then_wait
+from ..redis_cluster import run_batch, run_by_master, scan_keys, write_then_wait
 from ..redis_urls import client_from_url, is_cluster
 from ..urls import mask_url
+from . import redis_scripts as scripts
 from .base import (
     AcquireRequest,
     AcquireStatus,
@@ -42,139 +44,20 @@ DEFAULT_WAIT_TIMEOUT = timedelta(milliseconds=200)  # how long an acquire waits 
 
 logger = logging.getLogger("mutexcron.stores.redis")
 
-# Every script reads the time with TIME so that leases run on the Redis server's clock, not on the
-# clocks of the instances (which may disagree by seconds).
-_NOW = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-"""
-
-# ARGV[1]: name; after _NOW. Creates a missing hash (created_at = now) or revives a tombstone (with its
-# token, fire time, pause, override and created_at); sets ``revived`` to 1 if it did either.
-_REVIVE = """
-local revived = 0
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], 'name', ARGV[1], 'locked', '0', 'locked_by', '', 'last_locked_at', '',
-             'last_released_at', '', 'lock_until', '', 'last_fire_time', '', 'token', '0', 'deleted', '0',
-             'created_at', now)
-  revived = 1
-elseif redis.call('HGET', KEYS[1], 'deleted') == '1' then
-  redis.call('HSET', KEYS[1], 'deleted', '0')
-  revived = 1
-end
-"""
-
-_SEED = _NOW + _REVIVE + "return revived"
-
-# ARGV: name, owner, lease_ms, fire_ms ('' for a manual run), schedule_version ('' for unchecked).
-# Refusals in the contract's order: paused, stale schedule, already ran, busy; a refusal writes nothing.
-_ACQUIRE = _NOW + _REVIVE + """
-local h = redis.call('HMGET', KEYS[1], 'locked', 'lock_until', 'last_fire_time', 'token', 'locked_by',
-                     'paused', 'paused_until', 'schedule_version')
-local holder = h[5] or ''
-local paused_until = tonumber(h[7])
-if h[6] == '1' and (paused_until == nil or paused_until > now) then return {'paused', holder} end
-local version = tonumber(h[8]) or 0
-if ARGV[4] ~= '' and ARGV[5] ~= '' and tonumber(ARGV[5]) ~= version then
-  return {'stale_schedule', tostring(version)}
-end
-local last_fire = tonumber(h[3])
-if ARGV[4] ~= '' and last_fire and last_fire >= tonumber(ARGV[4]) then return {'already_ran', holder} end
-if h[1] == '1' and (tonumber(h[2]) or 0) > now then return {'busy', holder} end
-local token = (tonumber(h[4]) or 0) + 1
-redis.call('HSET', KEYS[1], 'locked', '1', 'locked_by', ARGV[2], 'last_locked_at', now,
-           'lock_until', now + tonumber(ARGV[3]), 'token', token)
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'last_fire_time', ARGV[4]) end
-return {'acquired', tostring(token)}
-"""
-
-# ARGV: token, lease_ms
-_RENEW = _NOW + """
-local h = redis.call('HMGET', KEYS[1], 'locked', 'token')
-if h[1] ~= '1' or h[2] ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'lock_until', now + tonumber(ARGV[2]))
-return 1
-"""
-
-# ARGV: token, hold_at_least_ms, outcome ('' for none), error ('' for none)
-_RELEASE = _NOW + """
-local h = redis.call('HMGET', KEYS[1], 'locked', 'token', 'last_locked_at')
-if h[1] ~= '1' or h[2] ~= ARGV[1] then return 0 end
-local hold_until = (tonumber(h[3]) or 0) + tonumber(ARGV[2])
-if hold_until > now then
-  redis.call('HSET', KEYS[1], 'lock_until', hold_until, 'last_released_at', now)
-else
-  redis.call('HSET', KEYS[1], 'locked', '0', 'lock_until', now, 'last_released_at', now)
-end
-if ARGV[3] ~= '' then
-  redis.call('HSET', KEYS[1], 'last_outcome', ARGV[3], 'last_finished_at', now, 'last_error', ARGV[4])
-  if ARGV[3] == 'succeeded' then redis.call('HSET', KEYS[1], 'last_success_at', now) end
-end
-return 1
-"""
-
-_FORCE_UNLOCK = _NOW + """
-if redis.call('HGET', KEYS[1], 'locked') ~= '1' then return 0 end
-redis.call('HSET', KEYS[1], 'locked', '0', 'lock_until', now, 'last_released_at', now)
-return 1
-"""
-
-_DELETE = """
-if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HGET', KEYS[1], 'deleted') == '1' then return 0 end
-redis.call('HSET', KEYS[1], 'deleted', '1')
-return 1
-"""
-
-# The control scripts change a visible hash only, and return it whole (nil if there is none).
-_VISIBLE = """
-if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HGET', KEYS[1], 'deleted') == '1' then return false end
-"""
-_RETURN_ALL = "\nreturn redis.call('HGETALL', KEYS[1])\n"
-
-# ARGV: until_ms ('' for until resume()), by
-_PAUSE = _NOW + _VISIBLE + """
-redis.call('HSET', KEYS[1], 'paused', '1', 'paused_at', now, 'paused_until', ARGV[1], 'paused_by', ARGV[2])
-""" + _RETURN_ALL
-
-# A pause whose until has passed ended then, not now: ticks after it stay missed (to catch up), not paused.
-_RESUME = _NOW + _VISIBLE + """
-if redis.call('HGET', KEYS[1], 'paused') == '1' then
-  local ended = tonumber(redis.call('HGET', KEYS[1], 'paused_until'))
-  if ended == nil or ended > now then ended = now end
-  redis.call('HSET', KEYS[1], 'paused', '0', 'paused_at', '', 'paused_until', '', 'paused_by', '', 'resumed_at', ended)
-end
-""" + _RETURN_ALL
-
-# ARGV: spec, timezone, by ('' for None)
-_SET_SCHEDULE = _NOW + _VISIBLE + """
-redis.call('HINCRBY', KEYS[1], 'schedule_version', 1)
-redis.call('HSET', KEYS[1], 'schedule', ARGV[1], 'schedule_timezone', ARGV[2], 'schedule_by', ARGV[3],
-           'schedule_changed_at', now)
-""" + _RETURN_ALL
-
-# ARGV: incident. Open it if the visible hash has none; close it if it is the open one.
-_OPEN_INCIDENT = _NOW + _VISIBLE + """
-local current = redis.call('HGET', KEYS[1], 'incident')
-if current and current ~= '' then return 0 end
-redis.call('HSET', KEYS[1], 'incident', ARGV[1], 'incident_at', now)
-return 1
-"""
-
-_CLOSE_INCIDENT = _VISIBLE + """
-if redis.call('HGET', KEYS[1], 'incident') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'incident', '', 'incident_at', '')
-return 1
-"""
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 
-def _acquire_args(request: AcquireRequest) -> list[str | int]:
-    """ARGV of the acquire script: name, owner, lease (ms), fire time (ms, '' for a manual run), version ('')."""
+def _acquire_args(request: AcquireRequest, attempt: str | None = None) -> list[str | int]:
+    """ARGV of the acquire script: name, owner, lease (ms), fire time (ms, '' for a manual run), version (''), and
+    an attempt id unique to the call (random; a batch's ids share one random part), which a retry repeats."""
     fire_ms = "" if request.fire_time is None else str(datetime_to_ms(request.fire_time))
     version = "" if request.schedule_version is None else str(request.schedule_version)
-    return [request.name, request.owner, duration_ms(request.lease), fire_ms, version]
+    return [request.name, request.owner, duration_ms(request.lease), fire_ms, version, attempt or os.urandom(8).hex()]
+
+
+_STATUSES = {status.value: status for status in AcquireStatus}
 
 
 def _acquisition(status: Any, detail: Any) -> Acquisition:
@@ -184,7 +67,7 @@ def _acquisition(status: Any, detail: Any) -> Acquisition:
         return Acquisition(AcquireStatus.ACQUIRED, token=int(detail))
     if status == "stale_schedule":
         return Acquisition(AcquireStatus.STALE_SCHEDULE, schedule_version=int(detail))
-    return Acquisition(AcquireStatus(status), holder=detail or None)
+    return Acquisition(_STATUSES[status], holder=detail or None)
 
 
 class RedisLockStore(RedisClient, LockStore):
@@ -200,20 +83,21 @@ class RedisLockStore(RedisClient, LockStore):
                                    f"not {wait_replicas!r}")
         self.wait_replicas = wait_replicas
         self.wait_timeout = positive_duration(wait_timeout, what="Redis store: wait_timeout", error=StoreConfigError)
-        # One server batches (a pipeline of EVALSHA). redis-py's cluster pipeline sends each script's text (EVAL)
-        # and groups the calls in Python: measured slower than the calls one by one in threads, so not there.
-        self.batches_acquires = not is_cluster(client)
-        self._seed = client.register_script(_SEED)
-        self._acquire = client.register_script(_ACQUIRE)
-        self._renew = client.register_script(_RENEW)
-        self._release = client.register_script(_RELEASE)
-        self._force_unlock = client.register_script(_FORCE_UNLOCK)
-        self._delete = client.register_script(_DELETE)
-        self._pause = client.register_script(_PAUSE)
-        self._resume = client.register_script(_RESUME)
-        self._set_schedule = client.register_script(_SET_SCHEDULE)
-        self._open_incident = client.register_script(_OPEN_INCIDENT)
-        self._close_incident = client.register_script(_CLOSE_INCIDENT)
+        # Fires due together are asked for together: one script for all the locks on one server; on a cluster,
+        # which refuses keys of several slots in one script, one pipeline of scripts per master.
+        self.batches_acquires = True
+        self._seed = client.register_script(scripts.SEED)
+        self._acquire = client.register_script(scripts.ACQUIRE)
+        self._acquire_many = client.register_script(scripts.ACQUIRE_MANY)
+        self._renew = client.register_script(scripts.RENEW)
+        self._release = client.register_script(scripts.RELEASE)
+        self._force_unlock = client.register_script(scripts.FORCE_UNLOCK)
+        self._delete = client.register_script(scripts.DELETE)
+        self._pause = client.register_script(scripts.PAUSE)
+        self._resume = client.register_script(scripts.RESUME)
+        self._set_schedule = client.register_script(scripts.SET_SCHEDULE)
+        self._open_incident = client.register_script(scripts.OPEN_INCIDENT)
+        self._close_incident = client.register_script(scripts.CLOSE_INCIDENT)
 
     @classmethod
     def from_url(cls, url: str, **client_options: Any) -> RedisLockStore:
@@ -254,16 +138,32 @@ class RedisLockStore(RedisClient, LockStore):
         return _acquisition(status, detail)
 
     def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[Acquisition | StoreUnavailable]:
-        """One pipeline of acquire scripts (one per node on a cluster), each atomic on its own. With
-        ``wait_replicas``, one by one: each acquire is confirmed by WAIT on its own master."""
+        """One script for them all on one server (one command to send and one reply to read, where a pipeline of
+        scripts cost the instance a command each); on a cluster, one pipeline per master. With ``wait_replicas``,
+        one by one: each acquire is confirmed by WAIT on its own master."""
         if self.wait_replicas or len(requests) < 2:
             return super().acquire_many(requests)
-        calls = [([self.key(request.name)], _acquire_args(request)) for request in requests]
+        batch = os.urandom(8).hex()  # one random part for the batch (a call each cost the instance a syscall)
+        calls = [([self.key(request.name)], _acquire_args(request, f"{batch}.{index}"))
+                 for index, request in enumerate(requests)]
+        if is_cluster(self.client):
+            return [self._answer(reply) for reply in run_by_master(self.client, self._acquire, calls)]
         try:
-            replies = self._call(run_batch, self.client, self._acquire, calls)
-        except StoreUnavailable as error:  # whether any script ran is unknown: those locks end with their leases
+            replies = self._call(self._acquire_many, keys=[keys[0] for keys, _ in calls],
+                                 args=[arg for _, args in calls for arg in args])
+        except StoreUnavailable as error:  # whether the script ran is unknown: those locks end with their leases
             return [error] * len(requests)
         return [_acquisition(status, detail) for status, detail in replies]
+
+    def _answer(self, reply: Any) -> Acquisition | StoreUnavailable:
+        """One acquire script's reply as an Acquisition, or its error as StoreUnavailable naming this store."""
+        if not isinstance(reply, Exception):
+            return _acquisition(*reply)
+        try:
+            with self.errors():
+                raise reply
+        except StoreUnavailable as error:
+            return error
 
     def _unconfirmed(self, name: str, token: int, confirmed: int) -> None:
         """An acquire that fewer than ``wait_replicas`` replicas confirmed does not count: release it (best effort;

@@ -1,10 +1,11 @@
 """The SQL lock store's acquire_many on PostgreSQL and MariaDB: one transaction per batch, rows locked in name
-order, and a row that a stopped transaction holds answered BUSY instead of stopping the batch (PostgreSQL), as
-it is to acquire(), a batch of one there."""
+order, and a row that a stopped transaction holds answered BUSY instead of stopping the batch, as it is to
+acquire(), a batch of one there."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -61,22 +62,22 @@ def test_a_batch_of_another_owner_for_the_same_tick_takes_nothing(alias: str) ->
     assert {state.locked_by for state in store.locks()} == {"A"}
 
 
-@pytest.mark.django_db(transaction=True, databases=["postgres"])
+@pytest.mark.parametrize("alias", SERVERS)
 def test_a_batch_whose_row_a_stopped_transaction_holds_answers_busy_after_the_lock_timeout(
-        closing_connections: None) -> None:
+        alias: str, closing_connections: None) -> None:
     """A holder frozen between its UPDATE and its COMMIT holds the row lock: the batch answers BUSY (it never
     runs what another may be taking) instead of waiting for it, and takes the tick once the row is free."""
-    store = DjangoLockStore("postgres")
+    store = DjangoLockStore(alias)
     store.seed(["job", "other"])
     holding, done = threading.Event(), threading.Event()
 
     def frozen_holder() -> None:
         try:
-            with transaction.atomic(using="postgres"):
-                list(Lock.objects.using("postgres").select_for_update().filter(name="job"))
+            with transaction.atomic(using=alias):
+                list(Lock.objects.using(alias).select_for_update().filter(name="job"))
                 holding.set()
                 done.wait(60)
-                transaction.set_rollback(True, using="postgres")
+                transaction.set_rollback(True, using=alias)
         finally:
             connections.close_all()
 
@@ -94,8 +95,10 @@ def test_a_batch_whose_row_a_stopped_transaction_holds_answers_busy_after_the_lo
 
         asker = threading.Thread(target=ask)
         asker.start()
+        asked = time.monotonic()
         asker.join(BATCH_LOCK_TIMEOUT.total_seconds() + 20)
         assert not asker.is_alive(), "the batch waited for the stopped holder past its lock timeout"
+        print(f"{alias}: the batch answered after {time.monotonic() - asked:.2f}s")
         assert _statuses(answers[0]) == [AcquireStatus.BUSY, AcquireStatus.BUSY]
         assert all(not state.locked for state in store.locks())  # the batch took nothing
         # acquire() is a batch of one (the scheduler's retries of a busy fire, catch-up): it waits no longer

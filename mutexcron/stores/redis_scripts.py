@@ -1,0 +1,171 @@
+"""The Redis lock store's Lua scripts (mutexcron.stores.redis): one hash per job, each operation one script, atomic
+on the server and timed by its clock.
+"""
+
+__all__ = [
+    "ACQUIRE",
+    "ACQUIRE_MANY",
+    "CLOSE_INCIDENT",
+    "DELETE",
+    "FORCE_UNLOCK",
+    "OPEN_INCIDENT",
+    "PAUSE",
+    "RELEASE",
+    "RENEW",
+    "RESUME",
+    "SEED",
+    "SET_SCHEDULE",
+]
+
+# Every script reads the time with TIME so that leases run on the Redis server's clock, not on the
+# clocks of the instances (which may disagree by seconds).
+_NOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+# After _NOW. revive(key, name) creates a missing hash (created_at = now) or revives a tombstone (with its
+# token, fire time, pause, override and created_at); 1 if it did either.
+_REVIVE = """
+local function revive(key, name)
+  if redis.call('EXISTS', key) == 0 then
+    redis.call('HSET', key, 'name', name, 'locked', '0', 'locked_by', '', 'last_locked_at', '',
+               'last_released_at', '', 'lock_until', '', 'last_fire_time', '', 'token', '0', 'deleted', '0',
+               'created_at', now)
+    return 1
+  elseif redis.call('HGET', key, 'deleted') == '1' then
+    redis.call('HSET', key, 'deleted', '0')
+    return 1
+  end
+  return 0
+end
+"""
+
+SEED = _NOW + _REVIVE + "return revive(KEYS[1], ARGV[1])"
+
+# After _REVIVE. acquire(key, name, owner, lease_ms, fire_ms ('' for a manual run), schedule_version ('' for
+# unchecked), attempt (unique to the call)). Refusals in the contract's order: paused, stale schedule, already ran,
+# busy; a refusal writes nothing (but for reviving the hash). The same attempt again, while it holds the lock, is
+# a client's retry of this call after its reply was lost: it gets the same answer, not 'already_ran' for its own tick.
+# A loser costs one HMGET, a winner one HSET more: at 8 instances x 100 jobs a tick the server's work for
+# each instant is on the fleet's critical path (each instance's batch waits behind the others').
+_ACQUIRE_ONE = """
+local function acquire(key, name, owner, lease, fire, wanted, attempt)
+  local fields = {'locked', 'lock_until', 'last_fire_time', 'token', 'locked_by', 'paused', 'paused_until',
+                  'schedule_version', 'attempt', 'deleted'}
+  local h = redis.call('HMGET', key, unpack(fields))
+  if h[10] ~= '0' then  -- no hash, a tombstone, or a hash from before tombstones: revive(), then read again
+    revive(key, name)
+    h = redis.call('HMGET', key, unpack(fields))
+  end
+  if h[1] == '1' and h[9] == attempt then return {'acquired', h[4]} end
+  local holder = h[5] or ''
+  local paused_until = tonumber(h[7])
+  if h[6] == '1' and (paused_until == nil or paused_until > now) then return {'paused', holder} end
+  local version = tonumber(h[8]) or 0
+  if fire ~= '' and wanted ~= '' and tonumber(wanted) ~= version then
+    return {'stale_schedule', tostring(version)}
+  end
+  local last_fire = tonumber(h[3])
+  if fire ~= '' and last_fire and last_fire >= tonumber(fire) then return {'already_ran', holder} end
+  if h[1] == '1' and (tonumber(h[2]) or 0) > now then return {'busy', holder} end
+  local token = (tonumber(h[4]) or 0) + 1
+  local won = {'locked', '1', 'locked_by', owner, 'last_locked_at', now, 'lock_until', now + tonumber(lease),
+               'token', token, 'attempt', attempt}
+  if fire ~= '' then won[13] = 'last_fire_time'; won[14] = fire end
+  redis.call('HSET', key, unpack(won))
+  return {'acquired', tostring(token)}
+end
+"""
+
+# ARGV: name, owner, lease_ms, fire_ms, schedule_version, attempt.
+ACQUIRE = _NOW + _REVIVE + _ACQUIRE_ONE + "return acquire(KEYS[1], unpack(ARGV))"
+
+# One key a lock, and ARGV six arguments a lock (as _ACQUIRE's): one reply a lock, all at one instant of the
+# server's clock. On one server only: a cluster refuses keys of several slots in one script.
+ACQUIRE_MANY = _NOW + _REVIVE + _ACQUIRE_ONE + """
+local replies = {}
+for i = 1, #KEYS do
+  local a = (i - 1) * 6
+  replies[i] = acquire(KEYS[i], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6])
+end
+return replies
+"""
+
+# ARGV: token, lease_ms
+RENEW = _NOW + """
+local h = redis.call('HMGET', KEYS[1], 'locked', 'token')
+if h[1] ~= '1' or h[2] ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'lock_until', now + tonumber(ARGV[2]))
+return 1
+"""
+
+# ARGV: token, hold_at_least_ms, outcome ('' for none), error ('' for none)
+RELEASE = _NOW + """
+local h = redis.call('HMGET', KEYS[1], 'locked', 'token', 'last_locked_at')
+if h[1] ~= '1' or h[2] ~= ARGV[1] then return 0 end
+local hold_until = (tonumber(h[3]) or 0) + tonumber(ARGV[2])
+local fields = {'lock_until', hold_until, 'last_released_at', now}
+if hold_until <= now then fields = {'locked', '0', 'lock_until', now, 'last_released_at', now} end
+if ARGV[3] ~= '' then
+  for _, v in ipairs({'last_outcome', ARGV[3], 'last_finished_at', now, 'last_error', ARGV[4]}) do
+    fields[#fields + 1] = v
+  end
+  if ARGV[3] == 'succeeded' then fields[#fields + 1] = 'last_success_at'; fields[#fields + 1] = now end
+end
+redis.call('HSET', KEYS[1], unpack(fields))
+return 1
+"""
+
+FORCE_UNLOCK = _NOW + """
+if redis.call('HGET', KEYS[1], 'locked') ~= '1' then return 0 end
+redis.call('HSET', KEYS[1], 'locked', '0', 'lock_until', now, 'last_released_at', now)
+return 1
+"""
+
+DELETE = """
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HGET', KEYS[1], 'deleted') == '1' then return 0 end
+redis.call('HSET', KEYS[1], 'deleted', '1')
+return 1
+"""
+
+# The control scripts change a visible hash only, and return it whole (nil if there is none).
+_VISIBLE = """
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HGET', KEYS[1], 'deleted') == '1' then return false end
+"""
+_RETURN_ALL = "\nreturn redis.call('HGETALL', KEYS[1])\n"
+
+# ARGV: until_ms ('' for until resume()), by
+PAUSE = _NOW + _VISIBLE + """
+redis.call('HSET', KEYS[1], 'paused', '1', 'paused_at', now, 'paused_until', ARGV[1], 'paused_by', ARGV[2])
+""" + _RETURN_ALL
+
+# A pause whose until has passed ended then, not now: ticks after it stay missed (to catch up), not paused.
+RESUME = _NOW + _VISIBLE + """
+if redis.call('HGET', KEYS[1], 'paused') == '1' then
+  local ended = tonumber(redis.call('HGET', KEYS[1], 'paused_until'))
+  if ended == nil or ended > now then ended = now end
+  redis.call('HSET', KEYS[1], 'paused', '0', 'paused_at', '', 'paused_until', '', 'paused_by', '', 'resumed_at', ended)
+end
+""" + _RETURN_ALL
+
+# ARGV: spec, timezone, by ('' for None)
+SET_SCHEDULE = _NOW + _VISIBLE + """
+redis.call('HINCRBY', KEYS[1], 'schedule_version', 1)
+redis.call('HSET', KEYS[1], 'schedule', ARGV[1], 'schedule_timezone', ARGV[2], 'schedule_by', ARGV[3],
+           'schedule_changed_at', now)
+""" + _RETURN_ALL
+
+# ARGV: incident. Open it if the visible hash has none; close it if it is the open one.
+OPEN_INCIDENT = _NOW + _VISIBLE + """
+local current = redis.call('HGET', KEYS[1], 'incident')
+if current and current ~= '' then return 0 end
+redis.call('HSET', KEYS[1], 'incident', ARGV[1], 'incident_at', now)
+return 1
+"""
+
+CLOSE_INCIDENT = _VISIBLE + """
+if redis.call('HGET', KEYS[1], 'incident') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'incident', '', 'incident_at', '')
+return 1
+"""
