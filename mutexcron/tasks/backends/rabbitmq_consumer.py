@@ -29,6 +29,10 @@ logger = logging.getLogger("mutexcron.tasks.rabbitmq")
 
 _POLL_SECONDS = 0.5  # the longest wait for a delivery: how soon a stop set without wake() is seen
 _RECONNECT_BACKOFF = (0.5, 30.0)
+# A message that comes at most this early (on the worker's clock) waits in the worker until it is due. The
+# quorum level queues' TTLs expire a message a few ms early now and then; a larger gap is taken to be the
+# clocks' skew, and the message runs at once rather than hold the queue behind it.
+HOLD_EARLY_MS = 100
 
 
 class TaskConsumer:
@@ -93,9 +97,10 @@ class TaskConsumer:
             if item is LOST:
                 raise link.lost()
             assert isinstance(item, Received)
-            self._deliver(link, item, handle)
+            self._deliver(link, item, handle, stop)
 
-    def _deliver(self, link: ConsumerLink, received: Received, handle: Callable[[Delivery], None]) -> None:
+    def _deliver(self, link: ConsumerLink, received: Received, handle: Callable[[Delivery], None],
+                 stop: threading.Event) -> None:
         try:
             message = decode(received.task_type, received.properties, received.body)
         except Undecodable as error:  # kept for an operator, then acked: it cannot stop the queue behind it
@@ -105,6 +110,12 @@ class TaskConsumer:
             link.publish(message, message.until_ms - time.time() * 1000)
             link.ack(received.tag)
             return
+        early_ms = message.run_at_ms - time.time() * 1000
+        if 0 < early_ms <= HOLD_EARLY_MS:
+            logger.debug("task %s (%s) came %.1f ms early; held until due", message.task_id, message.task_type,
+                         early_ms)
+            if stop.wait(early_ms / 1000):
+                return  # stopping: left unacked, the link's close puts it back in the queue
         redelivered = bool(received.method.redelivered)
         claim = self.records.claim(message.task_id, gen=message.gen, attempt=message.attempt, redelivered=redelivered)
         if claim.verdict == Verdict.MISSING:  # it may have been cancelled: run nothing without a record
