@@ -7,6 +7,7 @@ we start mongoeco's wire server (tests/mongo_server.py) under Python 3.13 and ta
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -25,11 +26,41 @@ MONGO_URL_ENV = "MUTEXCRON_TEST_MONGO_URL"
 MONGOECO_PYTHON_ENV = "MUTEXCRON_MONGOECO_PYTHON"
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+_EPHEMERAL = _ephemeral_range()
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port of 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as probe:
+    """A TCP port of 127.0.0.1 that nothing listens on right now, outside the kernel's ephemeral range.
+
+    Below that range, so that no outgoing connection of the busy suites beside us takes it between this
+    answer and the server's bind (CI saw a private cluster node fail so: "Address already in use"), nor
+    while a test has killed its server and not yet restarted it. Never the same port twice in one process.
+    """
+    low = 20000 if _EPHEMERAL[0] > 21000 else 1024
+    high = _EPHEMERAL[0] - 1 if _EPHEMERAL[0] > low + 1000 else 65535
+    for _ in range(1000):
+        port = random.randint(low, high)
+        if port in _handed_out or _EPHEMERAL[0] <= port <= _EPHEMERAL[1]:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    with socket.socket() as probe:  # the ephemeral range covers (nearly) every port: take one of it
         probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        return int(probe.getsockname()[1])
 
 
 def stop_process(process: subprocess.Popen[Any], timeout: float = 10) -> None:
