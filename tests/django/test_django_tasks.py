@@ -427,11 +427,11 @@ def test_postgresql_notify_wakes_a_sleeping_worker_from_another_connection(
         ran_at = recorder.at(n)
         latencies.append(ran_at - scheduled)
     print(f"NOTIFY wake-up latency: {', '.join(f'{x * 1000:.1f}' for x in latencies)} ms")
-    assert max(latencies) < 0.1
+    assert max(latencies) < LATE  # tens of ms here; a worker not woken would sleep its max_sleep, 60 s
     # ...and for a later task the worker sleeps until it is due, not longer.
     due = time.time() + 0.4
     producer.schedule(task_type, "later", delay=timedelta(seconds=0.4))
-    assert due - 0.03 <= recorder.at("later") < due + 0.1
+    assert due - 0.03 <= recorder.at("later") < due + LATE
 
 
 @pytest.mark.django_db(transaction=True, databases=["postgres"])
@@ -511,7 +511,7 @@ def test_a_worker_that_cannot_bind_its_wake_up_socket_says_so_and_looks_every_se
             wait_until(lambda: looks, what="the worker to sleep: it knows of nothing due")
             scheduled = time.time()
             worker.schedule(task_type, "from elsewhere")  # in-process wake-ups still work...
-            assert recorder.at("from elsewhere") - scheduled < 0.1
+            assert recorder.at("from elsewhere") - scheduled < LATE  # not the 1 s of max_sleep
             scheduled = time.time()
             Silent(alias).enqueue([new_task("silent", task_type=task_type, payload='"silent"')])
             assert recorder.at("silent") - scheduled < 1.0 + 0.15  # ...and others' tasks within 1 s, not 60
@@ -630,7 +630,10 @@ def test_throughput_of_one_worker_and_lateness(
     print(f"{VENDORS[alias]}: schedule_many {count} in {scheduling:.2f}s ({count / scheduling:,.0f}/s); one worker "
           f"ran them at {count / elapsed:,.0f} tasks/s; lateness min {lateness[0] * 1000:.1f} ms, median "
           f"{lateness[len(lateness) // 2] * 1000:.1f} ms, max {lateness[-1] * 1000:.1f} ms")
-    assert lateness[0] > -0.03 and lateness[-1] < LATE
+    assert lateness[0] > -0.03
+    # A bound on a backlog, not a performance figure: alone the worker starts these 6 to 70 ms late; in CI, beside
+    # two suites on two CPUs, the SQLite worker on Python 3.11 once started them 27 to 626 ms late (median 387).
+    assert lateness[-1] < 1.0
 
 
 # -- the multi-process fleet tests on SQLite and MariaDB (PostgreSQL: tests/tasks/test_task_workers.py) ---

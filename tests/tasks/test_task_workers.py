@@ -279,7 +279,9 @@ def test_a_task_scheduled_by_another_process_wakes_sleeping_workers_at_once(
                            what=f"task {n} to run")
         waits.append(entry["started_at"] - scheduled_at)
     print(f"scheduled-to-started: {', '.join(f'{w * 1000:.1f}' for w in waits)} ms")
-    assert max(waits) < 0.15, f"a sleeping worker was not woken at once: {waits}"
+    # Tens of ms each here; a worker not woken would wait its max_sleep (1 s at the least). CI's broker, with
+    # four fleet lanes beside it, once took 251 ms for one of the five.
+    assert max(waits) < 0.5, f"a sleeping worker was not woken at once: {waits}"
     fleet.stop()
 
 
