@@ -160,17 +160,21 @@ class LockStoreContract(FleetControlContract, AlertsContract, AcquireManyContrac
     # -- renewing -----------------------------------------------------------------------------
 
     def test_renew_extends_the_lease_from_the_store_clock(self) -> None:
-        lease = timedelta(milliseconds=400)
+        # A lease long enough for a renewal and an acquire on a loaded machine (CI once took over 300 ms between
+        # two calls on MariaDB), renewed for two of them.
+        lease = timedelta(seconds=1)
         acquisition = self.store.acquire("job", owner="A", lease=lease, fire_time=FIRE_1)
         assert acquisition.token is not None
-        deadline = time.monotonic() + 1.2  # three leases
+        deadline = time.monotonic() + 2 * lease.total_seconds()
         while time.monotonic() < deadline:
+            renewed_after = self.store.now()
             assert self.store.renew("job", token=acquisition.token, lease=lease)
             assert self.store.acquire("job", owner="B", lease=LONG, fire_time=FIRE_2).status is AcquireStatus.BUSY
-            time.sleep(0.1)
+            time.sleep(0.25)
         state = self.store.lock("job")
         assert state is not None and state.lock_until is not None
-        assert state.lock_until > self.store.now()
+        # The last renewal's lease counts from the store's clock when it ran (at or after renewed_after).
+        assert state.lock_until >= renewed_after + lease - timedelta(milliseconds=1)
 
     def test_renew_with_a_stale_token_fails(self) -> None:
         acquisition = self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_1)

@@ -12,7 +12,8 @@ reaches the master alone, as in a partition, and is lost with it; the instances 
 (``catch_up="all"``), which asks the new master again for the lost tick.
 
 Each scenario (Sentinel or cluster, plain or lagging, with or without ``wait_replicas=1``) runs once per module;
-its tests judge it: the fleet carries on by itself, the ticks of the failover are ``skipped_store_error``, and
+its tests judge it: the fleet carries on by itself, the ticks of the failover are ``skipped_store_error`` (on a
+cluster, a fire whose client retries outlast the failover may instead win its lock on the new master, late), and
 with ``wait_replicas`` no tick runs twice and no fencing token is given twice. Without it, how often either
 happened is measured and printed, not asserted.
 """
@@ -204,13 +205,18 @@ def test_the_fleet_carries_on_by_itself_after_the_failover(observed: Observed) -
 def test_the_ticks_of_the_failover_are_skipped_as_store_errors(observed: Observed) -> None:
     records = [r for r in observed.fleet.records() if not r["catch_up"]]  # a catch-up runs a tick of it later
     during = [r for r in records if observed.killed_at < r["fire_time"] < observed.promoted_at]
-    # A cluster client retries a command through a failover for a while: a fire of those ticks may still win
-    # its lock once the replica is promoted (then the others see it taken). What must never happen is a body
-    # that ran before the promotion: checked below.
-    outcomes = {r["outcome"] for r in during}
-    assert during and "skipped_store_error" in outcomes, during
-    assert outcomes <= ({"skipped_store_error", "skipped_already_ran", "succeeded"} if observed.scenario.kind ==
-                        "cluster" else {"skipped_store_error"}), during
+    outcomes = Counter(r["outcome"] for r in during)
+    print(f"{observed.name}: the fires of the ticks between the kill and the promotion: {dict(outcomes)}")
+    assert during, "no tick fell between the kill and the promotion"
+    if observed.scenario.kind == "sentinel":
+        assert set(outcomes) == {"skipped_store_error"}, during
+    else:
+        # redis-py's cluster client retries a command with back-off (3 times, up to seconds): a fire whose retries
+        # end before the promotion is skipped_store_error; one whose retries outlast it wins its lock on the new
+        # master, late, and the others see that tick taken. Which of the two depends on the machine's load (CI
+        # saw both). What must never happen is a body that ran before the promotion: checked below.
+        assert set(outcomes) <= {"skipped_store_error", "skipped_already_ran", "succeeded"}, during
+        assert outcomes["succeeded"] <= len({r["fire_time"] for r in during}), during
     errors = Counter(r["outcome"] for r in records if r["fire_time"] > observed.killed_at
                      and r["fire_time"] < observed.first_run["fire_time"])
     print(f"{observed.name}: records between the kill and the first tick run after it: {dict(errors)}")
