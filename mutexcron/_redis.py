@@ -9,8 +9,8 @@ from typing import ClassVar
 import redis
 from redis.cluster import RedisCluster
 
-from ._common import store_errors
-from .errors import StoreConfigError
+from ._common import store_errors, unavailable
+from .errors import StoreConfigError, StoreUnavailable
 from .redis_urls import REDIS_ERRORS, AnyRedis, client_from_url, close_client
 from .urls import mask_url
 
@@ -73,6 +73,11 @@ class RedisClient:
         """Redis errors inside the block raised as StoreUnavailable naming this object (the URL's secrets
         scrubbed from the client's message)."""
         return store_errors(REDIS_ERRORS, f"{self.kind} {self._display}", url=self._url)
+
+    def unavailable(self, error: BaseException) -> StoreUnavailable:
+        """A Redis error that a reply carried instead of raising (a pipeline's, with ``raise_on_error=False``) as
+        the StoreUnavailable :meth:`errors` would raise for it."""
+        return unavailable(error, f"{self.kind} {self._display}", url=self._url)
 
     def read_hash(self, key: str) -> dict[str, str]:
         """The hash at ``key``, fields and values as text; {} if there is none. Raises as :meth:`errors`."""

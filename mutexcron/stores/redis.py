@@ -21,7 +21,7 @@ from .._redis import AnyRedis, RedisClient, glob_escape
 from .._redis import text as _text
 from ..errors import ReplicationUnconfirmed, StoreConfigError, StoreUnavailable
 from ..redis_cluster import run_batch, run_by_master, scan_keys, write_then_wait
-from ..redis_urls import client_from_url, is_cluster
+from ..redis_urls import REDIS_ERRORS, client_from_url, is_cluster
 from ..urls import mask_url
 from . import redis_scripts as scripts
 from .base import (
@@ -157,13 +157,11 @@ class RedisLockStore(RedisClient, LockStore):
 
     def _answer(self, reply: Any) -> Acquisition | StoreUnavailable:
         """One acquire script's reply as an Acquisition, or its error as StoreUnavailable naming this store."""
-        if not isinstance(reply, Exception):
-            return _acquisition(*reply)
-        try:
-            with self.errors():
-                raise reply
-        except StoreUnavailable as error:
-            return error
+        if isinstance(reply, REDIS_ERRORS):
+            return self.unavailable(reply)
+        if isinstance(reply, Exception):
+            raise reply
+        return _acquisition(*reply)
 
     def _unconfirmed(self, name: str, token: int, confirmed: int) -> None:
         """An acquire that fewer than ``wait_replicas`` replicas confirmed does not count: release it (best effort;
