@@ -225,8 +225,9 @@ def _sentinel(url: str, cleaned: str, sentinel_options: dict[str, str], client_o
         for_sentinels["ssl"] = True
     if sentinel_options.get("sentinel_password"):
         for_sentinels["password"] = sentinel_options["sentinel_password"]
-    sentinel = Sentinel(nodes, sentinel_kwargs=for_sentinels, **options)  # type: ignore[no-untyped-call]
-    master: redis.Redis = sentinel.master_for(path[0], db=int(path[1]) if len(path) == 2 else 0)  # type: ignore[no-untyped-call]
+    # Typed as Any: redis-py annotates Sentinel only from 8.2 on, and the extra allows redis>=5.
+    sentinel: Any = Sentinel(nodes, sentinel_kwargs=for_sentinels, **options)
+    master: redis.Redis = sentinel.master_for(path[0], db=int(path[1]) if len(path) == 2 else 0)
     return master
 
 

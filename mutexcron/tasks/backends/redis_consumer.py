@@ -94,7 +94,7 @@ class RedisConsumer(ClaimingConsumer):
         try:
             # Subscribed (confirmed) before the first claim: no wake-up published after it can be missed.
             with self.backend.errors():
-                self._pubsub = self.backend.client.pubsub()  # type: ignore[no-untyped-call]  # unannotated
+                self._pubsub = self._new_pubsub()
                 self._subscribe(self._pubsub)
             self.backend.warn_of_old_layout(self.types)
             self._loop(self._pubsub, heartbeat)
@@ -104,6 +104,11 @@ class RedisConsumer(ClaimingConsumer):
                 with contextlib.suppress(*REDIS_ERRORS):
                     self._pubsub.close()
 
+    def _new_pubsub(self) -> Any:
+        """A PubSub of the backend's client (Any: redis-py annotates pubsub() only from 8.2 on)."""
+        client: Any = self.backend.client
+        return client.pubsub()
+
     def _resubscribe(self) -> Any:
         """A cluster's pub/sub connection is to one node: when it fails (the node died, a failover), subscribe
         anew, on a node that answers. Until that works the worker looks for tasks at least every second."""
@@ -111,7 +116,7 @@ class RedisConsumer(ClaimingConsumer):
             self._pubsub.close()
         try:
             with self.backend.errors():
-                self._pubsub = self.backend.client.pubsub()  # type: ignore[no-untyped-call]
+                self._pubsub = self._new_pubsub()
                 self._subscribe(self._pubsub)
             self._channel_lost = False
         except StoreUnavailable as error:
