@@ -48,10 +48,12 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/python example_project/demo.py $(DEMO_ARGS)
 
 # LINT=no skips ruff and mypy (.ci/run checks them once per environment, not in every part of a split suite).
-LINT ?= yes
+# (make's own default LINT is "lint", the C linter: replaced here unless given on the command line.)
+ifeq ($(origin LINT),default)
+LINT = yes
+endif
 define run_suite
-	$(if $(filter yes,$(LINT)),$(VENV)/bin/ruff check .)
-	$(if $(filter yes,$(LINT)),$(MYPY))
+	if [ "$(LINT)" = yes ]; then $(VENV)/bin/ruff check . && $(MYPY); fi
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 endef
 
