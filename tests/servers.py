@@ -42,7 +42,7 @@ def free_port() -> int:
     """A TCP port of 127.0.0.1 that nothing listens on right now, outside the kernel's ephemeral range.
 
     Below that range, so that no outgoing connection of the busy suites beside us takes it between this
-    answer and the server's bind (CI saw a private cluster node fail so: "Address already in use"), nor
+    answer and the server's bind (the node would fail with "Address already in use"), nor
     while a test has killed its server and not yet restarted it. Never the same port twice in one process.
     """
     low = 20000 if _EPHEMERAL[0] > 21000 else 1024

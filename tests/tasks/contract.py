@@ -39,9 +39,9 @@ from tests.support import wait_until
 from tests.tasks.telemetry_contract import RecordStoreTelemetryContract, TaskTelemetryContract
 
 T = TypeVar("T")
-# Seconds: a due task must have started by then. It typically starts within a few milliseconds; CI runs two suites
-# at once on two CPUs, and once saw a task on the cluster start over 0.5 s late. A worker that missed its wake-up
-# would wait its max idle time (60 s on Redis and PostgreSQL) instead.
+# Seconds: a due task must have started by then. It typically starts within a few milliseconds, but CI runs two
+# suites at once on two CPUs, where a task on the cluster can start over 0.5 s late. A worker that missed its
+# wake-up would wait its max idle time (60 s on Redis and PostgreSQL) instead, far past this bound.
 LATE = 1.0
 EARLY = 0.03  # seconds: how much earlier than its due time a task may start (clock rounding to the ms)
 QUICK = timedelta(milliseconds=50)
