@@ -247,8 +247,9 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
         return RedisConsumer(self, request)
 
     def warn_of_old_layout(self, types: list[str]) -> None:
-        """Log a warning if tasks of ``types`` (or claims or failures) wait in the first key layout, where this
-        version's workers do not look (``redis_migrate`` moves them); a check that fails says nothing."""
+        """Log a warning if tasks of ``types`` (or claims, failures, or task hashes left without their set) wait in
+        the first key layout, where this version's workers do not look (``redis_migrate`` moves them); a check
+        that fails says nothing."""
         from .redis_migrate import old_layout_keys
 
         try:
