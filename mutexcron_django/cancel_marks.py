@@ -12,9 +12,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, ParamSpec, TypedDict, TypeVar
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
-from django.db import connections, transaction
+from django.db import DatabaseError, DataError, OperationalError, connections, transaction
 from django.db.models import Count, ExpressionWrapper, F, Q, QuerySet
 from django.db.models.expressions import CombinedExpression
 
@@ -23,6 +23,7 @@ from mutexcron.errors import StoreUnavailable
 from mutexcron.tasks.cancel_marks import (
     DEFAULT_RETENTION,
     Claim,
+    RecordDataError,
     TaskRecord,
     TaskRecordStore,
     Verdict,
@@ -40,8 +41,11 @@ __all__ = ["DjangoCancelMarks", "DjangoTaskRecords"]
 PRUNE_EVERY = 600.0  # seconds between two deletions of expired rows by one store
 PRUNE_CHUNK = 1000
 FINISHED = (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED)
+# MariaDB's errors about a value, not the server: a character the column's charset lacks, compared (1267, illegal
+# mix of collations) or stored (1366, incorrect string value). Its driver raises them as OperationalError; a
+# value too long for its column (1406), and PostgreSQL's NUL byte, are a DataError already.
+MYSQL_BAD_VALUE = frozenset({1267, 1366})
 
-P = ParamSpec("P")
 T = TypeVar("T")
 
 
@@ -68,9 +72,29 @@ class DjangoTaskRecords(TaskRecordStore):
     def _marks(self) -> QuerySet[TaskMark]:
         return TaskMark.objects.using(self.using)
 
-    def _call(self, operation: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        with sql_errors(self.using, f"task cancel store django://{self.using}"):
-            return operation(*args, **kwargs)
+    def _call(self, operation: Callable[[], T], task_ids: Sequence[str]) -> T:
+        """``operation``, a database error raised as StoreUnavailable, but one about the data it was given (a task
+        id the database cannot keep) as RecordDataError naming ``task_ids``: bad data is no outage, and a
+        consumer that took it for one would put the message back in the queue for good."""
+        where = f"task cancel store django://{self.using}"
+        with sql_errors(self.using, where):
+            try:
+                return operation()
+            except DatabaseError as error:
+                if not self._bad_value(error):
+                    raise
+                named = ", ".join(repr(task_id) for task_id in task_ids[:3]) or "(none)"
+                more = f" and {len(task_ids) - 3} more" if len(task_ids) > 3 else ""
+                raise RecordDataError(f"{where} cannot keep the data of task {named}{more}: "
+                                      f"{type(error).__name__}: {error}") from error
+
+    def _bad_value(self, error: DatabaseError) -> bool:
+        """Whether ``error`` is about a value the database was given (:data:`MYSQL_BAD_VALUE`), not about it."""
+        if isinstance(error, DataError):
+            return True
+        code = error.args[0] if error.args else None
+        return (isinstance(error, OperationalError) and connections[self.using].vendor == "mysql"
+                and code in MYSQL_BAD_VALUE)
 
     def _expiry(self) -> ExpressionWrapper[CombinedExpression]:
         """The database's now plus the retention: one clock for writing and comparing ``expires_at``."""
@@ -98,37 +122,39 @@ class DjangoTaskRecords(TaskRecordStore):
                                "trace_context", "expires_at", "updated_at"],
             )
 
-        self._call(run)
+        self._call(run, [task.id for task in tasks])
         self._maybe_prune()
 
     def discard(self, task_ids: Sequence[str]) -> None:
         if task_ids:
-            self._call(lambda: self._marks.filter(pk__in=list(task_ids)).delete())
+            self._call(lambda: self._marks.filter(pk__in=list(task_ids)).delete(), task_ids)
 
     def store_result(self, task_id: str, text: str) -> bool:
         """Keep ``text`` (a django.tasks result) on the task's record; False if the record is gone."""
-        return self._call(lambda: self._marks.filter(_live(), pk=task_id).update(result=text) == 1)
+        return self._call(lambda: self._marks.filter(_live(), pk=task_id).update(result=text) == 1, [task_id])
 
     def load_result(self, task_id: str) -> str | None:
-        return self._call(lambda: self._marks.filter(_live(), pk=task_id).values_list("result", flat=True).first())
+        return self._call(lambda: self._marks.filter(_live(), pk=task_id).values_list("result", flat=True).first(),
+                          [task_id])
 
     def pending_counts(self) -> Mapping[str, int]:
         """One GROUP BY over the scheduled records (index status, task_type); they never expire."""
         return self._call(lambda: {row["task_type"]: row["n"] for row in
                                    self._marks.filter(status=TaskStatus.SCHEDULED.value)
-                                   .values("task_type").annotate(n=Count("pk")).order_by()})
+                                   .values("task_type").annotate(n=Count("pk")).order_by()}, [])
 
     @property
     def pending_source(self) -> str:
         return f"django://{self.using} task marks"
 
     def get(self, task_id: str) -> TaskRecord | None:
-        row = self._call(lambda: self._marks.filter(_live(), pk=task_id).annotate(utc_run_at=AsUTC("run_at")).first())
+        row = self._call(lambda: self._marks.filter(_live(), pk=task_id).annotate(utc_run_at=AsUTC("run_at")).first(),
+                         [task_id])
         return _record(row) if row is not None else None
 
     def cancel(self, task_id: str) -> bool:
         return self._call(lambda: self._marks.filter(_live(), pk=task_id, status=TaskStatus.SCHEDULED.value)
-                          .update(status=TaskStatus.CANCELLED.value, updated_at=DbNow()) == 1)
+                          .update(status=TaskStatus.CANCELLED.value, updated_at=DbNow()) == 1, [task_id])
 
     def claim(self, task_id: str, *, gen: int, attempt: int, redelivered: bool) -> Claim:
         def run() -> Claim:
@@ -160,7 +186,7 @@ class DjangoTaskRecords(TaskRecordStore):
                 )
                 return Claim(Verdict.RUN, attempts)
 
-        return self._call(run)
+        return self._call(run, [task_id])
 
     def finish(self, task_id: str, *, gen: int, status: TaskStatus, error: str | None = None) -> bool:
         if status not in FINISHED:
@@ -168,12 +194,13 @@ class DjangoTaskRecords(TaskRecordStore):
         expires = None if status == TaskStatus.FAILED else self._expiry()
         return self._call(lambda: self._marks.filter(_live(), pk=task_id, status=TaskStatus.RUNNING.value, gen=gen)
                           .update(status=status.value, error=clip_error(error) or None, expires_at=expires,
-                                  updated_at=DbNow()) == 1)
+                                  updated_at=DbNow()) == 1, [task_id])
 
     def reschedule(self, task_id: str, *, gen: int, new_gen: int, run_at: datetime, error: str) -> bool:
         return self._call(lambda: self._marks.filter(_live(), pk=task_id, status=TaskStatus.RUNNING.value, gen=gen)
                           .update(status=TaskStatus.SCHEDULED.value, gen=new_gen, run_at=run_at,
-                                  error=clip_error(error) or None, expires_at=None, updated_at=DbNow()) == 1)
+                                  error=clip_error(error) or None, expires_at=None, updated_at=DbNow()) == 1,
+                          [task_id])
 
     def reopen(self, task_id: str, *, gen: int, new_gen: int, run_at: datetime) -> bool:
         def run() -> bool:
@@ -186,7 +213,7 @@ class DjangoTaskRecords(TaskRecordStore):
             # The re-published message overtook this call (and claimed the record): done already.
             return live.exclude(status=TaskStatus.CANCELLED.value).filter(gen__gte=new_gen).exists()
 
-        return self._call(run)
+        return self._call(run, [task_id])
 
     def prune(self) -> int:
         """Delete expired rows; returns how many."""
@@ -198,7 +225,7 @@ class DjangoTaskRecords(TaskRecordStore):
                     return deleted
                 deleted += self._marks.filter(pk__in=ids, expires_at__lte=DbNow()).delete()[0]
 
-        return self._call(run)
+        return self._call(run, [])
 
     def _maybe_prune(self) -> None:
         with self._prune_lock:

@@ -22,12 +22,13 @@ from .._options import positive_duration
 from ..errors import StoreConfigError
 from ..plugins import build_from_url, schemes
 from ..urls import seconds_option, shown
-from .model import NewTask, TaskInfo, TaskStatus, stored_payload
+from .model import NewTask, TaskError, TaskInfo, TaskStatus, stored_payload
 
 __all__ = [
     "SCHEMES",
     "CancelMarkStore",
     "Claim",
+    "RecordDataError",
     "RedisCancelMarks",
     "RedisTaskRecords",
     "TaskRecord",
@@ -39,6 +40,12 @@ __all__ = [
 DEFAULT_RETENTION = timedelta(days=7)
 DEFAULT_PREFIX = "mutexcron:taskmark:"
 RESULT_FIELD = "django_result"  # the hash field of a Redis record (or task) that store_result() fills
+
+
+class RecordDataError(TaskError, ValueError):
+    """The record store cannot keep a value it was given (in PostgreSQL, a task id with a NUL byte; in SQL, one
+    longer than its column): bad data, refused as such, never an outage (``StoreUnavailable``). The message
+    names the task id."""
 
 
 class Verdict(StrEnum):
@@ -81,7 +88,8 @@ class TaskRecord:
 
 
 class TaskRecordStore(ABC):
-    """Task records beside a broker. Every method raises :class:`StoreUnavailable` on connection errors.
+    """Task records beside a broker. Every method raises :class:`StoreUnavailable` on connection errors, and
+    :class:`RecordDataError` for a task id it cannot keep (a store that keeps any text answers as for an unknown id).
 
     ``retention`` is how long a record is kept once its message has arrived (so that a finished task can
     be inspected, and a late copy of its message is still fenced): a claim, a finish, and a cancelled

@@ -10,10 +10,12 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import re
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from django.db import connections, transaction
 
 from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.tasks import NewTask, TaskBackend, TaskQueue, TaskStatus
-from mutexcron.tasks.cancel_marks import Verdict
+from mutexcron.tasks.cancel_marks import RecordDataError, Verdict
 from mutexcron_django.cancel_marks import DjangoCancelMarks
 from mutexcron_django.models import ScheduledTask, TaskMark
 from mutexcron_django.tasks_backend import DbNow, DjangoDelivery, DjangoTaskBackend, _wake_directory
@@ -37,7 +39,7 @@ from tests.django.tasks_support import (
 )
 from tests.support import wait_until
 from tests.tasks import test_task_workers as fleet_tests
-from tests.tasks.contract import LATE, CancelMarksContract, Recorder, TaskQueueContract, queue_factory
+from tests.tasks.contract import LATE, CancelMarksContract, Recorder, TaskQueueContract, due_time, queue_factory
 
 ALIASES = {"sqlite": "default", "postgresql": "postgres", "mysql": "mariadb"}
 VENDORS = {alias: vendor for vendor, alias in ALIASES.items()}
@@ -843,4 +845,79 @@ class TestRabbitMQWithDjangoCancelMarks(TaskQueueContract):
     @pytest.fixture
     def queue_options(self) -> dict[str, Any]:
         return {"cancel_store": DjangoCancelMarks("postgres")}
+
+
+@pytest.mark.django_db(transaction=True, databases=["postgres"])
+def test_a_message_whose_id_postgresql_cannot_keep_is_dead_lettered_not_requeued(
+    request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A NUL byte in a message's id: PostgreSQL refuses the value (DataError), which is bad data, not an outage.
+    The message is dead-lettered once as undecodable (put back in the queue it would come back for good), and
+    the worker runs the next task on time."""
+    if RABBITMQ_MISSING:
+        pytest.skip(RABBITMQ_MISSING)
+    if not _broker_reachable():
+        pytest.skip(f"no RabbitMQ at {AMQP_URL}")
+    import pika
+
+    from mutexcron.tasks.backends.rabbitmq_topology import HEADER_DEAD_REASON
+    from tests.tasks.test_rabbitmq_tasks import _amqp_channel, _good_headers, _next_dead_letter, backend_of
+
+    recorder = Recorder("rabbit.task")
+    recorder.define()
+    with queue_factory(recorder.handlers, request.getfixturevalue("amqp_url"),
+                       cancel_store=DjangoCancelMarks("postgres")) as make:
+        queue = make()
+        queue.start()
+        queue.schedule("rabbit.task", "first")
+        recorder.at("first")  # the worker consumes: its queues are declared
+        backend = backend_of(queue)
+        connection, channel = _amqp_channel()
+        try:
+            with caplog.at_level(logging.WARNING, logger="mutexcron.tasks.rabbitmq"):
+                channel.basic_publish("", backend.topology.task_queue("rabbit.task"), b'"bad"', pika.BasicProperties(
+                    message_id="bad\x00id", type="rabbit.task", headers=_good_headers(), delivery_mode=2))
+                properties, body = _next_dead_letter(backend)
+        finally:
+            connection.close()
+        assert (body, properties.message_id) == (b'"bad"', "bad\x00id")
+        reason = properties.headers[HEADER_DEAD_REASON]
+        assert reason.startswith("cannot be decoded") and "'bad\\x00id'" in reason, reason
+        assert [r for r in caplog.records if "reconnecting" in r.getMessage()] == []  # no outage was seen
+        after = queue.schedule("rabbit.task", "after")
+        assert recorder.at("after") - due_time(queue, after) < LATE
+        assert recorder.payloads() == ["first", "after"] and queue.worker_alive
+
+
+@contextmanager
+def task_id_column_charset(alias: str, charset: str) -> Iterator[None]:
+    """The task records' id column in ``charset`` (what a MariaDB whose tables were made in latin1, its own
+    default, or utf8mb3 has) for the block, then as it was."""
+    table = TaskMark._meta.db_table
+    with connections[alias].cursor() as cursor:
+        cursor.execute(f"SHOW FULL COLUMNS FROM {table} LIKE 'id'")
+        column_type, collation = (row := cursor.fetchone())[1], row[2]
+        cursor.execute(f"ALTER TABLE {table} MODIFY id {column_type} CHARACTER SET {charset} NOT NULL")
+    try:
+        yield
+    finally:
+        with connections[alias].cursor() as cursor:
+            cursor.execute(f"ALTER TABLE {table} MODIFY id {column_type} CHARACTER SET {collation.split('_')[0]} "
+                           f"COLLATE {collation} NOT NULL")
+
+
+@pytest.mark.parametrize("charset", ["latin1", "utf8mb3"])
+@pytest.mark.django_db(transaction=True, databases=["mariadb"])
+def test_an_id_with_a_character_the_mariadb_column_lacks_is_refused_as_bad_data(charset: str) -> None:
+    """MariaDB answers such an id with an "illegal mix of collations" (1267) or "incorrect string value" (1366)
+    error: an error of the data, not of the server."""
+    marks = DjangoCancelMarks("mariadb")
+    task_id = "emoji\U0001f600"
+    with task_id_column_charset("mariadb", charset):
+        for call in (lambda: marks.get(task_id), lambda: marks.claim(task_id, gen=1, attempt=1, redelivered=False),
+                     lambda: marks.create([NewTask(task_id, "t", '"p"', datetime.now(UTC))])):
+            with pytest.raises(RecordDataError, match=re.escape(repr(task_id))):
+                call()
+        marks.create([NewTask("plain", "t", '"p"', datetime.now(UTC))])
+        assert marks.claim("plain", gen=1, attempt=1, redelivered=False).verdict == Verdict.RUN
 

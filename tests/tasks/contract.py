@@ -34,7 +34,7 @@ import pytest
 
 from mutexcron.errors import StoreUnavailable
 from mutexcron.tasks import HandlerRegistry, NewTask, PayloadError, TaskQueue, TaskStatus, UnknownTaskType, task_handler
-from mutexcron.tasks.cancel_marks import TaskRecordStore, Verdict
+from mutexcron.tasks.cancel_marks import Claim, RecordDataError, TaskRecordStore, Verdict
 from tests.support import wait_until
 from tests.tasks.telemetry_contract import RecordStoreTelemetryContract, TaskTelemetryContract
 
@@ -631,6 +631,21 @@ class TaskQueueContract(TaskTelemetryContract):
             queue.close()
 
 
+# Task ids a message can carry (an AMQP message_id is any text of up to 255 bytes) that a record store may be
+# unable to keep: a NUL byte (PostgreSQL's text holds none), a character outside the Basic Multilingual Plane
+# (a MariaDB column in utf8mb3 or latin1 holds none), and more characters than a SQL column's 64.
+AWKWARD_IDS = ("nul\x00byte", "emoji\U0001f600", "x" * 255)
+
+
+def kept_or_refused(call: Callable[[], T], task_id: str) -> T | RecordDataError:
+    """What ``call`` answered, or the RecordDataError it raised naming ``task_id``; anything else raises."""
+    try:
+        return call()
+    except RecordDataError as error:
+        assert repr(task_id) in str(error), error
+        return error
+
+
 class TaskRecordStoreContract(RecordStoreTelemetryContract):
     """What every task record store (the RabbitMQ backend's records: Redis, SQL, memory) decides when a message
     arrives, and how it keeps a task's result and trace context; a subclass provides the ``marks`` fixture."""
@@ -732,6 +747,35 @@ class TaskRecordStoreContract(RecordStoreTelemetryContract):
         assert record is not None and (record.status, record.gen, record.payload) == (TaskStatus.SCHEDULED, 2, '"p"')
         marks.discard(["a"])
         assert marks.load_result("a") is None and marks.store_result("a", "{}") is False
+
+    @pytest.mark.parametrize("task_id", AWKWARD_IDS, ids=["nul", "emoji", "255-chars"])
+    def test_a_task_id_the_store_cannot_keep_is_refused_as_bad_data_not_as_an_outage(
+        self, marks: TaskRecordStore, task_id: str,
+    ) -> None:
+        """A delivered message's id goes to claim() as it is: one the store cannot keep must be told apart from
+        an outage, or the consumer would put the message back in the queue for good. Each call answers as for an
+        unknown id or raises RecordDataError naming it, never StoreUnavailable."""
+        now = datetime.now(UTC)
+        unknown: dict[str, tuple[Callable[[], object], object]] = {
+            "get": (lambda: marks.get(task_id), None),
+            "claim": (lambda: marks.claim(task_id, gen=1, attempt=1, redelivered=False), Claim(Verdict.MISSING, 0)),
+            "cancel": (lambda: marks.cancel(task_id), False),
+            "finish": (lambda: marks.finish(task_id, gen=1, status=TaskStatus.SUCCEEDED), False),
+            "reschedule": (lambda: marks.reschedule(task_id, gen=1, new_gen=2, run_at=now, error="x"), False),
+            "reopen": (lambda: marks.reopen(task_id, gen=1, new_gen=2, run_at=now), False),
+            "store_result": (lambda: marks.store_result(task_id, "{}"), False),
+            "load_result": (lambda: marks.load_result(task_id), None),
+        }
+        for name, (call, answer) in unknown.items():
+            got = kept_or_refused(call, task_id)
+            assert got == answer or isinstance(got, RecordDataError), (name, got)
+        if not isinstance(kept_or_refused(lambda: marks.create([NewTask(task_id, "t", '"p"', now)]), task_id),
+                          RecordDataError):
+            record = marks.get(task_id)
+            assert record is not None and record.id == task_id
+            assert marks.claim(task_id, gen=1, attempt=1, redelivered=False) == Claim(Verdict.RUN, 1)
+        marks.create([NewTask("after", "t", '"p"', now)])  # the store still works
+        assert marks.claim("after", gen=1, attempt=1, redelivered=False) == Claim(Verdict.RUN, 1)
 
     def test_a_result_expires_with_its_record(self, marks: TaskRecordStore) -> None:
         marks.retention = timedelta(seconds=1)

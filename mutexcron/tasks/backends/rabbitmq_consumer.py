@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from ..._common import duration_ms, epoch_ms, ms_to_datetime
 from ...errors import StoreUnavailable
-from ..cancel_marks import TaskRecordStore, Verdict
+from ..cancel_marks import RecordDataError, TaskRecordStore, Verdict
 from ..model import TaskStatus, decode_trace_context
 from .base import Delivery
 from .rabbitmq_connection import BrokerConnection
@@ -117,7 +117,13 @@ class TaskConsumer:
             if stop.wait(early_ms / 1000):
                 return  # stopping: left unacked, the link's close puts it back in the queue
         redelivered = bool(received.method.redelivered)
-        claim = self.records.claim(message.task_id, gen=message.gen, attempt=message.attempt, redelivered=redelivered)
+        try:
+            claim = self.records.claim(message.task_id, gen=message.gen, attempt=message.attempt,
+                                       redelivered=redelivered)
+        except RecordDataError as error:  # an id no record can have: bad data, which requeueing would never cure
+            self._dead_letter(link, received, f"cannot be decoded: message_id is no task id the record store can "
+                                              f"keep ({error})")
+            return
         if claim.verdict == Verdict.MISSING:  # it may have been cancelled: run nothing without a record
             self._dead_letter(link, received,
                               "has no task record (never scheduled, discarded after a failed publish, or lost)")
