@@ -11,7 +11,7 @@ from datetime import timedelta, tzinfo
 from urllib.parse import urlsplit
 
 from .cron import resolve_timezone
-from .urls import mask_url
+from .ping_urls import PingURL, mask_ping_url
 
 # Longer leases, grace times or timeouts are mistakes (seconds given as minutes...), and far-off lock
 # expiries overflow the stores' datetimes.
@@ -100,17 +100,31 @@ def alert_after(value: object, *, what: str, error: type[Exception]) -> timedelt
 
 
 def http_url(value: object, *, what: str, error: type[Exception]) -> str | None:
-    """``value`` if it is None or an absolute http(s) URL (a dead man's switch to GET)."""
+    """``value`` if it is None or an absolute http(s) URL (a dead man's switch to GET), kept as written: its
+    query is part of every ping (:func:`~mutexcron.ping_urls.ping_target`). Errors show it masked
+    (:func:`~mutexcron.ping_urls.mask_ping_url`): its path holds the ping's secret."""
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():
-        raise error(f"{what} must be an http(s) URL or None, not {_shown(value)}")
+        shown = "an empty string" if isinstance(value, str) else _shown(value)
+        raise error(f"{what} must be an http(s) URL or None, not {shown}")
+    why = _http_url_problem(value)
+    if why is not None:
+        raise error(f"{what} must be an absolute http:// or https:// URL: {mask_ping_url(value)!r} {why}")
+    return PingURL(value)
+
+
+def _http_url_problem(url: str) -> str | None:
+    scheme, separator, _ = url.partition("://")
+    if not separator:
+        return "has no http:// or https:// scheme"
+    if scheme.lower() not in ("http", "https"):
+        return "has another scheme" if len(scheme) > 10 else f"has the scheme {scheme!r}"
+    if any(ch.isspace() for ch in url):
+        return "contains whitespace"
     try:
-        parts = urlsplit(value)
+        parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number
     except ValueError:
-        parts = None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or any(
-            ch.isspace() for ch in value):
-        raise error(f"{what} must be an absolute http:// or https:// URL, not {mask_url(value)!r}")
-    return value.rstrip("/")
+        return "has a port that is not a number from 0 to 65535"
+    return None if parts.hostname else "has no host"

@@ -106,11 +106,11 @@ class Generation:
     its threads.
     """
 
-    def __init__(self, heartbeats: Heartbeats, close_store: Callable[[], None] | None) -> None:
+    def __init__(self, heartbeats: Heartbeats, close_store: Callable[[], None] | None, pings: Pings) -> None:
         self.heartbeats = heartbeats
         self.pool: WorkerPool | None = None
         self.sync: ScheduleSync | None = None  # reads the store's schedules; stopped with the heartbeats
-        self.pings = Pings()  # the jobs' ping_url GETs; its thread starts with the first one
+        self.pings = pings  # the jobs' ping_url GETs; its threads start with the first ping
         self.closing = threading.Event()  # set once shutdown began; also wakes fires waiting for a busy lock
         self._close_store = close_store
         self._changed = threading.Condition()
@@ -207,7 +207,7 @@ class Generation:
         if self.pool is not None:
             self.pool.close()
         if not self.pings.stop(deadline):
-            logger.warning("shutdown: a ping is still waiting for its server; left to a daemon thread")
+            logger.warning("shutdown: a ping is still resolving its host's name; left to a daemon thread")
         if self._close_store is not None:
             closer = threading.Thread(target=self._close_store, name="mutexcron-close-store", daemon=True)
             closer.start()

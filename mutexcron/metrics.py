@@ -13,7 +13,9 @@ Jobs (:class:`JobMetrics`, from ``Scheduler(metrics=True)``):
   duration: acquire, body and release);
 - ``mutexcron_job_lateness_seconds{job}``: body start minus the nominal fire time (scheduled runs that ran;
   not ``run_now``; a fast clock's negative lateness counts as 0);
-- ``mutexcron_job_last_success_timestamp_seconds{job}``; ``mutexcron_job_overdue{job}`` (0 or 1).
+- ``mutexcron_job_last_success_timestamp_seconds{job}``; ``mutexcron_job_overdue{job}`` (0 or 1);
+- ``mutexcron_pings_dropped_total{host}``: ``ping_url`` pings dropped from a full queue (``host`` is
+  ``scheme://host[:port]``, never the path, which holds the ping's secret).
 
 Tasks (called by the task workers): :func:`task_finished` and the scrape-time ``mutexcron_tasks_pending``
 (:func:`watch_pending`).
@@ -74,6 +76,7 @@ class _JobFamilies:
     lateness: Histogram
     last_success: Gauge
     overdue: Gauge
+    pings_dropped: Counter
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,8 @@ job_families = _once(lambda: _JobFamilies(
           ["job"], multiprocess_mode="max"),
     Gauge("mutexcron_job_overdue", "1 while a tick of the job is overdue (nobody ran it), else 0", ["job"],
           multiprocess_mode="mostrecent"),
+    Counter("mutexcron_pings_dropped_total", "ping_url pings dropped from a host's full queue, by scheme://host:port",
+            ["host"]),
 ))
 task_families = _once(lambda: _TaskFamilies(
     Counter("mutexcron_tasks_total", "Delayed tasks handled by this process's workers, by outcome",
@@ -184,6 +189,9 @@ class JobMetrics(Telemetry):
 
     def overdue(self, job_name: str, overdue: bool) -> None:
         self._families.overdue.labels(job_name).set(1.0 if overdue else 0.0)
+
+    def ping_dropped(self, origin: str) -> None:
+        self._families.pings_dropped.labels(origin).inc()
 
 
 # -- tasks ---------------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from .health import StoreHealth
 from .heartbeats import Heartbeats
 from .lifecycle import Generation
 from .listeners import Listener, Listeners
+from .pings import PING_TIMEOUT, Pings
 from .records import Outcome, RunRecord
 from .registry import BUSY_POLICIES, BusyPolicy, Job, Registry, default_registry
 from .runs import Runs
@@ -53,7 +54,8 @@ class Scheduler:
     before it records ``skipped_busy`` (with ``on_busy="skip"`` or ``"raise"``). ``sync_interval``: how
     often a running scheduler reads the store's schedule overrides (and notices that the store came back,
     and judges overdue and failing jobs). ``metrics`` / ``tracing``: Prometheus metrics and OpenTelemetry
-    spans of the runs (the ``prometheus`` and ``otel`` extras; :mod:`mutexcron.telemetry`).
+    spans of the runs (the ``prometheus`` and ``otel`` extras; :mod:`mutexcron.telemetry`). ``ping_timeout``:
+    the deadline of each ``ping_url`` ping, name resolution and redirects included (:mod:`mutexcron.pings`).
     """
 
     def __init__(
@@ -72,6 +74,7 @@ class Scheduler:
         sync_interval: timedelta = timedelta(seconds=5),
         metrics: bool = False,
         tracing: bool = False,
+        ping_timeout: timedelta | float = PING_TIMEOUT,
     ) -> None:
         bad = SchedulerConfigError  # every option is checked before the store is built
         _options.registry(registry, what="Scheduler registry", error=bad)
@@ -91,6 +94,7 @@ class Scheduler:
         self.busy_grace = _options.duration(busy_grace, what="Scheduler busy_grace", error=bad, seconds=False)
         self.sync_interval = _options.duration(sync_interval, what="Scheduler sync_interval", error=bad,
                                                seconds=False, allow_zero=False)
+        self.ping_timeout = _options.duration(ping_timeout, what="Scheduler ping_timeout", error=bad, allow_zero=False)
         self._telemetry = build_telemetry(metrics=metrics, tracing=tracing, error=bad)
         self._owns_store = not isinstance(store, LockStore)
         self.store = store_from_url(store)
@@ -270,7 +274,8 @@ class Scheduler:
     # -- firing -----------------------------------------------------------------------------------
 
     def _new_generation(self) -> Generation:
-        return Generation(Heartbeats(self.store), self.store.close if self._owns_store else None)
+        return Generation(Heartbeats(self.store), self.store.close if self._owns_store else None,
+                          Pings(self.ping_timeout.total_seconds(), dropped=self._telemetry.ping_dropped))
 
     def _execute_now(self, job: Job, fire_time: datetime, *, manual: bool, version: int | None = None) -> RunRecord:
         """A run in the caller's thread (run_now, run_tick): one more fire in flight for shutdown."""

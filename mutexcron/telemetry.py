@@ -36,6 +36,9 @@ class Telemetry:
     def overdue(self, job_name: str, overdue: bool) -> None:
         """This instance's latest view of whether ``job_name`` is overdue (at every alerts check)."""
 
+    def ping_dropped(self, origin: str) -> None:
+        """A ping to ``origin`` (``scheme://host:port``, nothing secret) was dropped from its full queue."""
+
 
 class Telemetries(Telemetry):
     """Several telemetries as one; a hook that raises is logged, the others still run."""
@@ -62,6 +65,13 @@ class Telemetries(Telemetry):
                 part.overdue(job_name, overdue)
             except Exception:
                 logger.exception("mutexcron telemetry %r failed on the overdue state of %r", part, job_name)
+
+    def ping_dropped(self, origin: str) -> None:
+        for part in self.parts:
+            try:
+                part.ping_dropped(origin)
+            except Exception:
+                logger.exception("mutexcron telemetry %r failed on a dropped ping of %s", part, origin)
 
 
 class _Bodies:

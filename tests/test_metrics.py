@@ -18,7 +18,9 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from mutexcron import Outcome, Registry, Scheduler, SchedulerConfigError, mutex_cron
 from mutexcron.metrics import JobMetrics, PendingTasksCollector, render, task_finished, unwatch_pending, watch_pending
+from mutexcron.pings import MAX_QUEUED
 from mutexcron.stores import LockStore, MemoryLockStore
+from tests.ping_servers import PingServer, serving
 from tests.support import declare_job, unique_name, wait_until
 
 EVERY_SECOND = "* * * * * *"
@@ -145,6 +147,22 @@ def test_the_hooks_can_be_called_directly() -> None:
     assert sample("mutexcron_job_overdue", job=job) == 1.0
     metrics.overdue(job, False)
     assert sample("mutexcron_job_overdue", job=job) == 0.0
+
+
+def test_pings_dropped_from_a_full_queue_are_counted_by_host_without_the_path(registry: Registry,
+                                                                              new_scheduler: NewScheduler) -> None:
+    server = PingServer()
+    with serving(server):
+        job = declare_job(registry, spec="0 6 * * *", ping_url=server.url)
+        scheduler = new_scheduler(MemoryLockStore(), metrics=True)
+        server.hold.clear()
+        scheduler.run_now(job)
+        wait_until(lambda: server.paths, timeout=5, what="the first ping, held by the server")
+        for _ in range(MAX_QUEUED + 2):  # the queue fills up, then drops the two oldest
+            scheduler.run_now(job)
+        assert sample("mutexcron_pings_dropped_total", host=server.origin) == 2.0
+        exposed = render()[0].decode()
+        assert f'mutexcron_pings_dropped_total{{host="{server.origin}"}} 2.0' in exposed and "3f1c" not in exposed
 
 
 # -- tasks ---------------------------------------------------------------------------------------------------

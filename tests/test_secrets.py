@@ -1,4 +1,5 @@
-"""Passwords in store, task backend and cancel store URLs never leak: not in errors, logs or reprs.
+"""Passwords in store, task backend and cancel store URLs, and the secret path of ping URLs, never leak: not in
+errors, logs or reprs.
 
 Masking is by text (everything between the scheme and the last ``@``), so a password holding ``#``,
 ``/``, ``?`` or ``@``, or one in a mistyped URL, is hidden as well as any other.
@@ -6,14 +7,18 @@ Masking is by text (everything between the scheme and the last ``@``), so a pass
 
 from __future__ import annotations
 
+import string
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pytest import LogCaptureFixture
 
-from mutexcron.errors import MutexcronError, StoreConfigError
+from mutexcron import Registry, mutex_cron
+from mutexcron.errors import JobDefinitionError, MutexcronError, StoreConfigError
+from mutexcron.ping_urls import mask_ping_url
 from mutexcron.stores import LockStore, store_from_url
 from mutexcron.tasks import TaskQueue
 from mutexcron.tasks.cancel_marks import RedisCancelMarks, cancel_marks_from_url
@@ -142,3 +147,42 @@ def test_the_cancel_store_never_shows_the_password(secret: SecretURL, caplog: Lo
         *exercise(lambda: RedisCancelMarks.from_url(url), lambda marks: marks.get("x")),
     ]))
 
+
+
+# -- ping URLs: healthchecks.io and Cronitor put the secret in the path ------------------------------------------
+
+PING_TOKEN = "8d3c2a1e-5b7f-4c1d-9e2a-c0ffee15dead"
+
+
+@pytest.mark.parametrize(("url", "masked"), [
+    (f"https://hc-ping.com/{PING_TOKEN}", "https://hc-ping.com/***"),
+    (f"https://hc-ping.com/{PING_TOKEN}?rid=1", "https://hc-ping.com/***"),
+    (f"https://cronitor.link/p/{PING_TOKEN}/nightly", "https://cronitor.link/***"),
+    (f"http://user:{PING_TOKEN}@hc.internal:8000/ping/x", "http://hc.internal:8000/***"),
+    (f"https://user:S3c/{PING_TOKEN}@hc.internal/ping", "https://***/***"),  # the host cannot be told safely
+    (f"hc-ping.com/{PING_TOKEN}", "***"),
+    ("https://hc-ping.com/", "https://hc-ping.com"),
+])
+def test_mask_ping_url_shows_only_the_scheme_host_and_port(url: str, masked: str) -> None:
+    assert mask_ping_url(url) == masked
+
+
+@FUZZ
+@given(path=st.text(alphabet=string.ascii_letters + string.digits + "-_/.~%", min_size=8, max_size=40),
+       query=st.text(alphabet=string.ascii_letters + string.digits + "-_=&/?@", max_size=30))
+def test_mask_ping_url_never_shows_the_path_or_the_query(path: str, query: str) -> None:
+    masked = mask_ping_url(f"https://hc-ping.com/{path}" + (f"?{query}" if query else ""))
+    assert masked in ("https://hc-ping.com/***", "https://hc-ping.com", "https://***/***")
+
+
+def test_a_bad_ping_url_is_refused_without_showing_its_path(registry: Registry) -> None:
+    with pytest.raises(JobDefinitionError, match="'job': ping_url") as raised:
+        mutex_cron("0 6 * * *", name="job", registry=registry, ping_url=f"ftp://hc-ping.com/{PING_TOKEN}")(print)
+    assert_hidden(PING_TOKEN, exception_texts(raised.value))
+
+
+def test_a_jobs_repr_shows_its_ping_url_masked(registry: Registry) -> None:
+    mutex_cron("0 6 * * *", name="job", registry=registry, ping_url=f"https://hc-ping.com/{PING_TOKEN}")(print)
+    job = registry.get("job")
+    assert "'https://hc-ping.com/***'" in repr(job) and PING_TOKEN not in repr(job)
+    assert job.ping_url == f"https://hc-ping.com/{PING_TOKEN}"  # the URL itself is whole
