@@ -182,9 +182,9 @@ class CountingStore(LockStore):
         self._count("set_schedule")
         return self.inner.set_schedule(name, spec, timezone=timezone, by=by)
 
-    def open_incident(self, name: str, incident: str) -> bool:
+    def open_incident(self, name: str, incident: str, *, replacing: str | None = None) -> bool:
         self._count("open_incident")
-        return self.inner.open_incident(name, incident)
+        return self.inner.open_incident(name, incident, replacing=replacing)
 
     def close_incident(self, name: str, incident: str) -> bool:
         self._count("close_incident")

@@ -5,8 +5,16 @@ A job is *overdue* when a nominal tick of its effective schedule (not paused) is
 instance ran that tick or a later one; it is *failing* when its latest run failed. Every running scheduler
 judges its jobs from the lock documents it already reads at each schedule sync (no extra store read); the
 first instance to see a problem opens the incident in the store (:meth:`LockStore.open_incident`, atomic), so
-one ERROR and one ``"overdue"`` (or ``"failing"``) event go out per incident, and one ``"recovered"`` when a
-run succeeds again.
+one ERROR and one ``"overdue"`` (or ``"failing"``) event go out per incident.
+
+A job has one incident, which names its latest condition: ``"failing"`` while its latest run failed (if
+ticks are missed too, the failed run is the newer news), else ``"overdue"``. A failed run while overdue turns
+the incident into "failing"; a success that leaves a tick missed (a manual run, or a caught-up tick with
+later ones still unrun) turns "failing" into "overdue": one alert each, the store's swap atomic too. It
+recovers (one ``"recovered"``) only once neither holds and a run succeeded after it opened. A missed tick is
+covered only by a run of that tick or a later one, so a manual run (``run_now``, which takes no tick) clears
+"failing" but never "overdue", and one missed tick raises one incident however many runs, manual or caught
+up, come before the schedule is back.
 """
 
 from __future__ import annotations
@@ -16,7 +24,8 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Literal
+from functools import partial
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from .control import jitter_delay
 from .errors import StoreUnavailable
@@ -106,9 +115,26 @@ def job_problems(job: Job, state: LockState | None, trigger: CronTrigger, *, now
 
 
 def recovered(state: LockState) -> bool:
-    """True once a run succeeded after the open incident was opened."""
+    """True once a run succeeded after the open incident was opened (whether its condition is gone is judged apart)."""
     return (state.incident is not None and state.incident_at is not None and state.last_success_at is not None
             and state.last_success_at > state.incident_at)
+
+
+def condition(problems: list[Problem]) -> Problem | None:
+    """The problem an incident names: failing if the latest run failed, else overdue, else None."""
+    return next((problem for problem in problems if problem.kind == "failing"), problems[0] if problems else None)
+
+
+# One job's problems as a lock document shows them at a moment.
+Judge: TypeAlias = "Callable[[LockState, datetime], list[Problem]]"
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """An incident this instance saw open at its last check, and how to judge its job again after a success."""
+
+    incident: str
+    judge: Judge
 
 
 class Alerts:
@@ -119,41 +145,63 @@ class Alerts:
         self.store, self.instance_id, self.misfire_grace_time = store, instance_id, misfire_grace_time
         self._notify, self._overdue = notify, overdue
         self._lock = threading.Lock()
-        self._open: dict[str, str] = {}  # job name -> the incident open at the last check
+        self._open: dict[str, _Seen] = {}  # job name -> the incident open at the last check
         self._known_since: datetime | None = None
 
     def check(self, jobs: Iterable[Job], states: Mapping[str, LockState], trigger: Callable[[Job], CronTrigger],
               now: datetime) -> None:
-        """Judge every job from ``states`` (just read); open or close incidents where this instance is first."""
+        """Judge every job from ``states`` (just read); open, turn or close incidents where this instance is
+        first."""
         known_since = self._known_since = self._known_since or now  # documents from before created_at
         for job in jobs:
             state = states.get(job.name)
-            found = job_problems(job, state, trigger(job), now=now, misfire_grace_time=self.misfire_grace_time,
-                                 known_since=known_since)
+            judge: Judge = partial(self._judge, job, trigger(job), known_since)
+            found = [] if state is None else judge(state, now)
             self._overdue(job.name, any(problem.kind == "overdue" for problem in found))
-            if state is None:
-                continue
-            incident = state.incident
-            if incident is None and found:
-                incident = self._open_incident(found[0], now)
-            elif incident is not None and recovered(state):
-                incident = None if self._close(job.name, incident, now) else incident
-            with self._lock:
-                if incident is None:
-                    self._open.pop(job.name, None)
-                else:
-                    self._open[job.name] = incident
+            if state is not None:
+                self._settle(job.name, state, found, judge, now)
 
     def succeeded(self, job_name: str, now: datetime) -> None:
-        """A run of ``job_name`` just succeeded here: close the incident this instance last saw open, at once."""
+        """A run of ``job_name`` just succeeded here: if this instance saw an incident open, judge the job again
+        from a fresh read at once (one read, only then), rather than at the next sync."""
         with self._lock:
-            incident = self._open.pop(job_name, None)
-        if incident is not None:
-            self._close(job_name, incident, now)
-
-    def _open_incident(self, problem: Problem, now: datetime) -> str | None:
+            seen = self._open.get(job_name)
+        if seen is None:
+            return
         try:
-            opened = self.store.open_incident(problem.job_name, problem.incident)
+            state = self.store.lock(job_name)
+        except StoreUnavailable as error:
+            logger.debug("job %r: could not read it after a success (checked again at the next sync): %s",
+                         job_name, error)
+            return
+        if state is not None:
+            self._settle(job_name, state, seen.judge(state, now), seen.judge, now)
+
+    def _judge(self, job: Job, trigger: CronTrigger, known_since: datetime, state: LockState,
+               now: datetime) -> list[Problem]:
+        return job_problems(job, state, trigger, now=now, misfire_grace_time=self.misfire_grace_time,
+                            known_since=known_since)
+
+    def _settle(self, job_name: str, state: LockState, found: list[Problem], judge: Judge, now: datetime) -> None:
+        """Make the store's incident name the job's condition in ``found``: open it, turn the open one into
+        it, or close the open one once no problem is left and a run succeeded since it opened."""
+        incident, problem = state.incident, condition(found)
+        if incident is None and problem is not None:
+            incident = self._open_incident(problem, now)
+        elif incident is not None and problem is None and recovered(state):
+            incident = None if self._close(job_name, incident, now) else incident
+        elif incident is not None and problem is not None and incident.split(" ", 1)[0] != problem.kind:
+            incident = self._open_incident(problem, now, replacing=incident)
+        with self._lock:
+            if incident is None:
+                self._open.pop(job_name, None)
+            else:
+                self._open[job_name] = _Seen(incident, judge)
+
+    def _open_incident(self, problem: Problem, now: datetime, replacing: str | None = None) -> str | None:
+        """Open ``problem``'s incident (or turn ``replacing`` into it); its text if this call did, else None."""
+        try:
+            opened = self.store.open_incident(problem.job_name, problem.incident, replacing=replacing)
         except StoreUnavailable as error:
             logger.debug("job %r: could not open its incident (checked again at the next sync): %s",
                          problem.job_name, error)

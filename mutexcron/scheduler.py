@@ -111,7 +111,8 @@ class Scheduler:
                               overdue=self._telemetry.overdue)
         self._runs = Runs(self.store, instance_id=lambda: self.instance_id, busy_grace=self.busy_grace,
                           listeners=self._listeners, health=self._health, schedules=self._schedules,
-                          telemetry=self._telemetry, succeeded=lambda name: self._alerts.succeeded(name, _utc_now()))
+                          telemetry=self._telemetry,
+                          succeeded=lambda name: self._alerts.succeeded(name, _utc_now() + self.clock_skew))
 
     # -- public API ---------------------------------------------------------------------------
 

@@ -202,11 +202,12 @@ class DjangoLockStore(LockStore):
         return self._control(name, lambda rows: rows, schedule=spec, schedule_timezone=timezone, schedule_by=by,
                              schedule_changed_at=DbNow(), schedule_version=F("schedule_version") + 1)
 
-    # -- alerts: one conditional UPDATE each, so exactly one caller opens (or closes) an incident ----------
+    # -- alerts: one conditional UPDATE each, so exactly one caller opens (replaces or closes) an incident ----
 
-    def open_incident(self, name: str, incident: str) -> bool:
+    def open_incident(self, name: str, incident: str, *, replacing: str | None = None) -> bool:
         check_incident(incident)
-        return self._call(lambda: self._locks.filter(name=name, deleted=False, incident__isnull=True)
+        current = {"incident__isnull": True} if replacing is None else {"incident": check_incident(replacing)}
+        return self._call(lambda: self._locks.filter(name=name, deleted=False, **current)
                           .update(incident=incident, incident_at=DbNow()) == 1)
 
     def close_incident(self, name: str, incident: str) -> bool:

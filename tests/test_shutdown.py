@@ -108,8 +108,8 @@ class SlowStore(LockStore):
                      by: str | None = None) -> LockState | None:
         return self.inner.set_schedule(name, spec, timezone=timezone, by=by)
 
-    def open_incident(self, name: str, incident: str) -> bool:
-        return self.inner.open_incident(name, incident)
+    def open_incident(self, name: str, incident: str, *, replacing: str | None = None) -> bool:
+        return self.inner.open_incident(name, incident, replacing=replacing)
 
     def close_incident(self, name: str, incident: str) -> bool:
         return self.inner.close_incident(name, incident)

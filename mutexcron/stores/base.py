@@ -198,9 +198,11 @@ class LockStore(ABC):
     # -- alerts: one instance claims each incident (mutexcron.alerts) ------------------------------------
 
     @abstractmethod
-    def open_incident(self, name: str, incident: str) -> bool:
-        """Set ``incident`` and ``incident_at`` = now if the visible document has no open incident. True only
-        for the one call that opened it (the fleet's one alert); False, changing nothing, otherwise."""
+    def open_incident(self, name: str, incident: str, *, replacing: str | None = None) -> bool:
+        """Set ``incident`` and ``incident_at`` = now if the visible document has no open incident or, with
+        ``replacing``, if its open incident is exactly ``replacing`` (the job's condition changed: the incident
+        turns into ``incident``, opened anew). True only for the one call that did it (the fleet's one alert);
+        False, changing nothing, otherwise."""
 
     @abstractmethod
     def close_incident(self, name: str, incident: str) -> bool:

@@ -154,12 +154,14 @@ class MemoryLockStore(LockStore):
             state, schedule=spec, schedule_timezone=timezone, schedule_version=state.schedule_version + 1,
             schedule_by=by, schedule_changed_at=now))
 
-    def open_incident(self, name: str, incident: str) -> bool:
+    def open_incident(self, name: str, incident: str, *, replacing: str | None = None) -> bool:
         check_incident(incident)
+        if replacing is not None:
+            check_incident(replacing)
         opened: list[bool] = []
 
         def open_(state: LockState, now: datetime) -> LockState:
-            if state.incident is not None:
+            if state.incident != replacing:  # None: only while no incident is open
                 return state
             opened.append(True)
             return replace(state, incident=incident, incident_at=now)

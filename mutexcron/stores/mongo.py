@@ -241,9 +241,10 @@ class MongoLockStore(LockStore):
         }
         return self._control({"_id": name, **_VISIBLE}, update)
 
-    def open_incident(self, name: str, incident: str) -> bool:
+    def open_incident(self, name: str, incident: str, *, replacing: str | None = None) -> bool:
         check_incident(incident)
-        query = {"_id": name, "incident": {"$in": [None, ""]}, **_VISIBLE}  # None: null or missing
+        current = {"$in": [None, ""]} if replacing is None else check_incident(replacing)  # None: null or missing
+        query = {"_id": name, "incident": current, **_VISIBLE}
         update = {"$set": {"incident": incident}, "$currentDate": {"incident_at": True}}
         return self._call(self.collection.update_one, query, update).matched_count == 1
 

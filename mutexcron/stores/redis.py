@@ -206,9 +206,10 @@ class RedisLockStore(RedisClient, LockStore):
                      by: str | None = None) -> LockState | None:
         return self._control(self._set_schedule, name, [spec or "", timezone or "", by or ""])
 
-    def open_incident(self, name: str, incident: str) -> bool:
+    def open_incident(self, name: str, incident: str, *, replacing: str | None = None) -> bool:
         check_incident(incident)
-        return bool(self._call(self._open_incident, keys=[self.key(name)], args=[incident]))
+        current = "" if replacing is None else check_incident(replacing)
+        return bool(self._call(self._open_incident, keys=[self.key(name)], args=[incident, current]))
 
     def close_incident(self, name: str, incident: str) -> bool:
         check_incident(incident)

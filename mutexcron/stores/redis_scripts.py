@@ -156,10 +156,10 @@ redis.call('HSET', KEYS[1], 'schedule', ARGV[1], 'schedule_timezone', ARGV[2], '
            'schedule_changed_at', now)
 """ + _RETURN_ALL
 
-# ARGV: incident. Open it if the visible hash has none; close it if it is the open one.
+# ARGV: incident, the open incident it replaces ('' for none). Open it if the visible hash's open incident is the
+# one it replaces (none: no incident open); close it if it is the open one.
 OPEN_INCIDENT = _NOW + _VISIBLE + """
-local current = redis.call('HGET', KEYS[1], 'incident')
-if current and current ~= '' then return 0 end
+if (redis.call('HGET', KEYS[1], 'incident') or '') ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], 'incident', ARGV[1], 'incident_at', now)
 return 1
 """
