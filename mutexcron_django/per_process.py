@@ -43,6 +43,11 @@ class PerProcess(Generic[T]):
                 self._value, self._pid = self._build(), os.getpid()
             return self._value
 
+    def peek(self) -> T | None:
+        """This process's object if it was built (None otherwise, or if it is the parent's): builds nothing."""
+        with self.lock:
+            return self._value if self._pid == os.getpid() else None
+
     def take(self) -> T | None:
         """Forget this process's object and return it (None if there is none, or it is the parent's)."""
         with self.lock:

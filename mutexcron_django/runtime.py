@@ -75,6 +75,12 @@ def get_scheduler() -> Scheduler:
     return _scheduler.get()
 
 
+def running_scheduler() -> Scheduler | None:
+    """This process's scheduler if it was started and runs (never builds one)."""
+    scheduler = _scheduler.peek()
+    return scheduler if scheduler is not None and scheduler.running else None
+
+
 def start() -> Scheduler:
     """Start this process's scheduler if it is not running; stops cleanly at interpreter exit."""
     global _exit_hook_registered

@@ -13,28 +13,40 @@ from .conf import get_settings
 logger = logging.getLogger("mutexcron.django")
 
 _TEXT = "text/plain; charset=utf-8"
+# What an unauthenticated scraper learns of a bad configuration: the detail (setting names, hosts) is logged.
+UNAVAILABLE = "mutexcron metrics are unavailable: the configuration has an error (see the server's log)\n"
+NEEDS_EXTRA = "mutexcron metrics need prometheus-client: pip install 'mutexcron[prometheus]'\n"
 
 
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
     """Prometheus exposition of the default registry, or of every worker's files in multiprocess mode
-    (``PROMETHEUS_MULTIPROC_DIR``); 404 while ``MUTEXCRON["METRICS"]`` is off, 503 without the extra."""
+    (``PROMETHEUS_MULTIPROC_DIR``); 404 while ``MUTEXCRON["METRICS"]`` is off, 503 without the extra or with a
+    bad setting (a fixed text: the detail is logged)."""
     try:
         enabled = get_settings().metrics
     except ImproperlyConfigured as error:  # METRICS = True without prometheus-client, or another bad key
         logger.error("mutexcron metrics view: %s", error)
-        return HttpResponse(f"mutexcron metrics are unavailable: {error}\n", status=503, content_type=_TEXT)
+        return HttpResponse(UNAVAILABLE if _has_the_extra() else NEEDS_EXTRA, status=503, content_type=_TEXT)
     if not enabled:
         return HttpResponse("mutexcron metrics are off: set MUTEXCRON['METRICS'] = True\n", status=404,
                             content_type=_TEXT)
     try:
         from mutexcron.metrics import render
     except ImportError as missing:
-        return HttpResponse(f"mutexcron metrics need prometheus-client: pip install 'mutexcron[prometheus]' "
-                            f"({missing})\n", status=503, content_type=_TEXT)
+        logger.error("mutexcron metrics view: %s", missing)
+        return HttpResponse(NEEDS_EXTRA, status=503, content_type=_TEXT)
     _watch_pending_tasks()
     body, content_type = render(request.headers.get("Accept", ""))
     return HttpResponse(body, content_type=content_type)
+
+
+def _has_the_extra() -> bool:
+    try:
+        import mutexcron.metrics  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _watch_pending_tasks() -> None:

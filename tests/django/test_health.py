@@ -1,28 +1,46 @@
 """Health (issue 10): ``manage.py mutexcron health [--json]``, the ``health/`` view for load balancers and
-probes, and ``check --deploy``'s mutexcron.W004, on the SQL store and on Redis."""
+probes (details for users with ``mutexcron.view_lock`` only, one store per process, 503 and never 500), and
+``check --deploy``'s mutexcron.W004, on the SQL store and on Redis."""
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from datetime import timedelta
 from io import StringIO
+from typing import Any
 
 import pytest
+import redis
+from django.contrib.auth.models import Permission
 from django.core.checks import run_checks
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client, override_settings
 
 from mutexcron.stores import LockStore
+from mutexcron_django import runtime
 from mutexcron_django.conf import get_settings
+from mutexcron_django.health import process_store
 from tests.django.jobhelpers import Declarations
 from tests.django.test_admin import redis_store  # noqa: F401  (a fixture)
+from tests.servers import PrivateRedis
 from tests.support import wait_until
 
 HEALTH_URL = "/mutexcron/health/"
 UNREACHABLE = "redis://:s3cret-pw@127.0.0.1:1/0"
 LONG = timedelta(minutes=5)
+
+
+def logged_in(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def connections_received(server: redis.Redis) -> int:
+    return int(server.info("stats")["total_connections_received"])
 
 
 def health(*args: str) -> tuple[int, str]:
@@ -130,7 +148,8 @@ def test_the_view_answers_503_and_hides_job_names_from_anonymous_callers(declare
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_view_shows_staff_every_problem(declare: Declarations, store: LockStore, admin_client: Client) -> None:
+def test_the_view_shows_a_superuser_every_problem(declare: Declarations, store: LockStore,
+                                                  admin_client: Client) -> None:
     failing = make_failing(declare, store)
     response = admin_client.get(HEALTH_URL)
     body = response.json()
@@ -138,10 +157,62 @@ def test_the_view_shows_staff_every_problem(declare: Declarations, store: LockSt
     assert body["problems"][0]["job"] == failing and "ValueError: no upstream" in body["problems"][0]["detail"]
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_view_shows_every_problem_to_a_user_who_may_view_the_locks(declare: Declarations, store: LockStore,
+                                                                       django_user_model: Any) -> None:
+    failing = make_failing(declare, store)
+    viewer = django_user_model.objects.create_user("viewer", password="pw")  # not staff: the permission counts
+    viewer.user_permissions.add(Permission.objects.get(content_type__app_label="mutexcron", codename="view_lock"))
+    response = logged_in(viewer).get(HEALTH_URL)
+    assert response.status_code == 503 and response.json()["problems"][0]["job"] == failing
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_view_shows_staff_without_the_view_lock_permission_only_the_status(declare: Declarations,
+                                                                               store: LockStore,
+                                                                               django_user_model: Any) -> None:
+    make_failing(declare, store)
+    staff = django_user_model.objects.create_user("operator", password="pw", is_staff=True)
+    response = logged_in(staff).get(HEALTH_URL)
+    assert response.status_code == 503 and response.json() == {"status": "unhealthy"}
+
+
 @override_settings(MUTEXCRON={"AUTOSTART": False, "STORE": UNREACHABLE})
 def test_the_view_answers_503_when_the_store_cannot_be_reached() -> None:
     response = Client().get(HEALTH_URL)
     assert response.status_code == 503 and "s3cret-pw" not in response.content.decode()
+
+
+@override_settings(MUTEXCRON={"AUTOSTART": False, "STORE": "nosuchscheme://:s3cret-pw@store.internal/0"})
+def test_the_view_answers_503_unavailable_when_the_store_cannot_be_built(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.ERROR, logger="mutexcron.django"):
+        response = Client(raise_request_exception=False).get(HEALTH_URL)
+    assert response.status_code == 503 and response.json() == {"status": "unavailable"}
+    assert "unknown store scheme 'nosuchscheme'" in caplog.text and "s3cret-pw" not in caplog.text
+
+
+def test_fifty_requests_to_the_view_open_one_store_connection(declare: Declarations) -> None:
+    declare("0 6 * * *", name="health.daily")
+    with PrivateRedis() as url:  # a server of its own: its count of connections received is this test's alone
+        server = redis.Redis.from_url(url)
+        server.ping()
+        with override_settings(MUTEXCRON={"AUTOSTART": False, "STORE": f"{url}?prefix=health:"}):
+            before = connections_received(server)
+            statuses = {Client().get(HEALTH_URL).status_code for _ in range(50)}
+            opened = connections_received(server) - before
+        server.close()
+    assert statuses == {200} and opened == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_view_reads_the_running_schedulers_store() -> None:
+    with override_settings(MUTEXCRON={"AUTOSTART": False, "STORE": "memory://"}):
+        scheduler = runtime.start()
+        try:
+            assert process_store(get_settings()) is scheduler.store
+            assert Client().get(HEALTH_URL).json() == {"status": "ok"}
+        finally:
+            runtime.stop()
 
 
 @pytest.mark.django_db(transaction=True)

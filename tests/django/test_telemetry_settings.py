@@ -3,6 +3,7 @@ the metrics view of mutexcron_django.urls (tests/django/test_metrics_gunicorn.py
 
 from __future__ import annotations
 
+import logging
 import sys
 import uuid
 from datetime import timedelta
@@ -136,6 +137,17 @@ def test_the_view_is_503_without_the_extra(client: Client, monkeypatch: pytest.M
     assert response.status_code == 503
     assert response["Content-Type"] == "text/plain; charset=utf-8"
     assert "pip install 'mutexcron[prometheus]'" in response.content.decode()
+
+
+def test_the_view_is_503_with_a_fixed_text_for_a_bad_setting_whose_detail_is_logged(
+        client: Client, caplog: pytest.LogCaptureFixture) -> None:
+    with override_settings(MUTEXCRON={"AUTOSTART": False, "METRICS": True, "STOER": "redis://cache.internal/0"}), \
+            caplog.at_level(logging.ERROR, logger="mutexcron.django"):
+        response = client.get("/mutexcron/metrics/")
+    assert response.status_code == 503
+    assert response.content.decode() == "mutexcron metrics are unavailable: the configuration has an error (see the " \
+                                        "server's log)\n"
+    assert "unknown key(s) ['STOER']" in caplog.text
 
 
 def test_the_view_answers_get_only(client: Client) -> None:
