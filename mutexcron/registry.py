@@ -69,7 +69,8 @@ class Job:
     jitter: timedelta = timedelta(0)  # each tick runs up to this much late, the same on every instance
     alert_after: timedelta | bool | None = None  # overdue this long after a tick nobody ran (None: the default
     # of one lease plus the scheduler's misfire grace; False: no alerts); see mutexcron.alerts
-    ping_url: str | None = None  # GET after each run this instance ran (+ "/fail" on failure); mutexcron.pings
+    ping_url: str | None = None  # GET after each run this instance ran ("/fail" after the path on failure);
+    # a PingURL, whose repr is masked (mutexcron.pings)
 
     def trigger(self, default_timezone: tzinfo) -> CronTrigger:
         return CronTrigger(self.spec, self.timezone or default_timezone)
@@ -184,7 +185,8 @@ def mutex_cron(
     ``catch_up_window`` when an instance starts or its store comes back; ``jitter`` delays each tick's run
     by a fixed amount in ``[0, jitter)`` derived from the job name and fire time. ``alert_after``: how long
     after a tick that no instance ran the job is overdue (None: one lease plus the misfire grace; False:
-    never); ``ping_url``: a dead man's switch GET after each run (``/fail`` appended on failure).
+    never); ``ping_url``: a dead man's switch GET after each run (``/fail`` after its path, before its query, on
+    failure).
     """
 
     def decorate(func: F) -> F:
