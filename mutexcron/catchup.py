@@ -1,22 +1,41 @@
-"""Which jobs this instance still has to catch up (after start, after a store outage), and one lock per job
-that its catch-up holds while the job's own fires on this instance wait, so that none overtakes a missed
-tick. What counts as missed is :func:`mutexcron.control.missed_ticks`."""
+"""Which jobs this instance still has to catch up (after start, after a store outage), and who runs each job's
+catch-up: one thread at a time per job, which also runs, after the missed ticks, the job's own ticks that fired
+on this instance meanwhile (handed to it), so that none overtakes a missed tick and no fire holds a worker
+thread waiting. What counts as missed is :func:`mutexcron.control.missed_ticks`."""
 
 from __future__ import annotations
 
+import bisect
+import logging
 import threading
 from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING
 
-__all__ = ["CatchUps"]
+if TYPE_CHECKING:
+    from .lifecycle import Generation
+    from .registry import Job
+
+__all__ = ["CatchUps", "Tick"]
+
+logger = logging.getLogger("mutexcron.scheduler")
+
+Tick = tuple[datetime, "int | None"]  # a fire handed to a catch-up: nominal fire time, schedule version
+# Run the job's missed ticks before a time (None: up to now), oldest first; the last one asked for (None: none).
+RunMissed = Callable[["Generation", "Job", "datetime | None"], "datetime | None"]
+RunTick = Callable[["Generation", "Job", Tick], object]  # run one scheduled tick, as an ordinary fire does
 
 
 class CatchUps:
-    """The jobs due a catch-up, and the per-job locks."""
+    """The jobs due a catch-up, and for each job whose catch-up runs, the ticks handed to it."""
 
-    def __init__(self) -> None:
+    def __init__(self, run_missed: RunMissed, run_tick: RunTick) -> None:
+        self._run_missed, self._run_tick = run_missed, run_tick
         self._lock = threading.Lock()
         self._pending: set[str] = set()
-        self._running: dict[str, threading.Lock] = {}
+        # A job whose catch-up runs, by generation (one left over from before a restart hands nothing on): the
+        # ticks it runs next, in order.
+        self._handed: dict[tuple[Generation, str], list[Tick]] = {}
 
     def mark(self, names: Iterable[str]) -> None:
         """These jobs missed ticks (or may have): catch them up at the next chance."""
@@ -27,19 +46,59 @@ class CatchUps:
         with self._lock:
             return sorted(self._pending)
 
-    def run(self, name: str, closing: threading.Event, catch_up: Callable[[], None]) -> None:
-        """If ``name`` is due, call ``catch_up()`` under the job's lock (waiting for one in progress, unless
-        ``closing`` is set). A store outage meanwhile marks it due again (the scheduler's StoreHealth)."""
+    def run(self, life: Generation, job: Job, tick: Tick | None) -> bool:
+        """Catch ``job`` up, then run ``tick`` (a fire of the job; None from the pool), in this thread; False if
+        it is not due and no catch-up of it runs: the caller runs ``tick`` as an ordinary fire.
+
+        If the job's catch-up already runs in another thread, ``tick`` is handed to it and this returns at
+        once. Otherwise the caller becomes the job's catch-up until nothing is left: the missed ticks before
+        the first handed tick, then each handed tick once, oldest first (not one the catch-up already asked
+        for as missed). Once shutdown began, the handed ticks not started are dropped, like every fire not
+        started then."""
+        name, key = job.name, (life, job.name)
         with self._lock:
-            lock = self._running.setdefault(name, threading.Lock())
-        while not lock.acquire(timeout=0.2):
-            if closing.is_set():
-                return
+            handed = self._handed.get(key)
+            if handed is not None:
+                if tick is not None:
+                    bisect.insort(handed, tick, key=lambda handed_tick: handed_tick[0])
+                return True
+            if name not in self._pending:
+                return False
+            self._handed[key] = [] if tick is None else [tick]
         try:
-            with self._lock:
-                if name not in self._pending:
-                    return
-                self._pending.discard(name)
-            catch_up()
+            self._drain(life, job)
         finally:
-            lock.release()
+            with self._lock:
+                dropped = self._handed.pop(key, [])
+            if dropped:  # shutdown began (or an error, logged by the worker thread, ended the catch-up)
+                logger.warning("job %r: %d tick(s) handed to its catch-up dropped unrun: its catch-up ended",
+                               name, len(dropped))
+        return True
+
+    def _drain(self, life: Generation, job: Job) -> None:
+        """The catch-up's loop, until nothing is missed or handed (or shutdown began). A job marked due again
+        meanwhile (a store outage) is caught up again, once between two handed ticks: a store still down
+        marks it again at once, and it is caught up when the store is back."""
+        name, key = job.name, (life, job.name)
+        asked: datetime | None = None  # the newest tick asked for so far
+        just_caught_up = False
+        while not life.closing.is_set():
+            with self._lock:
+                handed = self._handed[key]
+                while handed and asked is not None and handed[0][0] <= asked:
+                    handed.pop(0)
+                if name in self._pending and not just_caught_up:
+                    self._pending.discard(name)
+                    before, tick = (handed[0][0] if handed else None), None
+                elif handed:
+                    tick = handed.pop(0)
+                else:
+                    del self._handed[key]
+                    return
+            if tick is None:
+                newest = self._run_missed(life, job, before)
+                asked = newest if asked is None or (newest is not None and newest > asked) else asked
+            else:
+                self._run_tick(life, job, tick)
+                asked = tick[0]
+            just_caught_up = tick is None

@@ -102,7 +102,8 @@ class Scheduler:
         self._life = self._new_generation()
         self._aps: BackgroundScheduler | None = None
         self._schedules = Schedules(self.timezone, self.clock_skew)
-        self._catch_ups = CatchUps()
+        self._catch_ups = CatchUps(self._run_missed, lambda life, job, tick: self._runs.execute(
+            life, job, tick[0], manual=False, version=tick[1]))
         # Ticks are missed while the store is away: catch them up once it is back.
         self._health = StoreHealth(on_down=lambda: self._catch_ups.mark(self._catching_up_jobs()),
                                    on_back=lambda: self._start_catch_up(self._life) if self._aps else None)
@@ -300,9 +301,9 @@ class Scheduler:
         job, fire_time = entered
         try:
             with self.fire_context():
-                if job.catch_up != "skip":
-                    self._catch_up(life, job, before=fire_time)  # the missed ticks first, in order
-                self._runs.execute(life, job, fire_time, manual=False, version=version)
+                # While the job catches up, its catch-up runs this tick after the missed ones (mutexcron.catchup).
+                if job.catch_up == "skip" or not self._catch_ups.run(life, job, (fire_time, version)):
+                    self._runs.execute(life, job, fire_time, manual=False, version=version)
         finally:
             life.leave()
 
@@ -377,34 +378,31 @@ class Scheduler:
             return
         try:
             with self.fire_context():
-                self._catch_up(life, job, before=None)
+                self._catch_ups.run(life, job, None)
         finally:
             life.leave()
 
-    def _catch_up(self, life: Generation, job: Job, *, before: datetime | None) -> None:
-        """If ``job`` is due a catch-up, run its missed ticks (control.missed_ticks) before ``before``, oldest
-        first, each through the once-per-fire acquire."""
-        def catch_up() -> None:
-            try:
-                state = self.store.lock(job.name)
-            except StoreUnavailable as error:
-                self._health.failed(error)  # due again once the store is back
-                return
-            self._health.ok()
-            if state is None:
-                return
-            # The ticks and their version come from the document just read, never from this instance's copy,
-            # so that no tick of a schedule replaced meanwhile is caught up.
-            self._schedules.apply(job, state)
-            now = _utc_now() + self.clock_skew
-            trigger = self._schedules.trigger_for(job, state)
-            ticks = control.missed_ticks(job, state, trigger, now=now, before=before)
-            if ticks:
-                logger.info("job %r: catching up %d missed tick(s) (catch_up=%r) from %s", job.name, len(ticks),
-                            job.catch_up, ticks[0].isoformat())
-            for tick in ticks:
-                if life.closing.is_set():
-                    return
-                self._runs.execute(life, job, tick, manual=False, version=state.schedule_version, catch_up=True)
-
-        self._catch_ups.run(job.name, life.closing, catch_up)
+    def _run_missed(self, life: Generation, job: Job, before: datetime | None) -> datetime | None:
+        """Run ``job``'s missed ticks (control.missed_ticks) before ``before``, oldest first, each through the
+        once-per-fire acquire; the last one asked for (None: none)."""
+        try:
+            state = self.store.lock(job.name)
+        except StoreUnavailable as error:
+            self._health.failed(error)  # due again once the store is back
+            return None
+        self._health.ok()
+        if state is None:
+            return None
+        # The ticks and their version come from the document just read, never from this instance's copy,
+        # so that no tick of a schedule replaced meanwhile is caught up.
+        self._schedules.apply(job, state)
+        now = _utc_now() + self.clock_skew
+        ticks = control.missed_ticks(job, state, self._schedules.trigger_for(job, state), now=now, before=before)
+        if ticks:
+            logger.info("job %r: catching up %d missed tick(s) (catch_up=%r) from %s", job.name, len(ticks),
+                        job.catch_up, ticks[0].isoformat())
+        for tick in ticks:
+            if life.closing.is_set():
+                return None
+            self._runs.execute(life, job, tick, manual=False, version=state.schedule_version, catch_up=True)
+        return ticks[-1] if ticks else None

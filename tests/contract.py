@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from mutexcron.stores import AcquireStatus, LockStore
 from tests.alert_contract import AlertsContract
 from tests.batch_contract import AcquireManyContract
+from tests.catchup_contract import CatchUpContract
 from tests.control_contract import FleetControlContract
 from tests.support import wait_until
 
@@ -21,7 +22,7 @@ FIRE_1 = datetime(2026, 1, 1, 6, 0, 0, tzinfo=UTC)
 FIRE_2 = FIRE_1 + timedelta(days=1)
 
 
-class LockStoreContract(FleetControlContract, AlertsContract, AcquireManyContract):
+class LockStoreContract(FleetControlContract, AlertsContract, AcquireManyContract, CatchUpContract):
     """Behaviour shared by every LockStore (memory, Redis, MongoDB, Django ORM)."""
 
     store: LockStore  # set by the subclass's autouse fixture

@@ -342,6 +342,34 @@ def test_a_starting_fleet_runs_each_missed_tick_once(store: MemoryLockStore, reg
     assert caught == sorted(caught)
 
 
+@pytest.mark.parametrize("catch_up", ["all", "latest"])
+def test_ticks_that_fire_while_a_job_catches_up_run_after_the_missed_ones_each_once(
+        store: MemoryLockStore, registry: Registry, schedulers: list[Scheduler], catch_up: str) -> None:
+    """Each run takes 0.4 s: ticks fire while the catch-up runs, are handed to it, and run after it in order."""
+    runs: list[JobContext] = []
+    never = threading.Event()
+
+    def slow(ctx: JobContext) -> None:
+        runs.append(ctx)
+        never.wait(0.4)
+
+    mutex_cron("* * * * * *", name="job", registry=registry, catch_up=catch_up)(slow)
+    last = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=5)
+    assert instance(store, registry, "old").run_tick("job", last).outcome is Outcome.SUCCEEDED
+    runs.clear()
+    schedulers.append(instance(store, registry))
+    started = datetime.now(UTC)
+    schedulers[0].start()
+    wait_until(lambda: len(runs) >= 10, timeout=15, what="ten runs")
+    never.set()
+    fire_times = [ctx.fire_time for ctx in runs]
+    # The missed ticks first (every one, or the latest), then every tick that fired since, once, in order.
+    assert fire_times == [fire_times[0] + timedelta(seconds=n) for n in range(len(fire_times))]
+    caught = [ctx.fire_time for ctx in runs if ctx.catch_up]
+    assert caught == fire_times[:len(caught)] and caught[-1] <= started
+    assert caught[0] == last + timedelta(seconds=1) if catch_up == "all" else len(caught) == 1
+
+
 class FlakyStore(MemoryLockStore):
     """The memory store with a switch that makes every call fail, as an unreachable store does."""
 
@@ -457,7 +485,7 @@ def test_a_catch_up_tick_refused_as_stale_and_run_on_the_new_schedule_is_still_a
 
 
 def test_a_tick_still_waiting_out_its_jitter_is_not_missed_yet(registry: Registry) -> None:
-    spread = timedelta(hours=1)
+    spread = timedelta(minutes=59)  # below the hour between ticks
     noon = NOW.replace(minute=0)
 
     def late_noon(name: str) -> bool:
