@@ -14,6 +14,7 @@ from itertools import takewhile
 from typing import TYPE_CHECKING
 
 from .cron import CronTrigger, iter_fire_times, parse_cron, resolve_timezone
+from .cron_intervals import check_jitter
 from .errors import CronSpecError, UnknownJobError
 
 if TYPE_CHECKING:
@@ -43,15 +44,17 @@ def zone_name(zone: str | tzinfo | None, *, job_name: str) -> str | None:
     return name
 
 
-def checked_override(job_name: str, spec: object, zone: str | tzinfo | None) -> tuple[str, str | None]:
-    """A schedule override as the store keeps it: the spec, parsed to prove it (CronSpecError), and the zone
-    name. Nothing is written before this passes."""
+def checked_override(job_name: str, spec: object, zone: str | tzinfo | None, *,
+                     jitter: timedelta = timedelta(0)) -> tuple[str, str | None]:
+    """A schedule override as the store keeps it: the spec, parsed to prove it (CronSpecError, also when its
+    ticks are not further apart than the job's ``jitter``), and the zone name. Nothing is written before this
+    passes."""
     if not isinstance(spec, str):
         raise CronSpecError(f"job {job_name!r}: a schedule must be a cron string, not {spec!r}")
     if len(spec.strip()) > MAX_TEXT:
         raise CronSpecError(f"job {job_name!r}: a schedule of {len(spec.strip())} characters is longer than "
                             f"the {MAX_TEXT} a store keeps")
-    parse_cron(spec, job_name=job_name)
+    check_jitter(job_name, parse_cron(spec, job_name=job_name), jitter, error=CronSpecError, what="new schedule")
     return spec.strip(), zone_name(zone, job_name=job_name)
 
 
@@ -125,7 +128,8 @@ def set_schedule(store: LockStore, registry: Registry, name: str, spec: str | No
             raise CronSpecError(f"job {name!r}: a timezone needs a schedule; reset_schedule() takes none")
         zone = None
     else:
-        spec, zone = checked_override(name, spec, timezone)
+        spread = registry.get(name).jitter if name in registry else timedelta(0)  # undeclared here: unknown
+        spec, zone = checked_override(name, spec, timezone, jitter=spread)
     by = _by(by)
     state = _on_known(store, registry, name, lambda: store.set_schedule(name, spec, timezone=zone, by=by))
     logger.warning("job %r schedule %s (version %d)", name,

@@ -16,6 +16,7 @@ from ._options import duration, http_url
 from ._options import registry as check_registry
 from ._options import zone as as_zone
 from .cron import CronSpec, CronTrigger, parse_cron
+from .cron_intervals import check_jitter
 from .errors import DuplicateJobError, JobDefinitionError, UnknownJobError
 from .records import JobContext
 
@@ -183,7 +184,8 @@ def mutex_cron(
     Every problem (bad spec, name, lease, zone, policy) raises here, at declaration time.
     ``catch_up`` (``"skip"``, ``"latest"``, ``"all"``) says what runs of the ticks missed within
     ``catch_up_window`` when an instance starts or its store comes back; ``jitter`` delays each tick's run
-    by a fixed amount in ``[0, jitter)`` derived from the job name and fire time. ``alert_after``: how long
+    by a fixed amount in ``[0, jitter)`` derived from the job name and fire time (below the shortest interval
+    between its ticks, or a tick could run after the next one and be lost). ``alert_after``: how long
     after a tick that no instance ran the job is overdue (None: one lease plus the misfire grace; False:
     never); ``ping_url``: a dead man's switch GET after each run (``/fail`` after its path, before its query, on
     failure).
@@ -210,6 +212,7 @@ def mutex_cron(
         window = duration(catch_up_window, what=f"job {job_name!r}: catch_up_window", error=JobDefinitionError,
                           allow_zero=False)
         spread = duration(jitter, what=f"job {job_name!r}: jitter", error=JobDefinitionError)
+        check_jitter(job_name, parsed, spread, error=JobDefinitionError)
         alert = check_alert_after(alert_after, what=f"job {job_name!r}: alert_after", error=JobDefinitionError)
         ping = http_url(ping_url, what=f"job {job_name!r}: ping_url", error=JobDefinitionError)
         job = Job(job_name, func, parsed, lease_duration, hold, zone, on_busy, _takes_context(func, job_name),

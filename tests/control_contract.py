@@ -8,6 +8,9 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
+from mutexcron import CronSpecError, Registry, control, mutex_cron
 from mutexcron.stores import AcquireStatus, LockState, LockStore
 from tests.support import wait_until
 
@@ -178,6 +181,21 @@ class FleetControlContract:
         reset = self.store.set_schedule("job", None)
         assert reset is not None and reset.schedule is None and reset.schedule_timezone is None
         assert reset.schedule_version == 3
+
+    def test_set_schedule_to_ticks_no_further_apart_than_the_jobs_jitter_is_refused_and_writes_nothing(
+            self) -> None:
+        registry = Registry()
+        mutex_cron("* * * * *", name="job", registry=registry, jitter=timedelta(seconds=30))(lambda: None)
+        self.store.seed(["job"])
+        before = self.state()
+        for spec, interval in [("*/30 * * * * *", "0:00:30"), ("*/40 * * * * *", "0:00:20")]:
+            with pytest.raises(CronSpecError) as refused:
+                control.set_schedule(self.store, registry, "job", spec, by="ops")
+            message = str(refused.value)
+            assert "'job'" in message and "jitter 0:00:30" in message and interval in message
+            assert self.state() == before
+        changed = control.set_schedule(self.store, registry, "job", "0 * * * * *", by="ops")
+        assert changed.schedule == "0 * * * * *" and changed.schedule_version == 1
 
     def test_an_acquire_fired_for_an_old_schedule_is_refused_and_changes_nothing(self) -> None:
         self.store.seed(["job"])

@@ -238,6 +238,29 @@ def test_the_backoff_before_any_attempt_is_capped_never_an_overflow(backoff: tim
     assert handler.delay_before(attempt) == min(max_backoff, timedelta(microseconds=min(doubled, 10**18)))
 
 
+@pytest.mark.parametrize(("spec", "jitter", "interval"), [
+    ("* * * * *", timedelta(minutes=2), "0:01:00"),
+    ("* * * * * *", 3, "0:00:01"),
+    ("0 0,1 * * * *", timedelta(minutes=1), "0:01:00"),  # at the interval, and an irregular spec's closest ticks
+    ("*/40 * * * * *", timedelta(seconds=25), "0:00:20"),  # :40 to the next minute's :00
+    ("0 0 * * 5,6", timedelta(days=2), "1 day, 0:00:00"),
+])
+def test_a_jitter_not_below_the_shortest_interval_between_ticks_is_a_job_definition_error_naming_both(
+        spec: str, jitter: timedelta | int, interval: str) -> None:
+    registry = Registry()
+    with pytest.raises(JobDefinitionError) as raised:
+        mutex_cron(spec, name="tests.bad.job", registry=registry, jitter=jitter)(lambda: None)
+    message = str(raised.value)
+    shown = jitter if isinstance(jitter, timedelta) else timedelta(seconds=jitter)
+    assert "'tests.bad.job'" in message and f"jitter {shown}" in message and interval in message
+    assert "tests.bad.job" not in registry
+
+
+def test_a_jitter_just_below_the_shortest_interval_between_ticks_is_accepted() -> None:
+    declare(spec="0 0,1 * * * *", jitter=timedelta(seconds=59, milliseconds=999))
+    declare(spec="0 0 * * 1,5", jitter=timedelta(days=3) - timedelta(milliseconds=1))
+
+
 def test_a_zero_catch_up_window_or_sync_interval_is_refused() -> None:
     with pytest.raises(JobDefinitionError, match="catch_up_window"):
         declare(catch_up_window=timedelta(0))
