@@ -206,7 +206,8 @@ class DjangoLockStore(LockStore):
 
     def open_incident(self, name: str, incident: str, *, replacing: str | None = None) -> bool:
         check_incident(incident)
-        current = {"incident__isnull": True} if replacing is None else {"incident": check_incident(replacing)}
+        current: dict[str, object] = (
+            {"incident__isnull": True} if replacing is None else {"incident": check_incident(replacing)})
         return self._call(lambda: self._locks.filter(name=name, deleted=False, **current)
                           .update(incident=incident, incident_at=DbNow()) == 1)
 
