@@ -7,6 +7,7 @@ store (Redis, MongoDB, or the app's SQL database through ``mutexcron_django``).
 from .alerts import Alert
 from .cron import CronSpec, next_fire_times, parse_cron
 from .errors import (
+    ControlNotSupported,
     CronSpecError,
     DuplicateJobError,
     JobDefinitionError,
@@ -25,6 +26,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Alert",
+    "ControlNotSupported",
     "CronSpec",
     "CronSpecError",
     "DuplicateJobError",

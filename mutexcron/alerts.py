@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from .control import jitter_delay
 from .errors import StoreUnavailable
+from .stores.base import ControlStore
 
 if TYPE_CHECKING:
     from .cron import CronTrigger
@@ -138,11 +139,13 @@ class _Seen:
 
 
 class Alerts:
-    """One scheduler's alerts: judge its jobs at each check, open and close incidents, tell the listeners."""
+    """One scheduler's alerts: judge its jobs at each check, open and close incidents, tell the listeners. On a
+    store without the control plane (no incidents to claim) there are none: every call does nothing."""
 
     def __init__(self, store: LockStore, *, instance_id: Callable[[], str], misfire_grace_time: timedelta,
                  notify: Callable[[Alert, str], None], overdue: Callable[[str, bool], None]) -> None:
-        self.store, self.instance_id, self.misfire_grace_time = store, instance_id, misfire_grace_time
+        self.store = store if isinstance(store, ControlStore) else None
+        self.instance_id, self.misfire_grace_time = instance_id, misfire_grace_time
         self._notify, self._overdue = notify, overdue
         self._lock = threading.Lock()
         self._open: dict[str, _Seen] = {}  # job name -> the incident open at the last check
@@ -152,6 +155,8 @@ class Alerts:
               now: datetime) -> None:
         """Judge every job from ``states`` (just read); open, turn or close incidents where this instance is
         first."""
+        if self.store is None:
+            return
         known_since = self._known_since = self._known_since or now  # documents from before created_at
         for job in jobs:
             state = states.get(job.name)
@@ -166,7 +171,7 @@ class Alerts:
         from a fresh read at once (one read, only then), rather than at the next sync."""
         with self._lock:
             seen = self._open.get(job_name)
-        if seen is None:
+        if seen is None or self.store is None:
             return
         try:
             state = self.store.lock(job_name)
@@ -200,6 +205,8 @@ class Alerts:
 
     def _open_incident(self, problem: Problem, now: datetime, replacing: str | None = None) -> str | None:
         """Open ``problem``'s incident (or turn ``replacing`` into it); its text if this call did, else None."""
+        if self.store is None:
+            return None
         try:
             opened = self.store.open_incident(problem.job_name, problem.incident, replacing=replacing)
         except StoreUnavailable as error:
@@ -215,6 +222,8 @@ class Alerts:
         return problem.incident
 
     def _close(self, job_name: str, incident: str, now: datetime) -> bool:
+        if self.store is None:
+            return False
         try:
             closed = self.store.close_incident(job_name, incident)
         except StoreUnavailable as error:

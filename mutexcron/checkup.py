@@ -12,7 +12,7 @@ from .alerts import Problem, job_problems
 from .control import effective_trigger
 from .errors import CronSpecError, StoreUnavailable
 from .registry import Registry
-from .stores import LockStore
+from .stores import LockStore, require_control
 
 __all__ = ["DEFAULT_MISFIRE_GRACE_TIME", "HealthReport", "check_health"]
 
@@ -58,10 +58,12 @@ def check_health(store: LockStore, registry: Registry, *, default_zone: tzinfo =
                  misfire_grace_time: timedelta = DEFAULT_MISFIRE_GRACE_TIME,
                  now: datetime | None = None) -> HealthReport:
     """Judge every job of ``registry`` from one read of ``store`` (a lock document it does not have yet, or
-    one from before ``created_at``, counts from ``now``: nothing is overdue before it was known)."""
+    one from before ``created_at``, counts from ``now``: nothing is overdue before it was known). A store without
+    the control plane keeps no outcomes to judge: ControlNotSupported."""
+    controls = require_control(store, "judge the jobs' health (overdue and failing runs)")
     now = now or datetime.now(UTC)
     try:
-        states = {state.name: state for state in store.locks()}
+        states = {state.name: state for state in controls.locks()}
     except StoreUnavailable as error:
         return HealthReport(repr(store), now, store_error=str(error), jobs=len(registry))
     problems: list[Problem] = []

@@ -22,7 +22,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, TextIO
 
 from ._options import MAX_DURATION
-from .errors import CronSpecError, SchedulerConfigError, StoreConfigError, StoreUnavailable, UnknownJobError
+from .errors import (
+    ControlNotSupported,
+    CronSpecError,
+    SchedulerConfigError,
+    StoreConfigError,
+    StoreUnavailable,
+    UnknownJobError,
+)
 from .listing import listing_json, listing_text, read_listing, when
 from .registry import default_registry
 from .scheduler import Scheduler
@@ -146,7 +153,7 @@ def run_control(scheduler: Scheduler, action: str, options: dict[str, Any]) -> s
         return _rescheduled(scheduler, scheduler.set_schedule(name, spec, timezone=zone, by=by))
     except StoreUnavailable as error:
         raise Failure(f"the lock store {scheduler.store!r} cannot be reached: {error}") from None
-    except (UnknownJobError, CronSpecError) as error:
+    except (UnknownJobError, CronSpecError, ControlNotSupported) as error:
         raise Failure(str(error)) from None
     except ValueError as error:
         raise UsageError(str(error)) from None
@@ -241,7 +248,10 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, std
 
 
 def _list(scheduler: Scheduler, *, as_json: bool, out: TextIO, fail: Callable[[int, str], int]) -> int:
-    listing = read_listing(scheduler.store, scheduler.registry, scheduler.timezone, datetime.now(UTC))
+    try:
+        listing = read_listing(scheduler.store, scheduler.registry, scheduler.timezone, datetime.now(UTC))
+    except ControlNotSupported as error:
+        return fail(1, str(error))
     if as_json:
         out.write(json.dumps(listing_json(listing), indent=2) + "\n")
     else:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from .cron import CronTrigger, iter_fire_times, parse_cron, resolve_timezone
 from .cron_intervals import check_jitter
 from .errors import CronSpecError, UnknownJobError
+from .stores.base import require_control
 
 if TYPE_CHECKING:
     from .registry import Job, Registry
@@ -102,12 +103,13 @@ def jitter_delay(job_name: str, fire_time: datetime, jitter: timedelta) -> timed
 def pause(store: LockStore, registry: Registry, name: str, *, until: datetime | None = None,
           by: str | None = None) -> LockState:
     """Pause job ``name`` fleet-wide (see :meth:`mutexcron.Scheduler.pause`)."""
+    controls = require_control(store, f"pause job {name!r}")
     if until is not None and (not isinstance(until, datetime) or until.utcoffset() is None):
         raise ValueError(f"pause {name!r}: until={until!r} must be an aware datetime or None")
     by = _by(by)
     if until is not None and until <= store.now():  # it would pause nothing, and hide ticks from catch-up
         raise ValueError(f"pause {name!r}: until={until.isoformat()} has already passed on the store's clock")
-    state = _on_known(store, registry, name, lambda: store.pause(name, until=until, by=by))
+    state = _on_known(store, registry, name, lambda: controls.pause(name, until=until, by=by))
     logger.warning("job %r paused%s%s", name, f" by {state.paused_by}" if state.paused_by else "",
                    f" until {state.paused_until.isoformat()}" if state.paused_until else "")
     return state
@@ -115,7 +117,8 @@ def pause(store: LockStore, registry: Registry, name: str, *, until: datetime | 
 
 def resume(store: LockStore, registry: Registry, name: str) -> LockState:
     """Lift job ``name``'s pause fleet-wide (see :meth:`mutexcron.Scheduler.resume`)."""
-    state = _on_known(store, registry, name, lambda: store.resume(name))
+    controls = require_control(store, f"resume job {name!r}")
+    state = _on_known(store, registry, name, lambda: controls.resume(name))
     logger.warning("job %r resumed", name)
     return state
 
@@ -123,6 +126,7 @@ def resume(store: LockStore, registry: Registry, name: str) -> LockState:
 def set_schedule(store: LockStore, registry: Registry, name: str, spec: str | None, *,
                  timezone: str | tzinfo | None = None, by: str | None = None) -> LockState:
     """Override job ``name``'s schedule fleet-wide, or with ``spec=None`` go back to the code's."""
+    controls = require_control(store, f"{'set' if spec is not None else 'reset'} the schedule of job {name!r}")
     if spec is None:
         if timezone is not None:
             raise CronSpecError(f"job {name!r}: a timezone needs a schedule; reset_schedule() takes none")
@@ -131,7 +135,7 @@ def set_schedule(store: LockStore, registry: Registry, name: str, spec: str | No
         spread = registry.get(name).jitter if name in registry else timedelta(0)  # undeclared here: unknown
         spec, zone = checked_override(name, spec, timezone, jitter=spread)
     by = _by(by)
-    state = _on_known(store, registry, name, lambda: store.set_schedule(name, spec, timezone=zone, by=by))
+    state = _on_known(store, registry, name, lambda: controls.set_schedule(name, spec, timezone=zone, by=by))
     logger.warning("job %r schedule %s (version %d)", name,
                    f"set to {spec!r}" + (f" in {zone}" if zone else "") if spec is not None else "reset to the code's",
                    state.schedule_version)

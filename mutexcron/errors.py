@@ -43,6 +43,16 @@ class StoreConfigError(MutexcronError, ValueError):
     """A store URL or option is malformed; the message never contains a password."""
 
 
+class ControlNotSupported(StoreConfigError):
+    """A control-plane operation (pause, schedules, unlock, delete, listing, alerts, health) was asked of a lock
+    store that implements only the lock contract (not :class:`mutexcron.stores.ControlStore`)."""
+
+    def __init__(self, store: object, operation: str) -> None:
+        super().__init__(f"the lock store {store!r} has no control plane, so it cannot {operation}: use a store "
+                         "that implements mutexcron.stores.ControlStore (Redis, MongoDB, Django's SQL store, memory)")
+        self.store, self.operation = store, operation
+
+
 class StoreUnavailable(MutexcronError):
     """The lock store could not be reached or answered with an error."""
 

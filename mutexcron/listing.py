@@ -14,7 +14,7 @@ from .control import effective_trigger
 from .cron import iter_fire_times
 from .errors import StoreUnavailable
 from .registry import Job, Registry
-from .stores import LockState, LockStore
+from .stores import LockState, LockStore, require_control
 
 __all__ = ["JobLine", "Listing", "iso", "listing_json", "listing_text", "lock_state", "read_listing", "table",
            "when"]
@@ -77,11 +77,13 @@ class Listing:
 
 
 def read_listing(store: LockStore, registry: Registry, default_zone: tzinfo, now: datetime) -> Listing:
-    """Read every lock of ``store`` once; a store that cannot be reached gives a listing with ``error``."""
+    """Read every lock of ``store`` once; a store that cannot be reached gives a listing with ``error``, one
+    without the control plane raises ControlNotSupported."""
+    controls = require_control(store, "list its locks")
     locks: dict[str, LockState] = {}
     store_now, error = now, None
     try:
-        locks = {state.name: state for state in store.locks()}
+        locks = {state.name: state for state in controls.locks()}
         store_now = store.now()
     except StoreUnavailable as problem:
         locks, error = {}, str(problem)

@@ -9,8 +9,8 @@ from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
 from mutexcron import default_registry
-from mutexcron.errors import DuplicateJobError, MutexcronError
-from mutexcron.stores import LockStore
+from mutexcron.errors import ControlNotSupported, DuplicateJobError, MutexcronError
+from mutexcron.stores import LockStore, supports_control
 from mutexcron.tasks import TaskBackend
 from mutexcron.tasks.cancel_marks import TaskRecordStore
 
@@ -31,6 +31,8 @@ def check_declarations(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 
 
 def _orphans(store: Any) -> list[Warning]:
+    if not supports_control(store):  # a lock-only store lists no locks
+        return []
     declared = set(default_registry.names())
     return [
         Warning(
@@ -141,7 +143,10 @@ def check_redis_eviction(app_configs: Any = None, **kwargs: Any) -> list[Warning
 @register(TAG, deploy=True)
 def check_job_health(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     """mutexcron.W004 (deploy): a declared job is overdue or failing (an unreachable store is W002's)."""
-    report = health_report()
+    try:
+        report = health_report()
+    except ControlNotSupported:  # a lock-only store keeps no runs' outcomes to judge
+        return []
     return [Warning(
         f"job {problem.job_name!r} is {problem.kind} since {problem.since.isoformat()}: {problem.detail}",
         hint="See manage.py mutexcron health and the job's timeline in the admin; an overdue job's ticks are "

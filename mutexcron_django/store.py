@@ -20,6 +20,7 @@ from mutexcron.stores.base import (
     AcquireRequest,
     AcquireStatus,
     Acquisition,
+    ControlStore,
     LockState,
     LockStore,
     check_incident,
@@ -34,7 +35,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-class DjangoLockStore(LockStore):
+class DjangoLockStore(LockStore, ControlStore):
     """The ``Lock`` model as a lock store; ``using`` picks the database alias (default: the router's)."""
 
     def __init__(self, using: str | None = None) -> None:

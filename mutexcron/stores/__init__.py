@@ -3,6 +3,8 @@
 ``store_from_url("redis://…")``, ``"rediss://…"``, ``"mongodb://…"``, ``"mongodb+srv://…"``, ``"memory://"``,
 a scheme another package registers (``"django://"`` with ``mutexcron_django``, see :mod:`mutexcron.plugins`),
 or a dotted path to a :class:`LockStore` subclass (``"myproject.locks.MyStore"``, built with no arguments).
+A store implements the lock contract (:class:`LockStore`) and, for pauses, schedules, alerts and listings, the
+control plane (:class:`ControlStore`); :func:`supports_control` tells which.
 Backends import their client library only when used, so ``pip install mutexcron[redis]`` is enough for Redis.
 """
 
@@ -10,10 +12,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import StoreConfigError
+from ..errors import ControlNotSupported, StoreConfigError
 from ..plugins import build_from_url, import_class, schemes
 from ..urls import shown
-from .base import AcquireRequest, AcquireStatus, Acquisition, LockState, LockStore
+from .base import (
+    AcquireRequest,
+    AcquireStatus,
+    Acquisition,
+    ControlStore,
+    LockState,
+    LockStore,
+    require_control,
+    supports_control,
+)
 from .memory import MemoryLockStore
 
 if TYPE_CHECKING:
@@ -25,12 +36,16 @@ __all__ = [
     "AcquireRequest",
     "AcquireStatus",
     "Acquisition",
+    "ControlNotSupported",
+    "ControlStore",
     "LockState",
     "LockStore",
     "MemoryLockStore",
     "MongoLockStore",
     "RedisLockStore",
+    "require_control",
     "store_from_url",
+    "supports_control",
 ]
 
 # scheme -> dotted path of the store class (imported on first use); other packages add theirs (mutexcron.plugins)

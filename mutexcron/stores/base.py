@@ -1,9 +1,11 @@
-"""The lock store contract every backend implements (see tests/contract.py for it as tests).
+"""The two store contracts (tests/contract.py has them as tests): :class:`LockStore`, the lock every store
+implements, and :class:`ControlStore`, the control plane a full store adds.
 
 One lock document per job. Acquiring is a single atomic compare-and-set decided on the *store's*
 clock, so instances with skewed clocks agree on lease expiry. The document also remembers the last
-nominal fire time it was acquired for, which makes each tick run at most once across the fleet, and
-what operators set at run time: a pause and a schedule override with its version (docs/fleet-control.md).
+nominal fire time it was acquired for, which makes each tick run at most once across the fleet. A store with
+a control plane also keeps what operators set at run time (a pause, a schedule override with its version:
+docs/fleet-control.md) and the open alert, and lists and reads its documents.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from .._common import duration_ms, epoch_ms, ms_to_datetime
-from ..errors import StoreUnavailable
+from ..errors import ControlNotSupported, StoreUnavailable
 
-__all__ = ["MAX_ERROR_LINE", "MAX_INCIDENT", "OUTCOMES", "AcquireRequest", "AcquireStatus", "Acquisition", "LockState",
-           "LockStore", "check_incident", "check_outcome", "datetime_to_ms", "duration_ms", "ms_to_datetime"]
+__all__ = ["MAX_ERROR_LINE", "MAX_INCIDENT", "OUTCOMES", "AcquireRequest", "AcquireStatus", "Acquisition",
+           "ControlStore", "LockState", "LockStore", "check_incident", "check_outcome", "datetime_to_ms", "duration_ms",
+           "ms_to_datetime", "require_control", "supports_control"]
 
 datetime_to_ms = epoch_ms  # the stores' name for it (Redis keeps times as epoch milliseconds)
 
@@ -105,8 +108,10 @@ class AcquireRequest:
 
 
 class LockStore(ABC):
-    """A place where job locks live. Every method raises :class:`~mutexcron.errors.StoreUnavailable`
-    when the store cannot be reached, so callers can fail closed."""
+    """The lock contract: where job locks live. Every method raises :class:`~mutexcron.errors.StoreUnavailable`
+    when the store cannot be reached, so callers can fail closed. Five methods are abstract (seed, acquire,
+    renew, release, now); a store that is only this runs every job once per tick, without the control plane
+    (:class:`ControlStore`: pauses, schedule overrides, catch-up, alerts, listings)."""
 
     # The application database (a Django alias) whose tables hold this store's locks, or None (another server):
     # where a framework seeds lock rows after its migrations and runs its database checks, without isinstance.
@@ -126,7 +131,9 @@ class LockStore(ABC):
 
         Refused, in this order: PAUSED while :meth:`LockState.is_paused` on the store's clock (any run);
         STALE_SCHEDULE when ``schedule_version`` is given with a ``fire_time`` and differs from the
-        document's; then ALREADY_RAN and BUSY as above. A refusal changes nothing."""
+        document's; then ALREADY_RAN and BUSY as above. A refusal changes nothing. A store without a control
+        plane has no pauses and no schedule versions: it ignores ``schedule_version`` and answers only
+        ACQUIRED, ALREADY_RAN and BUSY."""
 
     # True: acquire_many() asks for all its locks in one round trip (the scheduler then asks for the locks of the
     # jobs due at one instant together); False: it asks one by one, and the scheduler asks in parallel threads.
@@ -155,7 +162,36 @@ class LockStore(ABC):
         """Release the lock if ``token`` holds it; with ``hold_at_least``, keep it until the acquisition
         time plus that duration. With ``outcome`` (``"succeeded"`` or ``"failed"``), in the same atomic step:
         ``last_outcome``, ``last_finished_at`` = now, ``last_error`` (``error``, None on success) and, on
-        success, ``last_success_at`` = now. Returns False (and changes nothing) for a stale token."""
+        success, ``last_success_at`` = now. Returns False (and changes nothing) for a stale token. A store
+        without a control plane keeps no outcomes (they serve alerts) and may ignore ``outcome`` and ``error``."""
+
+    @abstractmethod
+    def now(self) -> datetime:
+        """The store's clock, aware UTC: the clock leases are decided on."""
+
+    def ping(self) -> None:
+        """Raise StoreUnavailable if the store cannot be reached."""
+        self.now()
+
+    def eviction_policy(self) -> str | None:
+        """The server's policy for dropping keys when its memory is full (Redis's ``maxmemory-policy``), or None
+        for a store that never evicts (or may not say): what ``check --deploy`` warns about (W003)."""
+        return None
+
+    def close(self) -> None:  # noqa: B027 - optional hook; most stores hold a client pool
+        """Release connections."""
+
+    def __enter__(self) -> LockStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class ControlStore(ABC):
+    """The control plane, which a full store implements besides :class:`LockStore` (``class MyStore(LockStore,
+    ControlStore)``): reading and listing lock documents, freeing and deleting them, pausing and re-timing jobs
+    (docs/fleet-control.md), and the incidents of alerts. Every method raises StoreUnavailable as LockStore's do."""
 
     @abstractmethod
     def locks(self) -> list[LockState]:
@@ -209,27 +245,17 @@ class LockStore(ABC):
         """Clear the document's incident if it is ``incident``. True only for the one call that closed it
         (the fleet's one "recovered"); False, changing nothing, otherwise."""
 
-    @abstractmethod
-    def now(self) -> datetime:
-        """The store's clock, aware UTC: the clock leases are decided on."""
 
-    def ping(self) -> None:
-        """Raise StoreUnavailable if the store cannot be reached."""
-        self.now()
+def supports_control(store: LockStore) -> bool:
+    """True if ``store`` has the control plane (pauses, schedules, alerts, listings): it is a :class:`ControlStore`."""
+    return isinstance(store, ControlStore)
 
-    def eviction_policy(self) -> str | None:
-        """The server's policy for dropping keys when its memory is full (Redis's ``maxmemory-policy``), or None
-        for a store that never evicts (or may not say): what ``check --deploy`` warns about (W003)."""
-        return None
 
-    def close(self) -> None:  # noqa: B027 - optional hook; most stores hold a client pool
-        """Release connections."""
-
-    def __enter__(self) -> LockStore:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+def require_control(store: LockStore, operation: str) -> ControlStore:
+    """``store`` as a ControlStore, or :class:`~mutexcron.errors.ControlNotSupported` naming it and ``operation``."""
+    if not isinstance(store, ControlStore):
+        raise ControlNotSupported(store, operation)
+    return store
 
 
 OUTCOMES = ("succeeded", "failed")  # what release(outcome=) takes

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from .base import AcquireStatus, Acquisition, LockState, LockStore, check_incident, check_outcome
+from .base import AcquireStatus, Acquisition, ControlStore, LockState, LockStore, check_incident, check_outcome
 
 __all__ = ["MemoryLockStore"]
 
@@ -16,7 +16,7 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class MemoryLockStore(LockStore):
+class MemoryLockStore(LockStore, ControlStore):
     """Locks in a dict guarded by a mutex. ``clock`` replaces the store's clock (tests move time by hand).
 
     A deleted lock stays in the dict as a tombstone (its name in ``_deleted``), hidden from readers, so its

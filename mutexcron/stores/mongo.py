@@ -26,6 +26,7 @@ from ..urls import check_host_and_port, mask_url, pop_query_options, scrub
 from .base import (
     AcquireStatus,
     Acquisition,
+    ControlStore,
     LockState,
     LockStore,
     check_incident,
@@ -60,7 +61,7 @@ T = TypeVar("T")
 Document = dict[str, Any]
 
 
-class MongoLockStore(LockStore):
+class MongoLockStore(LockStore, ControlStore):
     """Lock documents in one collection, ``_id`` = job name. Writes use write concern ``majority`` so a
     lock survives a primary failover; datetimes are read back as aware UTC whatever the client's options."""
 

@@ -2,7 +2,7 @@
 
 A deleted lock keeps its hash with ``deleted`` = 1 (a tombstone hidden from readers), so its token,
 last fire time, lease, pause and schedule override survive; seeding or acquiring revives it. One server, a Redis
-Cluster (each hash is its own slot: ``seed`` and ``locks`` go to every node) or Sentinel (``mutexcron.redis_urls``);
+Cluster (each hash is its own slot: ``seed`` and ``locks`` go to every node) or Sentinel (``mutexcron.redis.urls``);
 with ``wait_replicas`` an acquire counts only once that many replicas confirmed it (README, "Scaling out").
 """
 
@@ -17,17 +17,18 @@ from typing import Any, ParamSpec, TypeVar
 from redis.commands.core import Script
 
 from .._options import positive_duration
-from .._redis import AnyRedis, RedisClient, glob_escape
-from .._redis import text as _text
 from ..errors import ReplicationUnconfirmed, StoreConfigError, StoreUnavailable
-from ..redis_cluster import run_batch, run_by_master, scan_keys, write_then_wait
-from ..redis_urls import REDIS_ERRORS, client_from_url, is_cluster
+from ..redis.client import AnyRedis, RedisClient, glob_escape
+from ..redis.client import text as _text
+from ..redis.cluster import run_batch, run_by_master, scan_keys, write_then_wait
+from ..redis.urls import REDIS_ERRORS, client_from_url, is_cluster
 from ..urls import mask_url
 from . import redis_scripts as scripts
 from .base import (
     AcquireRequest,
     AcquireStatus,
     Acquisition,
+    ControlStore,
     LockState,
     LockStore,
     check_incident,
@@ -70,7 +71,7 @@ def _acquisition(status: Any, detail: Any) -> Acquisition:
     return Acquisition(_STATUSES[status], holder=detail or None)
 
 
-class RedisLockStore(RedisClient, LockStore):
+class RedisLockStore(RedisClient, LockStore, ControlStore):
     """Lock hashes at ``<prefix>{<job name>}``; the braces make the name the Redis Cluster hash tag."""
 
     kind = "Redis store"
@@ -102,7 +103,7 @@ class RedisLockStore(RedisClient, LockStore):
     @classmethod
     def from_url(cls, url: str, **client_options: Any) -> RedisLockStore:
         """``redis://[:password@]host[:port][/db][?prefix=…&wait_replicas=N&wait_timeout=<ms>]``; also ``rediss://``,
-        ``unix://``, ``redis+cluster://`` and ``redis+sentinel://`` (``mutexcron.redis_urls``)."""
+        ``unix://``, ``redis+cluster://`` and ``redis+sentinel://`` (``mutexcron.redis.urls``)."""
         client, cleaned, options = client_from_url(url, ("prefix", "wait_replicas", "wait_timeout"), **client_options)
         waits: dict[str, Any] = {}
         for name, value in options.items():

@@ -25,7 +25,7 @@ from mutexcron import control, default_registry
 from mutexcron.cron import resolve_timezone
 from mutexcron.errors import JobDefinitionError, MutexcronError
 from mutexcron.registry import validate_job_name
-from mutexcron.stores import LockState
+from mutexcron.stores import LockState, require_control
 
 from ..conf import MutexcronSettings, get_settings
 from ..models import Lock
@@ -131,7 +131,7 @@ class LockControlAdmin(ModelAdmin[Lock]):
     def _read(self, name: str) -> tuple[LockState | None, datetime, JobSchedule | None]:
         """Job ``name``'s lock document, the store's clock and its schedule (None if not declared here)."""
         with open_store() as (conf, store):
-            state, now = store.lock(name), store.now()
+            state, now = require_control(store, f"read the lock of job {name!r}").lock(name), store.now()
         job = default_registry.get(name) if name in default_registry else None
         return state, now, job_schedule(job, state, resolve_timezone(conf.timezone)) if job else None
 

@@ -21,7 +21,7 @@ from mutexcron import Outcome, RunRecord, default_registry
 from mutexcron.cron import resolve_timezone
 from mutexcron.errors import MutexcronError, UnknownJobError
 from mutexcron.registry import validate_job_name
-from mutexcron.stores import LockState, LockStore
+from mutexcron.stores import LockState, LockStore, require_control
 
 from ..conf import MutexcronSettings, get_settings
 from ..models import Lock
@@ -201,10 +201,11 @@ class LockAdmin(LockControlAdmin):
         state: LockState | None = None
         try:
             with open_store() as (conf, store):
-                state = store.lock(name)
+                controls = require_control(store, f"force-unlock {name!r}")
+                state = controls.lock(name)
                 if request.POST.get("confirm") != "yes":
                     return self._force_unlock_confirmation(request, name, state, store, conf)
-                unlocked = store.force_unlock(name)
+                unlocked = controls.force_unlock(name)
         except (ImproperlyConfigured, MutexcronError) as error:
             self.message_user(request, f"Could not force-unlock “{name}”: {without_store_secrets(str(error), conf)}",
                               messages.ERROR)

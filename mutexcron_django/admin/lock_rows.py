@@ -26,7 +26,7 @@ from mutexcron import Job, LockBusy, RunRecord, default_registry
 from mutexcron.alerts import Problem
 from mutexcron.cron import iter_fire_times
 from mutexcron.errors import MutexcronError
-from mutexcron.stores import LockState, LockStore
+from mutexcron.stores import LockState, LockStore, require_control
 
 from .. import runtime
 from ..conf import MutexcronSettings, get_settings
@@ -68,7 +68,7 @@ def read_store() -> StoreSnapshot:
     try:
         with open_store() as (conf, store):
             snapshot.description = without_store_secrets(repr(store), conf)
-            snapshot.states = {state.name: state for state in store.locks()}
+            snapshot.states = {state.name: state for state in require_control(store, "list its locks").locks()}
             snapshot.now = store.now()
     except (ImproperlyConfigured, MutexcronError) as error:
         snapshot.error = without_store_secrets(str(error), conf)

@@ -13,9 +13,9 @@ from django.utils import timezone as django_timezone
 
 from mutexcron import Outcome, RunRecord, default_registry
 from mutexcron.cron import resolve_timezone
-from mutexcron.errors import LockBusy, StoreUnavailable, UnknownJobError
+from mutexcron.errors import ControlNotSupported, LockBusy, StoreUnavailable, UnknownJobError
 from mutexcron.listing import listing_json, listing_text, read_listing
-from mutexcron.stores import LockStore
+from mutexcron.stores import LockStore, require_control
 
 from ... import history, runtime
 from ...conf import get_settings
@@ -37,6 +37,8 @@ def list_jobs(command: BaseCommand, *, as_json: bool) -> None:
     store = conf.build_store()
     try:
         listing = read_listing(store, default_registry, resolve_timezone(conf.timezone), django_timezone.now())
+    except ControlNotSupported as error:
+        raise CommandError(str(error)) from None
     finally:
         store.close()
     if as_json:
@@ -56,7 +58,10 @@ def list_jobs(command: BaseCommand, *, as_json: bool) -> None:
 
 def health(command: BaseCommand, *, as_json: bool) -> None:
     """Exit 0 when healthy; else CommandError (exit 1) after one line per problem on stdout."""
-    report = health_report()
+    try:
+        report = health_report()
+    except ControlNotSupported as error:
+        raise CommandError(str(error)) from None
     if as_json:
         command.stdout.write(health_json(report))
     elif report.ok:
@@ -107,10 +112,11 @@ def unlock(command: BaseCommand, name: str, *, delete: bool, force: bool) -> Non
     """Force lock ``name`` open; with ``delete``, remove an orphan lock's document (``force``: even held)."""
     store = get_settings().build_store()
     try:
-        state = store.lock(name)
+        controls = require_control(store, f"{'delete' if delete else 'force-unlock'} the lock {name!r}")
+        state = controls.lock(name)
         declared = name in default_registry
         if state is None and not declared:
-            orphans = [s.name for s in store.locks() if s.name not in default_registry]
+            orphans = [s.name for s in controls.locks() if s.name not in default_registry]
             raise CommandError(
                 f"no job named {name!r} is declared and no lock has that name "
                 f"(declared jobs: {', '.join(default_registry.names()) or 'none'}; "
@@ -128,16 +134,18 @@ def unlock(command: BaseCommand, name: str, *, delete: bool, force: bool) -> Non
                     "(store clock): its job may still run somewhere; wait for the lease to end, or pass --force "
                     "(the lease stays in force after the delete either way)"
                 )
-            store.delete(name)
+            controls.delete(name)
             command.stdout.write(f"deleted the orphan lock {name!r} from {store!r}")
             return
         holder = state.locked_by if state is not None and state.locked else None
-        if store.force_unlock(name):
+        if controls.force_unlock(name):
             command.stdout.write(f"unlocked {name!r} (was held by {holder or 'unknown'})")
         else:
             command.stdout.write(f"{name!r} was not locked; nothing to do")
     except StoreUnavailable as error:
         raise _unreachable(store, error) from None
+    except ControlNotSupported as error:
+        raise CommandError(str(error)) from None
     finally:
         store.close()
 
