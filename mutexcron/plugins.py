@@ -30,7 +30,7 @@ _MONGO_STORE = "mutexcron.stores.mongo.MongoLockStore"
 _REDIS_BACKEND = "mutexcron.tasks.backends.redis.RedisTaskBackend"
 _RABBITMQ_BACKEND = "mutexcron.tasks.backends.rabbitmq.RabbitMQTaskBackend"
 _REDIS_RECORDS = "mutexcron.tasks.redis_records.RedisTaskRecords"
-# One server, a Redis Cluster, or the master Sentinel names (mutexcron.redis_urls; redis-py is imported on use).
+# One server, a Redis Cluster, or the master Sentinel names (mutexcron.redis.urls; redis-py is imported on use).
 _REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel")
 
 _BUILT_IN: dict[Kind, dict[str, str]] = {

@@ -15,7 +15,7 @@ from redis.cluster import ClusterNode, RedisCluster
 
 from mutexcron.errors import ReplicationUnconfirmed, StoreConfigError, StoreUnavailable
 from mutexcron.records import Outcome
-from mutexcron.redis_urls import LazyRedisCluster
+from mutexcron.redis.urls import LazyRedisCluster
 from mutexcron.registry import Registry, mutex_cron
 from mutexcron.scheduler import Scheduler
 from mutexcron.stores import store_from_url

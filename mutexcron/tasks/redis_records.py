@@ -12,10 +12,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .._common import clip_error, duration_ms, epoch_ms, ms_to_datetime
-from .._redis import AnyRedis, RedisClient
-from .._redis import text as _text
-from ..redis_cluster import run_batch
-from ..redis_urls import client_from_url
+from ..redis.client import AnyRedis, RedisClient
+from ..redis.client import text as _text
+from ..redis.cluster import run_batch
+from ..redis.urls import client_from_url
 from .cancel_marks import (
     DEFAULT_PREFIX,
     DEFAULT_RETENTION,
@@ -176,7 +176,7 @@ class RedisTaskRecords(RedisClient, TaskRecordStore):
     @classmethod
     def from_url(cls, url: str, **client_options: Any) -> RedisTaskRecords:
         """``redis://[:password@]host[:port][/db][?prefix=…&retention=<seconds>]``; also ``rediss://``, ``unix://``,
-        ``redis+cluster://`` and ``redis+sentinel://`` (``mutexcron.redis_urls``)."""
+        ``redis+cluster://`` and ``redis+sentinel://`` (``mutexcron.redis.urls``)."""
         client, cleaned, options = client_from_url(url, ("prefix", "retention"), **client_options)
         return cls(client, prefix=options.get("prefix", DEFAULT_PREFIX), retention=retention_option(url, options),
                    url=cleaned)

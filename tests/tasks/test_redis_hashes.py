@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 import redis
 
-from mutexcron._redis import RedisClient
+from mutexcron.redis.client import RedisClient
 from mutexcron.stores.redis import RedisLockStore
 from mutexcron.tasks import TaskStatus
 from mutexcron.tasks.backends.redis import RedisTaskBackend

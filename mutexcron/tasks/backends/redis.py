@@ -21,11 +21,11 @@ from redis.crc import key_slot
 
 from ..._common import clip_error, duration_ms, epoch_ms, ms_to_datetime
 from ..._options import positive_duration
-from ..._redis import AnyRedis, RedisClient
-from ..._redis import text as _text
 from ...errors import StoreConfigError, StoreUnavailable
-from ...redis_cluster import ScriptCall, queue_script, run_batch
-from ...redis_urls import client_from_url, is_cluster
+from ...redis.client import AnyRedis, RedisClient
+from ...redis.client import text as _text
+from ...redis.cluster import ScriptCall, queue_script, run_batch
+from ...redis.urls import client_from_url, is_cluster
 from ...urls import shown
 from ..model import NewTask, TaskInfo, decode_trace_context, stored_payload
 from ..redis_records import RedisResultField, record_from_hash
@@ -87,7 +87,7 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
     @classmethod
     def from_url(cls, url: str, *, cancel_store: str | None = None, **options: Any) -> RedisTaskBackend:
         """``redis://[:password@]host[:port][/db][?prefix=…]``; also ``rediss://``, ``unix://``, ``redis+cluster://``
-        and ``redis+sentinel://`` (``mutexcron.redis_urls``).
+        and ``redis+sentinel://`` (``mutexcron.redis.urls``).
 
         ``retention`` and ``max_idle`` (timedelta or seconds) go to the backend, other options to the client.
         """

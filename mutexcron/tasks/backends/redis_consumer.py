@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from ..._common import duration_ms
-from ..._redis import text as _text
 from ...errors import StoreUnavailable
-from ...redis_urls import REDIS_ERRORS, is_cluster
+from ...redis.client import text as _text
+from ...redis.urls import REDIS_ERRORS, is_cluster
 from .base import ClaimedDelivery, ClaimHeartbeat, ClaimingConsumer, ConsumeRequest, run_batch
 
 if TYPE_CHECKING:

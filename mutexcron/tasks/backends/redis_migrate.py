@@ -14,11 +14,11 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..._redis import glob_escape
-from ..._redis import text as _text
 from ...errors import MutexcronError, StoreConfigError
-from ...redis_cluster import scan_keys
-from ...redis_urls import is_cluster
+from ...redis.client import glob_escape
+from ...redis.client import text as _text
+from ...redis.cluster import scan_keys
+from ...redis.urls import is_cluster
 from . import redis_lua as lua
 from .redis import HASH_TAG, RedisTaskBackend
 

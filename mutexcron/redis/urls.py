@@ -35,8 +35,8 @@ from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
-from .errors import StoreConfigError
-from .urls import check_host_and_port, mask_url, pop_query_options, scrub, url_scheme
+from ..errors import StoreConfigError
+from ..urls import check_host_and_port, mask_url, pop_query_options, scrub, url_scheme
 
 __all__ = ["CLUSTER_SCHEMES", "REDIS_ERRORS", "REDIS_SCHEMES", "SENTINEL_SCHEMES", "AnyRedis", "LazyRedisCluster",
            "client_from_url", "close_client", "is_cluster"]

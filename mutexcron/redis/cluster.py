@@ -27,7 +27,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .redis_urls import AnyRedis, is_cluster
+from .urls import AnyRedis, is_cluster
 
 __all__ = ["ScriptCall", "queue_script", "refresh_topology", "run_batch", "run_by_master", "scan_keys",
            "write_then_wait"]

@@ -1,4 +1,4 @@
-"""Shared by every Redis-backed piece (lock store, task backend, task records): URL to client (``redis_urls``), key
+"""Shared by every Redis-backed piece (lock store, task backend, task records): URL to client (:mod:`.urls`), key
 prefix, replies as text, the server's eviction policy, and :class:`RedisClient`, what each of them is built on."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import ClassVar
 import redis
 from redis.cluster import RedisCluster
 
-from ._common import store_errors, unavailable
-from .errors import StoreConfigError, StoreUnavailable
-from .redis_urls import REDIS_ERRORS, AnyRedis, client_from_url, close_client
-from .urls import mask_url
+from .._common import store_errors, unavailable
+from ..errors import StoreConfigError, StoreUnavailable
+from ..urls import mask_url
+from .urls import REDIS_ERRORS, AnyRedis, client_from_url, close_client
 
 __all__ = ["AnyRedis", "RedisClient", "check_key_prefix", "client_from_url", "eviction_policy", "glob_escape",
            "text"]
