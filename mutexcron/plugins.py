@@ -29,7 +29,7 @@ _REDIS_STORE = "mutexcron.stores.redis.RedisLockStore"
 _MONGO_STORE = "mutexcron.stores.mongo.MongoLockStore"
 _REDIS_BACKEND = "mutexcron.tasks.backends.redis.RedisTaskBackend"
 _RABBITMQ_BACKEND = "mutexcron.tasks.backends.rabbitmq.RabbitMQTaskBackend"
-_REDIS_RECORDS = "mutexcron.tasks.redis_records.RedisTaskRecords"
+_REDIS_RECORDS = "mutexcron.tasks.records.redis.RedisTaskRecords"
 # One server, a Redis Cluster, or the master Sentinel names (mutexcron.redis.urls; redis-py is imported on use).
 _REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel")
 

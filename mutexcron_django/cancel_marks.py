@@ -20,7 +20,8 @@ from django.db.models.expressions import CombinedExpression
 
 from mutexcron.backends import clip_error
 from mutexcron.errors import StoreUnavailable
-from mutexcron.tasks.cancel_marks import (
+from mutexcron.tasks.model import NewTask, TaskStatus, stored_status
+from mutexcron.tasks.records.base import (
     DEFAULT_RETENTION,
     Claim,
     RecordDataError,
@@ -30,7 +31,6 @@ from mutexcron.tasks.cancel_marks import (
     check_retention,
     retention_option,
 )
-from mutexcron.tasks.model import NewTask, TaskStatus, stored_status
 
 from .databases import checked_alias, parse_django_url, sql_errors
 from .dbclock import AsUTC, DbNow, aware, now_plus

@@ -12,7 +12,7 @@ from mutexcron import default_registry
 from mutexcron.errors import ControlNotSupported, DuplicateJobError, MutexcronError
 from mutexcron.stores import LockStore, supports_control
 from mutexcron.tasks import TaskBackend
-from mutexcron.tasks.cancel_marks import TaskRecordStore
+from mutexcron.tasks.records.base import TaskRecordStore
 
 from .conf import get_settings
 from .discovery import declaration_errors, declaration_messages

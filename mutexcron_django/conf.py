@@ -15,9 +15,9 @@ from mutexcron.errors import StoreConfigError
 from mutexcron.plugins import class_for_scheme
 from mutexcron.stores import LockStore, store_from_url
 from mutexcron.tasks import TaskBackend, TaskQueue
-from mutexcron.tasks.cancel_marks import SCHEMES as CANCEL_STORE_SCHEMES
-from mutexcron.tasks.cancel_marks import CancelMarkStore, cancel_marks_from_url
 from mutexcron.tasks.queue import BACKENDS as TASK_BACKEND_SCHEMES
+from mutexcron.tasks.records.base import SCHEMES as CANCEL_STORE_SCHEMES
+from mutexcron.tasks.records.base import CancelMarkStore, cancel_marks_from_url
 from mutexcron.telemetry import load_part
 from mutexcron.urls import mask_url, shown, url_scheme
 

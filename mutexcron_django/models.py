@@ -168,7 +168,7 @@ class ScheduledTask(models.Model):
 class TaskMark(models.Model):
     """A task's record beside a message broker (RabbitMQ): status, attempts, generation, cancel mark.
 
-    See ``mutexcron.tasks.cancel_marks`` and ``mutexcron_django.cancel_marks``. A row whose
+    See ``mutexcron.tasks.records.base`` and ``mutexcron_django.cancel_marks``. A row whose
     ``expires_at`` has passed counts as absent (and is pruned); NULL never expires (a failed task).
     """
 

@@ -9,7 +9,7 @@ import pytest
 import mutexcron.backends
 from mutexcron import StoreConfigError, _common, _options, _signals
 from mutexcron.backends import as_utc
-from mutexcron.tasks.cancel_marks import DEFAULT_RETENTION, retention_option
+from mutexcron.tasks.records.base import DEFAULT_RETENTION, retention_option
 from mutexcron.urls import seconds_option
 
 URL = "redis://:s3cret@127.0.0.1:6379/0?retention=x"

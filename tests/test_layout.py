@@ -46,7 +46,7 @@ def test_the_django_app_plugs_in_django_urls_through_entry_points() -> None:
     """In a process where the app is installed but never imported, ``django://`` resolves to its classes."""
     code = (
         "import sys; from mutexcron.stores import SCHEMES; from mutexcron.tasks.queue import BACKENDS; "
-        "from mutexcron.tasks.cancel_marks import SCHEMES as RECORDS; "
+        "from mutexcron.tasks.records.base import SCHEMES as RECORDS; "
         "print(SCHEMES['django'], BACKENDS['django'], RECORDS['django'], 'mutexcron_django' in sys.modules)"
     )
     printed = python_prints(code)
@@ -62,7 +62,7 @@ def test_the_public_names_stay_where_they_are() -> None:
     import mutexcron.tasks
     import mutexcron.tasks.backends
     from mutexcron import backends, plugins, urls
-    from mutexcron.tasks import cancel_marks
+    from mutexcron.tasks.records import base as cancel_marks
 
     assert sorted(mutexcron.tasks.__all__) == [
         "Delivery", "DuplicateTaskHandler", "Handler", "HandlerRegistry", "InvalidTaskType", "NewTask", "PayloadError",

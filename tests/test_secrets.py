@@ -21,7 +21,7 @@ from mutexcron.errors import JobDefinitionError, MutexcronError, StoreConfigErro
 from mutexcron.ping_urls import mask_ping_url
 from mutexcron.stores import LockStore, store_from_url
 from mutexcron.tasks import TaskQueue
-from mutexcron.tasks.cancel_marks import RedisCancelMarks, cancel_marks_from_url
+from mutexcron.tasks.records.base import RedisCancelMarks, cancel_marks_from_url
 from mutexcron.urls import mask_url, scrub
 from tests.leaks import SecretURL, assert_hidden, exception_texts, secret_urls, texts_while
 

@@ -15,9 +15,9 @@ from mutexcron import StoreConfigError, plugins
 from mutexcron.plugins import Kind
 from mutexcron.stores import SCHEMES, LockStore, MemoryLockStore, RedisLockStore, store_from_url
 from mutexcron.tasks import TaskQueue
-from mutexcron.tasks.cancel_marks import SCHEMES as RECORD_SCHEMES
-from mutexcron.tasks.cancel_marks import cancel_marks_from_url
 from mutexcron.tasks.queue import BACKENDS
+from mutexcron.tasks.records.base import SCHEMES as RECORD_SCHEMES
+from mutexcron.tasks.records.base import cancel_marks_from_url
 from tests.servers import free_port, start_redis_server, stop_process
 from tests.support import wait_until
 

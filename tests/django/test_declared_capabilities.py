@@ -16,10 +16,10 @@ from mutexcron import plugins
 from mutexcron.stores.memory import MemoryLockStore
 from mutexcron.tasks import TaskBackend
 from mutexcron.tasks.backends.base import ConsumeRequest
-from mutexcron.tasks.cancel_marks import TaskRecordStore
-from mutexcron.tasks.memory_records import MemoryTaskRecords
 from mutexcron.tasks.model import NewTask, TaskInfo
-from mutexcron.tasks.redis_records import RedisCancelMarks
+from mutexcron.tasks.records.base import TaskRecordStore
+from mutexcron.tasks.records.memory import MemoryTaskRecords
+from mutexcron.tasks.records.redis import RedisCancelMarks
 from mutexcron_django.admin.task_admin import _task_backend_alias
 from mutexcron_django.apps import seed_after_migrate
 from mutexcron_django.conf import get_settings
@@ -132,8 +132,8 @@ def tasks_settings(tasks: dict[str, Any]) -> Any:
 
 
 def test_the_declared_capabilities_of_the_built_in_backends() -> None:
-    from mutexcron.tasks.backends.rabbitmq import RabbitMQTaskBackend
-    from mutexcron.tasks.backends.redis import RedisTaskBackend
+    from mutexcron.tasks.backends.rabbitmq.backend import RabbitMQTaskBackend
+    from mutexcron.tasks.backends.redis.backend import RedisTaskBackend
 
     assert RabbitMQTaskBackend.needs_record_store is True
     assert RedisTaskBackend.needs_record_store is False and DjangoTaskBackend.needs_record_store is False

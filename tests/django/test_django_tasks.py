@@ -25,7 +25,7 @@ from django.db import connections, transaction
 
 from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.tasks import NewTask, TaskBackend, TaskQueue, TaskStatus
-from mutexcron.tasks.cancel_marks import RecordDataError, Verdict
+from mutexcron.tasks.records.base import RecordDataError, Verdict
 from mutexcron_django.cancel_marks import DjangoCancelMarks
 from mutexcron_django.models import ScheduledTask, TaskMark
 from mutexcron_django.tasks_backend import DbNow, DjangoDelivery, DjangoTaskBackend, _wake_directory
@@ -860,7 +860,7 @@ def test_a_message_whose_id_postgresql_cannot_keep_is_dead_lettered_not_requeued
         pytest.skip(f"no RabbitMQ at {AMQP_URL}")
     import pika
 
-    from mutexcron.tasks.backends.rabbitmq_topology import HEADER_DEAD_REASON
+    from mutexcron.tasks.backends.rabbitmq.topology import HEADER_DEAD_REASON
     from tests.tasks.test_rabbitmq_tasks import _amqp_channel, _good_headers, _next_dead_letter, backend_of
 
     recorder = Recorder("rabbit.task")

@@ -51,9 +51,9 @@ def test_an_orphan_lock_on_the_cluster_is_w001_and_its_policy_gives_no_w003(
 
 
 def test_the_task_settings_take_cluster_and_sentinel_urls(cluster_url: str, sentinel_url: str) -> None:
-    from mutexcron.tasks.backends.rabbitmq import RabbitMQTaskBackend
-    from mutexcron.tasks.backends.redis import RedisTaskBackend
-    from mutexcron.tasks.redis_records import RedisCancelMarks
+    from mutexcron.tasks.backends.rabbitmq.backend import RabbitMQTaskBackend
+    from mutexcron.tasks.backends.redis.backend import RedisTaskBackend
+    from mutexcron.tasks.records.redis import RedisCancelMarks
 
     with override_settings(MUTEXCRON={"AUTOSTART": False, "TASKS": {"BACKEND": cluster_url}}):
         queue = get_settings().tasks.build_queue()

@@ -26,7 +26,7 @@ from django.test import Client, override_settings
 from django.utils import timezone
 
 from mutexcron.tasks import TaskQueue, TaskStatus, default_handlers, task_handler
-from mutexcron.tasks.backends.redis import RedisTaskBackend
+from mutexcron.tasks.backends.redis.backend import RedisTaskBackend
 from mutexcron_django import tasks as django_tasks
 from mutexcron_django.conf import TasksSettings, get_settings
 from mutexcron_django.discovery import autodiscover, handler_errors

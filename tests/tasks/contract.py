@@ -34,7 +34,7 @@ import pytest
 
 from mutexcron.errors import StoreUnavailable
 from mutexcron.tasks import HandlerRegistry, NewTask, PayloadError, TaskQueue, TaskStatus, UnknownTaskType, task_handler
-from mutexcron.tasks.cancel_marks import Claim, RecordDataError, TaskRecordStore, Verdict
+from mutexcron.tasks.records.base import Claim, RecordDataError, TaskRecordStore, Verdict
 from tests.support import wait_until
 from tests.tasks.telemetry_contract import RecordStoreTelemetryContract, TaskTelemetryContract
 

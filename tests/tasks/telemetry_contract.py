@@ -23,8 +23,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 from prometheus_client import REGISTRY
 
 from mutexcron.tasks import NewTask, TaskQueue, TaskStatus
-from mutexcron.tasks.cancel_marks import TaskRecordStore, Verdict
 from mutexcron.tasks.model import encode_trace_context
+from mutexcron.tasks.records.base import TaskRecordStore, Verdict
 from tests.support import span_exporter, unique_name, wait_until
 
 QUICK = timedelta(milliseconds=50)

@@ -1,10 +1,10 @@
-"""The task record store contract on the in-memory store (``mutexcron.tasks.memory_records``)."""
+"""The task record store contract on the in-memory store (``mutexcron.tasks.records.memory``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from mutexcron.tasks.memory_records import MemoryTaskRecords
+from mutexcron.tasks.records.memory import MemoryTaskRecords
 from tests.tasks.contract import TaskRecordStoreContract
 
 

@@ -36,8 +36,8 @@ from pika.adapters.blocking_connection import BlockingChannel
 from mutexcron._common import MAX_ERROR_CHARS
 from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.tasks import NewTask, TaskQueue, TaskStatus, UnknownTaskType
-from mutexcron.tasks.backends import rabbitmq as rabbitmq_module
-from mutexcron.tasks.backends.rabbitmq import (
+from mutexcron.tasks.backends.rabbitmq import backend as rabbitmq_module
+from mutexcron.tasks.backends.rabbitmq.backend import (
     HEADER_ATTEMPT,
     HEADER_GEN,
     HEADER_RUN_AT,
@@ -45,9 +45,9 @@ from mutexcron.tasks.backends.rabbitmq import (
     RabbitMQTaskBackend,
     Topology,
 )
-from mutexcron.tasks.backends.rabbitmq_topology import HEADER_DEAD_QUEUE, HEADER_DEAD_REASON, HEADER_TRACE, decode
-from mutexcron.tasks.cancel_marks import RedisCancelMarks, Verdict, cancel_marks_from_url
+from mutexcron.tasks.backends.rabbitmq.topology import HEADER_DEAD_QUEUE, HEADER_DEAD_REASON, HEADER_TRACE, decode
 from mutexcron.tasks.model import encode_trace_context
+from mutexcron.tasks.records.base import RedisCancelMarks, Verdict, cancel_marks_from_url
 from tests.support import unique_name, wait_until
 from tests.tasks import test_task_workers as fleet_tests
 from tests.tasks.contract import LATE, CancelMarksContract, Recorder, TaskQueueContract, due_time, queue_factory

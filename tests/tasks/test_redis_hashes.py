@@ -12,9 +12,9 @@ import redis
 from mutexcron.redis.client import RedisClient
 from mutexcron.stores.redis import RedisLockStore
 from mutexcron.tasks import TaskStatus
-from mutexcron.tasks.backends.redis import RedisTaskBackend
-from mutexcron.tasks.cancel_marks import TaskRecord
-from mutexcron.tasks.redis_records import RedisCancelMarks, record_from_hash
+from mutexcron.tasks.backends.redis.backend import RedisTaskBackend
+from mutexcron.tasks.records.base import TaskRecord
+from mutexcron.tasks.records.redis import RedisCancelMarks, record_from_hash
 
 EPOCH = datetime.fromtimestamp(0, UTC)
 

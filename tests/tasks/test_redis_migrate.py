@@ -1,5 +1,5 @@
 """From the first key layout of the Redis task backend (every key under ``{tasks}``) to one hash tag per type:
-mutexcron.tasks.backends.redis_migrate, on tasks written as the first layout kept them."""
+mutexcron.tasks.backends.redis.migrate, on tasks written as the first layout kept them."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import redis
 
 from mutexcron.errors import StoreConfigError
 from mutexcron.tasks import TaskQueue, TaskStatus
-from mutexcron.tasks.backends import redis_migrate
-from mutexcron.tasks.backends.redis import RedisTaskBackend
-from mutexcron.tasks.backends.redis_migrate import main, migrate_layout, old_layout_keys
+from mutexcron.tasks.backends.redis import migrate as redis_migrate
+from mutexcron.tasks.backends.redis.backend import RedisTaskBackend
+from mutexcron.tasks.backends.redis.migrate import main, migrate_layout, old_layout_keys
 from tests.support import wait_until
 from tests.tasks.contract import Recorder
 
@@ -115,7 +115,7 @@ def test_a_worker_warns_of_tasks_in_the_old_layout_and_runs_them_once_moved(
         with caplog.at_level(logging.WARNING, logger="mutexcron.tasks.redis"):
             queue.start(["mig.a"])
             wait_until(lambda: "first key layout" in caplog.text, what="the worker's warning")
-        assert "redis_migrate" in caplog.text
+        assert "mutexcron.tasks.backends.redis.migrate" in caplog.text
         migrate_layout(backend)  # and wakes the workers of the types it moved
         recorder.wait_for("due-now")
         assert old_layout_keys(backend, ["mig.a"]) == []

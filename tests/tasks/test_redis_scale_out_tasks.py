@@ -14,9 +14,9 @@ import pytest
 from redis.crc import key_slot
 
 from mutexcron.tasks import NewTask, TaskQueue, TaskStatus
-from mutexcron.tasks.backends.redis import RedisTaskBackend
-from mutexcron.tasks.cancel_marks import cancel_marks_from_url
-from mutexcron.tasks.redis_records import RedisCancelMarks
+from mutexcron.tasks.backends.redis.backend import RedisTaskBackend
+from mutexcron.tasks.records.base import cancel_marks_from_url
+from mutexcron.tasks.records.redis import RedisCancelMarks
 from tests.scale_out import cluster_client
 from tests.support import wait_until
 from tests.tasks.contract import Recorder, TaskQueueContract, TaskRecordStoreContract, queue_factory

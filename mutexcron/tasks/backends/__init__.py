@@ -8,8 +8,8 @@ imported only when used, so their client libraries are needed only then. Users i
 the helpers every kind of backend shares (client errors, clipped tracebacks, times) are in :mod:`mutexcron.backends`.
 """
 
-from ..cancel_marks import Claim, TaskRecord, TaskRecordStore, Verdict, cancel_marks_from_url
 from ..model import NewTask, TaskInfo, TaskStatus
+from ..records.base import Claim, TaskRecord, TaskRecordStore, Verdict, cancel_marks_from_url
 from .base import (
     ClaimedDelivery,
     ClaimHeartbeat,

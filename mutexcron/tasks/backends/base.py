@@ -25,7 +25,7 @@ from ..handlers import validate_task_type
 from ..model import NewTask, TaskInfo, TaskStatus, UnknownTaskType
 
 if TYPE_CHECKING:
-    from ..cancel_marks import TaskRecordStore
+    from ..records.base import TaskRecordStore
 
 __all__ = ["ClaimHeartbeat", "ClaimedDelivery", "ClaimingBackend", "ClaimingConsumer", "ConsumeRequest", "Delivery",
            "RunningConsumers", "TaskBackend", "consumed_types", "run_batch", "warn_stale_settle"]

@@ -18,18 +18,18 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pika
 
-from ..._common import duration_ms, epoch_ms
-from ...errors import StoreConfigError, StoreUnavailable
-from ...urls import check_host_and_port, mask_url, pop_query_options, scrub
-from ..cancel_marks import TaskRecordStore, cancel_marks_from_url
-from ..handlers import validate_task_type
-from ..model import NewTask, TaskInfo, TaskStatus, UnknownTaskType
-from .base import ConsumeRequest, TaskBackend
-from .rabbitmq_connection import BrokerConnection
-from .rabbitmq_consumer import TaskConsumer
-from .rabbitmq_link import ConsumerLink
-from .rabbitmq_topology import HEADER_ATTEMPT, HEADER_GEN, HEADER_RUN_AT, HEADER_UNTIL, QUEUE_TYPES, Topology
-from .rabbitmq_topology import TaskMessage as _Message
+from ...._common import duration_ms, epoch_ms
+from ....errors import StoreConfigError, StoreUnavailable
+from ....urls import check_host_and_port, mask_url, pop_query_options, scrub
+from ...handlers import validate_task_type
+from ...model import NewTask, TaskInfo, TaskStatus, UnknownTaskType
+from ...records.base import TaskRecordStore, cancel_marks_from_url
+from ..base import ConsumeRequest, TaskBackend
+from .connection import BrokerConnection
+from .consumer import TaskConsumer
+from .link import ConsumerLink
+from .topology import HEADER_ATTEMPT, HEADER_GEN, HEADER_RUN_AT, HEADER_UNTIL, QUEUE_TYPES, Topology
+from .topology import TaskMessage as _Message
 
 __all__ = ["HEADER_ATTEMPT", "HEADER_GEN", "HEADER_RUN_AT", "HEADER_UNTIL", "QUEUE_TYPES", "RabbitMQTaskBackend",
            "Topology"]
@@ -43,7 +43,7 @@ class RabbitMQTaskBackend(BrokerConnection, TaskBackend):
     fencing and the handler need (id, type, generation, attempt, due time, payload) and is never read
     back for a task's status, so there is no second record to keep in step. The broker side
     (connections, declarations, the confirming publisher) is :class:`BrokerConnection`; a consume()
-    call is a :class:`~.rabbitmq_consumer.TaskConsumer`.
+    call is a :class:`~.consumer.TaskConsumer`.
     """
 
     needs_record_store = True  # the broker cannot look a waiting message up: from_url() takes a cancel_store
@@ -167,7 +167,7 @@ class RabbitMQTaskBackend(BrokerConnection, TaskBackend):
     def deliver(self, request: ConsumeRequest) -> None:
         """Run ``request.handle`` in this thread for each delivered task until ``request.stop`` is set.
 
-        The connection lives in an I/O thread of its own (see :class:`~.rabbitmq_link.ConsumerLink`). A
+        The connection lives in an I/O thread of its own (see :class:`~.link.ConsumerLink`). A
         connection that fails at start raises :class:`StoreUnavailable`; one lost later is re-made with backoff.
         """
         types = request.types

@@ -1,8 +1,8 @@
 """Delayed tasks in Redis: a hash per task, sorted sets for due and claimed tasks, Lua for every change.
 
 Every key of a task type is under that type's hash tag, so types spread over a Redis Cluster's shards while each
-script stays in one slot. This module is the backend; its worker loop and deliveries are in ``redis_consumer``, its
-scripts in ``redis_lua``, the move from the first key layout in ``redis_migrate``. The keys, the claim protocol
+script stays in one slot. This module is the backend; its worker loop and deliveries are in ``consumer``, its
+scripts in ``lua``, the move from the first key layout in ``migrate``. The keys, the claim protocol
 and the wake-ups are described in ``docs/redis-tasks.md``.
 """
 
@@ -19,19 +19,19 @@ from typing import Any
 
 from redis.crc import key_slot
 
-from ..._common import clip_error, duration_ms, epoch_ms, ms_to_datetime
-from ..._options import positive_duration
-from ...errors import StoreConfigError, StoreUnavailable
-from ...redis.client import AnyRedis, RedisClient
-from ...redis.client import text as _text
-from ...redis.cluster import ScriptCall, queue_script, run_batch
-from ...redis.urls import client_from_url, is_cluster
-from ...urls import shown
-from ..model import NewTask, TaskInfo, decode_trace_context, stored_payload
-from ..redis_records import RedisResultField, record_from_hash
-from . import redis_lua as lua
-from .base import ClaimingBackend, ConsumeRequest
-from .redis_consumer import RedisConsumer, RedisDelivery
+from ...._common import clip_error, duration_ms, epoch_ms, ms_to_datetime
+from ...._options import positive_duration
+from ....errors import StoreConfigError, StoreUnavailable
+from ....redis.client import AnyRedis, RedisClient
+from ....redis.client import text as _text
+from ....redis.cluster import ScriptCall, queue_script, run_batch
+from ....redis.urls import client_from_url, is_cluster
+from ....urls import shown
+from ...model import NewTask, TaskInfo, decode_trace_context, stored_payload
+from ...records.redis import RedisResultField, record_from_hash
+from ..base import ClaimingBackend, ConsumeRequest
+from . import lua
+from .consumer import RedisConsumer, RedisDelivery
 
 __all__ = ["RedisDelivery", "RedisTaskBackend"]
 
@@ -208,7 +208,7 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
 
     def pending_counts(self) -> Mapping[str, int]:
         """The size of each type's due set: the types set, then one pipeline of a ZCARD per type (on a cluster,
-        one per node). Types scheduled before the types set existed are added by ``redis_migrate``."""
+        one per node). Types scheduled before the types set existed are added by ``migrate``."""
         types = self.types()
         with self.errors():
             pipe = self.client.pipeline(transaction=False)
@@ -248,9 +248,9 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
 
     def warn_of_old_layout(self, types: list[str]) -> None:
         """Log a warning if tasks of ``types`` (or claims, failures, or task hashes left without their set) wait in
-        the first key layout, where this version's workers do not look (``redis_migrate`` moves them); a check
+        the first key layout, where this version's workers do not look (``migrate`` moves them); a check
         that fails says nothing."""
-        from .redis_migrate import old_layout_keys
+        from .migrate import old_layout_keys
 
         try:
             found = old_layout_keys(self, types)
@@ -258,7 +258,7 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
             return
         if found:
             logger.warning("Redis task backend %s: tasks wait in the first key layout (%s); this version's workers "
-                           "do not see them: run python -m mutexcron.tasks.backends.redis_migrate with this "
+                           "do not see them: run python -m mutexcron.tasks.backends.redis.migrate with this "
                            "backend's URL (docs/redis-tasks.md)", self._display, ", ".join(found))
 
     # -- the claim protocol: what a worker's consumer, deliveries and heartbeat call -----------------

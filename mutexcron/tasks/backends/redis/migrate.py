@@ -3,7 +3,7 @@ one hash tag per task type (``docs/redis-tasks.md``, "Keys"). One script per tas
 added during the move is moved too, or left whole for the next run. A worker of this version warns when tasks are
 still in the old layout.
 
-    python -m mutexcron.tasks.backends.redis_migrate redis://[:password@]host[:port][/db][?prefix=…] [--dry-run]
+    python -m mutexcron.tasks.backends.redis.migrate redis://[:password@]host[:port][/db][?prefix=…] [--dry-run]
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ...errors import MutexcronError, StoreConfigError
-from ...redis.client import glob_escape
-from ...redis.client import text as _text
-from ...redis.cluster import scan_keys
-from ...redis.urls import is_cluster
-from . import redis_lua as lua
-from .redis import HASH_TAG, RedisTaskBackend
+from ....errors import MutexcronError, StoreConfigError
+from ....redis.client import glob_escape
+from ....redis.client import text as _text
+from ....redis.cluster import scan_keys
+from ....redis.urls import is_cluster
+from . import lua
+from .backend import HASH_TAG, RedisTaskBackend
 
 __all__ = ["MigrationReport", "main", "migrate_layout", "old_layout_keys"]
 
@@ -140,7 +140,7 @@ def migrate_layout(backend: RedisTaskBackend, *, dry_run: bool = False) -> Migra
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mutexcron.tasks.backends.redis_migrate",
+    parser = argparse.ArgumentParser(prog="python -m mutexcron.tasks.backends.redis.migrate",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("url", help="the task backend's URL, with its ?prefix= if it has one")
     parser.add_argument("--dry-run", action="store_true", help="count what would move, move nothing")

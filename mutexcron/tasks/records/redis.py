@@ -1,6 +1,6 @@
 """Task records in Redis: one hash per task at ``<prefix>{<task id>}``, each change one Lua script on one key.
 
-The Redis :class:`~mutexcron.tasks.cancel_marks.TaskRecordStore` (``cancel_store="redis://…"``); one key per
+The Redis :class:`~mutexcron.tasks.records.base.TaskRecordStore` (``cancel_store="redis://…"``); one key per
 script keeps it Redis Cluster-safe. :class:`RedisResultField` is the result slot the Redis task backend shares.
 """
 
@@ -11,12 +11,13 @@ from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .._common import clip_error, duration_ms, epoch_ms, ms_to_datetime
-from ..redis.client import AnyRedis, RedisClient
-from ..redis.client import text as _text
-from ..redis.cluster import run_batch
-from ..redis.urls import client_from_url
-from .cancel_marks import (
+from ..._common import clip_error, duration_ms, epoch_ms, ms_to_datetime
+from ...redis.client import AnyRedis, RedisClient
+from ...redis.client import text as _text
+from ...redis.cluster import run_batch
+from ...redis.urls import client_from_url
+from ..model import NewTask, TaskStatus, stored_status
+from .base import (
     DEFAULT_PREFIX,
     DEFAULT_RETENTION,
     RESULT_FIELD,
@@ -27,7 +28,6 @@ from .cancel_marks import (
     check_retention,
     retention_option,
 )
-from .model import NewTask, TaskStatus, stored_status
 
 __all__ = ["RedisCancelMarks", "RedisResultField", "RedisTaskRecords", "record_from_hash"]
 

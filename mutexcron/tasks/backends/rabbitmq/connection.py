@@ -19,10 +19,10 @@ import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
-from ..._common import store_errors, unavailable
-from ...errors import StoreConfigError, StoreUnavailable
-from ...urls import mask_url
-from .rabbitmq_topology import (
+from ...._common import store_errors, unavailable
+from ....errors import StoreConfigError, StoreUnavailable
+from ....urls import mask_url
+from .topology import (
     HEADER_ATTEMPT,
     HEADER_GEN,
     HEADER_RUN_AT,

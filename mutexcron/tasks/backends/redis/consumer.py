@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from ..._common import duration_ms
-from ...errors import StoreUnavailable
-from ...redis.client import text as _text
-from ...redis.urls import REDIS_ERRORS, is_cluster
-from .base import ClaimedDelivery, ClaimHeartbeat, ClaimingConsumer, ConsumeRequest, run_batch
+from ...._common import duration_ms
+from ....errors import StoreUnavailable
+from ....redis.client import text as _text
+from ....redis.urls import REDIS_ERRORS, is_cluster
+from ..base import ClaimedDelivery, ClaimHeartbeat, ClaimingConsumer, ConsumeRequest, run_batch
 
 if TYPE_CHECKING:
-    from .redis import RedisTaskBackend
+    from .backend import RedisTaskBackend
 
 __all__ = ["RedisConsumer", "RedisDelivery", "RedisHeartbeat"]
 

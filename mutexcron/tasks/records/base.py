@@ -4,8 +4,8 @@ A message broker (RabbitMQ) holds a delayed task as a message that nobody can fi
 before it is delivered, so its backend keeps one small record per task in a :class:`TaskRecordStore`
 and asks it before running a delivered message: ``cancel`` and ``claim`` race on one record (exactly
 one wins), and every message carries a *generation* so that a stale copy is dropped. Each method is one
-atomic compare-and-set on one record: Redis (:mod:`mutexcron.tasks.redis_records`), SQL
-(``mutexcron_django.cancel_marks``) and memory (:mod:`mutexcron.tasks.memory_records`) implement it,
+atomic compare-and-set on one record: Redis (:mod:`mutexcron.tasks.records.redis`), SQL
+(``mutexcron_django.cancel_marks``) and memory (:mod:`mutexcron.tasks.records.memory`) implement it,
 and ``tests/tasks/contract.py`` proves them all. Stores are picked by URL with :func:`cancel_marks_from_url`.
 """
 
@@ -18,11 +18,11 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from .._options import positive_duration
-from ..errors import StoreConfigError
-from ..plugins import build_from_url, schemes
-from ..urls import seconds_option, shown
-from .model import NewTask, TaskError, TaskInfo, TaskStatus, stored_payload
+from ..._options import positive_duration
+from ...errors import StoreConfigError
+from ...plugins import build_from_url, schemes
+from ...urls import seconds_option, shown
+from ..model import NewTask, TaskError, TaskInfo, TaskStatus, stored_payload
 
 __all__ = [
     "SCHEMES",
@@ -191,13 +191,13 @@ def retention_option(url: str, options: dict[str, str]) -> timedelta:
 
 
 if TYPE_CHECKING:
-    from .redis_records import RedisCancelMarks, RedisTaskRecords
+    from .redis import RedisCancelMarks, RedisTaskRecords
 
 
 def __getattr__(name: str) -> Any:
     """``RedisTaskRecords`` here too (its path before it moved to redis_records, which imports redis-py)."""
     if name in ("RedisCancelMarks", "RedisTaskRecords", "RedisResultField"):
-        from . import redis_records
+        from . import redis as redis_records
 
         return getattr(redis_records, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

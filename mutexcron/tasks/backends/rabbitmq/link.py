@@ -16,9 +16,9 @@ from typing import Any
 import pika
 import pika.exceptions
 
-from ...errors import StoreConfigError, StoreUnavailable
-from .rabbitmq_connection import CONNECTION_ERRORS, BrokerConnection, Session, queue_exists
-from .rabbitmq_topology import TaskMessage, publish_dead_letter
+from ....errors import StoreConfigError, StoreUnavailable
+from .connection import CONNECTION_ERRORS, BrokerConnection, Session, queue_exists
+from .topology import TaskMessage, publish_dead_letter
 
 __all__ = ["LOST", "WAKE", "ConsumerLink", "Received"]
 

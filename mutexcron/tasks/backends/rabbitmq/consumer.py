@@ -1,6 +1,6 @@
 """One consume() call of the RabbitMQ task backend: the message's way from the task queue to the handler.
 
-:class:`TaskConsumer` (re)connects a :class:`~.rabbitmq_link.ConsumerLink`, decodes each delivered
+:class:`TaskConsumer` (re)connects a :class:`~.link.ConsumerLink`, decodes each delivered
 message, claims its task record and hands a :class:`RabbitDelivery` to the handler; the delivery settles
 through the record store and the link only. See ``docs/rabbitmq.md``.
 """
@@ -14,14 +14,14 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from ..._common import duration_ms, epoch_ms, ms_to_datetime
-from ...errors import StoreUnavailable
-from ..cancel_marks import RecordDataError, TaskRecordStore, Verdict
-from ..model import TaskStatus, decode_trace_context
-from .base import Delivery
-from .rabbitmq_connection import BrokerConnection
-from .rabbitmq_link import LOST, WAKE, ConsumerLink, Received
-from .rabbitmq_topology import TaskMessage, Undecodable, decode
+from ...._common import duration_ms, epoch_ms, ms_to_datetime
+from ....errors import StoreUnavailable
+from ...model import TaskStatus, decode_trace_context
+from ...records.base import RecordDataError, TaskRecordStore, Verdict
+from ..base import Delivery
+from .connection import BrokerConnection
+from .link import LOST, WAKE, ConsumerLink, Received
+from .topology import TaskMessage, Undecodable, decode
 
 __all__ = ["RabbitDelivery", "TaskConsumer"]
 

@@ -24,8 +24,8 @@ from typing import Any
 import pika
 from pika.adapters.blocking_connection import BlockingChannel
 
-from ...errors import StoreConfigError
-from ..model import decode_trace_context, encode_trace_context
+from ....errors import StoreConfigError
+from ...model import decode_trace_context, encode_trace_context
 
 HEADER_GEN = "x-mutexcron-gen"
 HEADER_ATTEMPT = "x-mutexcron-attempt"

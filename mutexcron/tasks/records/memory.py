@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from .._common import clip_error
-from .cancel_marks import DEFAULT_RETENTION, Claim, TaskRecord, TaskRecordStore, Verdict, check_retention
-from .model import NewTask, TaskStatus
+from ..._common import clip_error
+from ..model import NewTask, TaskStatus
+from .base import DEFAULT_RETENTION, Claim, TaskRecord, TaskRecordStore, Verdict, check_retention
 
 __all__ = ["MemoryTaskRecords"]
 
