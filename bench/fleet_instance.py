@@ -47,7 +47,7 @@ if str(ROOT) not in sys.path:
 from bench.fleet_support import COUNTS, count_redis_round_trips, stats_line  # noqa: E402
 from mutexcron._signals import SignalFlag  # noqa: E402
 from mutexcron.errors import StoreUnavailable  # noqa: E402
-from mutexcron.stores import AcquireRequest, Acquisition, LockState, LockStore, store_from_url  # noqa: E402
+from mutexcron.stores import AcquireRequest, Acquisition, ControlStore, LockState, LockStore, store_from_url  # noqa: E402
 
 JOB_PREFIX = "bench.j"
 HOLDER = re.compile(r"lock held by (\S+)")
@@ -73,7 +73,7 @@ class Out:
 # -- counting the store's calls and the client's round trips -------------------------------------------------
 
 
-class CountingStore(LockStore):
+class CountingStore(LockStore, ControlStore):
     """A LockStore that counts every call into the store it wraps (``calls.<method>``); with ``trace`` it writes
     F and A lines around each scheduled acquire."""
 

@@ -11,24 +11,26 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 from mutexcron.errors import StoreUnavailable
-from mutexcron.stores import AcquireRequest, AcquireStatus, Acquisition, LockStore
+from mutexcron.stores import AcquireRequest, AcquireStatus, Acquisition, ControlStore, LockStore
 
 LONG = timedelta(seconds=30)
 TICK = datetime(2026, 3, 1, 6, 0, 0, tzinfo=UTC)
 
 
-def _request(name: str, owner: str = "A", fire_time: datetime | None = TICK,
+def request(name: str, owner: str = "A", fire_time: datetime | None = TICK,
              version: int | None = None) -> AcquireRequest:
     return AcquireRequest(name, owner, LONG, fire_time, version)
 
 
-def _statuses(answers: list[Acquisition | StoreUnavailable]) -> list[AcquireStatus]:
+def statuses(answers: list[Acquisition | StoreUnavailable]) -> list[AcquireStatus]:
     assert all(isinstance(answer, Acquisition) for answer in answers), answers
     return [answer.status for answer in answers if isinstance(answer, Acquisition)]
 
 
 class AcquireManyContract:
-    """Every store answers acquire_many(); Redis in one round trip (``batches_acquires``)."""
+    """Every store answers acquire_many(); Redis in one round trip (``batches_acquires``). Part of the lock
+    contract: a store with the control plane also shows its documents, and PAUSED and STALE_SCHEDULE in a batch
+    are in tests/control_contract.py."""
 
     store: LockStore
 
@@ -36,48 +38,51 @@ class AcquireManyContract:
         assert self.store.acquire_many([]) == []
 
     def test_acquire_many_answers_each_request_as_acquire_would_in_order(self) -> None:
-        self.store.seed(["free", "held", "ran", "paused", "retimed"])
+        self.store.seed(["free", "held", "ran"])
         assert self.store.acquire("held", owner="B", lease=LONG, fire_time=TICK - timedelta(hours=1)).acquired
-        assert self.store.acquire("ran", owner="B", lease=timedelta(seconds=30), fire_time=TICK).acquired
-        assert self.store.release("ran", token=self.store.lock("ran").token)  # type: ignore[union-attr]
-        self.store.pause("paused")
-        version = self.store.set_schedule("retimed", "*/5 * * * *")
-        assert version is not None
+        ran = self.store.acquire("ran", owner="B", lease=LONG, fire_time=TICK)
+        assert ran.token is not None and self.store.release("ran", token=ran.token)
 
-        answers = self.store.acquire_many([
-            _request("free"), _request("held"), _request("ran"), _request("paused"),
-            _request("retimed", version=version.schedule_version - 1), _request("never.seeded"),
-        ])
+        answers = self.store.acquire_many([request("free"), request("held"), request("ran"),
+                                           request("never.seeded")])
 
-        assert _statuses(answers) == [AcquireStatus.ACQUIRED, AcquireStatus.BUSY, AcquireStatus.ALREADY_RAN,
-                                      AcquireStatus.PAUSED, AcquireStatus.STALE_SCHEDULE, AcquireStatus.ACQUIRED]
-        free, held, _, _, retimed, new = answers
-        assert isinstance(free, Acquisition) and free.token == self.store.lock("free").token  # type: ignore[union-attr]
+        assert statuses(answers) == [AcquireStatus.ACQUIRED, AcquireStatus.BUSY, AcquireStatus.ALREADY_RAN,
+                                      AcquireStatus.ACQUIRED]
+        free, held, _, new = answers
         assert isinstance(held, Acquisition) and held.holder == "B"
-        assert isinstance(retimed, Acquisition) and retimed.schedule_version == version.schedule_version
-        assert isinstance(new, Acquisition) and self.store.lock("never.seeded") is not None
+        for name, taken in (("free", free), ("never.seeded", new)):
+            assert isinstance(taken, Acquisition) and taken.token is not None
+            assert self.store.release(name, token=taken.token)  # the token that holds it
 
     def test_acquire_many_takes_each_lock_for_its_own_owner_lease_and_fire(self) -> None:
         self.store.seed(["one", "two"])
         later = TICK + timedelta(minutes=1)
-        answers = self.store.acquire_many([_request("one", owner="X"), _request("two", owner="Y", fire_time=later)])
-        assert _statuses(answers) == [AcquireStatus.ACQUIRED, AcquireStatus.ACQUIRED]
-        one, two = self.store.lock("one"), self.store.lock("two")
-        assert one is not None and one.locked and one.locked_by == "X" and one.last_fire_time == TICK
-        assert two is not None and two.locked and two.locked_by == "Y" and two.last_fire_time == later
+        answers = self.store.acquire_many([request("one", owner="X"), request("two", owner="Y", fire_time=later)])
+        assert statuses(answers) == [AcquireStatus.ACQUIRED, AcquireStatus.ACQUIRED]
+        assert statuses(self.store.acquire_many([request("one", owner="Z"), request("two", owner="Z")])) == [
+            AcquireStatus.ALREADY_RAN, AcquireStatus.ALREADY_RAN]  # each took its own fire: TICK, and a later one
+        assert self.store.acquire("one", owner="Z", lease=LONG, fire_time=None).holder == "X"
+        assert self.store.acquire("two", owner="Z", lease=LONG, fire_time=None).holder == "Y"
+        if isinstance(self.store, ControlStore):
+            one, two = self.store.lock("one"), self.store.lock("two")
+            assert one is not None and one.locked and one.locked_by == "X" and one.last_fire_time == TICK
+            assert two is not None and two.locked and two.locked_by == "Y" and two.last_fire_time == later
 
     def test_a_manual_request_neither_checks_nor_moves_the_last_fire(self) -> None:
         self.store.seed(["job"])
         first = self.store.acquire("job", owner="A", lease=timedelta(seconds=30), fire_time=TICK)
         assert first.acquired and self.store.release("job", token=first.token)  # type: ignore[arg-type]
-        (manual,) = self.store.acquire_many([_request("job", fire_time=None)])
-        assert isinstance(manual, Acquisition) and manual.acquired
-        assert self.store.lock("job").last_fire_time == TICK  # type: ignore[union-attr]
+        (manual,) = self.store.acquire_many([request("job", fire_time=None)])
+        assert isinstance(manual, Acquisition) and manual.acquired and manual.token is not None
+        if isinstance(self.store, ControlStore):
+            assert self.store.lock("job").last_fire_time == TICK  # type: ignore[union-attr]
+        assert self.store.release("job", token=manual.token)
+        assert self.store.acquire("job", owner="B", lease=LONG, fire_time=TICK).status is AcquireStatus.ALREADY_RAN
 
     def test_the_same_fire_twice_in_one_batch_runs_once(self) -> None:
         self.store.seed(["job"])
-        answers = self.store.acquire_many([_request("job", owner="A"), _request("job", owner="B")])
-        assert _statuses(answers) == [AcquireStatus.ACQUIRED, AcquireStatus.ALREADY_RAN]
+        answers = self.store.acquire_many([request("job", owner="A"), request("job", owner="B")])
+        assert statuses(answers) == [AcquireStatus.ACQUIRED, AcquireStatus.ALREADY_RAN]
 
     def test_batches_of_many_instances_at_once_give_each_tick_to_one(self) -> None:
         """Eight instances, each asking for the same 20 jobs' tick at once: every job is taken exactly once."""
@@ -89,7 +94,7 @@ class AcquireManyContract:
 
         def instance(owner: str) -> None:
             barrier.wait()
-            got = self.store.acquire_many([_request(name, owner=owner) for name in names])
+            got = self.store.acquire_many([request(name, owner=owner) for name in names])
             with lock:
                 answers.append(got)
 

@@ -1,6 +1,10 @@
-"""The lock store contract, as tests every store must pass (subclass with a ``store`` fixture).
+"""The store contracts, as tests (subclass with a ``store`` fixture): :class:`LockContract`, which every store
+passes (a store of the lock methods alone, too), and :class:`LockStoreContract`, which a store with the control
+plane passes as well (lock documents, operators' actions, alerts, catch-up).
 
-Leases in these tests are short and real: expiry is awaited by polling the store with a deadline.
+The lock tests judge a store by what acquire, renew and release answer; on a store with the control plane they
+also read the lock documents (``self.control``). Leases are short and real: expiry is awaited by polling the
+store with a deadline.
 """
 
 from __future__ import annotations
@@ -10,22 +14,26 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from mutexcron.stores import AcquireStatus, LockStore
+from mutexcron.stores import AcquireStatus, ControlStore, LockStore
 from tests.alert_contract import AlertsContract
 from tests.batch_contract import AcquireManyContract
 from tests.catchup_contract import CatchUpContract
 from tests.control_contract import FleetControlContract
+from tests.document_contract import FIRE_1, FIRE_2, LONG, DocumentContract
 from tests.support import wait_until
 
-LONG = timedelta(seconds=30)
-FIRE_1 = datetime(2026, 1, 1, 6, 0, 0, tzinfo=UTC)
-FIRE_2 = FIRE_1 + timedelta(days=1)
+__all__ = ["FIRE_1", "FIRE_2", "LONG", "LockContract", "LockStoreContract"]
 
 
-class LockStoreContract(FleetControlContract, AlertsContract, AcquireManyContract, CatchUpContract):
-    """Behaviour shared by every LockStore (memory, Redis, MongoDB, Django ORM)."""
+class LockContract(AcquireManyContract):
+    """The lock contract: what every LockStore does, a third party's of the lock methods alone included."""
 
     store: LockStore  # set by the subclass's autouse fixture
+
+    @property
+    def control(self) -> ControlStore | None:
+        """The store, if it has the control plane to read its lock documents with; else None."""
+        return self.store if isinstance(self.store, ControlStore) else None
 
     def run_together(self, target: Callable[..., None], arguments: list[tuple[object, ...]]) -> None:
         """Run ``target`` in one thread per argument tuple, all released at once by a barrier."""
@@ -51,7 +59,11 @@ class LockStoreContract(FleetControlContract, AlertsContract, AcquireManyContrac
 
     def test_seed_creates_an_unlocked_document_per_name(self) -> None:
         assert self.store.seed(["a.one", "a.two"]) == 2
-        states = self.store.locks()
+        if self.control is None:  # free and never fired: the first acquire of any tick takes it, token 1
+            for name in ("a.one", "a.two"):
+                assert self.store.acquire(name, owner="A", lease=LONG, fire_time=FIRE_1).token == 1
+            return
+        states = self.control.locks()
         assert [s.name for s in states] == ["a.one", "a.two"]
         for state in states:
             assert not state.locked
@@ -67,7 +79,12 @@ class LockStoreContract(FleetControlContract, AlertsContract, AcquireManyContrac
         self.store.seed(["job"])
         acquired = self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_1)
         self.store.seed(["job"])
-        state = self.store.lock("job")
+        busy = self.store.acquire("job", owner="B", lease=LONG, fire_time=FIRE_2)
+        assert busy.status is AcquireStatus.BUSY and busy.holder == "A"
+        assert acquired.token is not None and self.store.renew("job", token=acquired.token, lease=LONG)
+        if self.control is None:
+            return
+        state = self.control.lock("job")
         assert state is not None
         assert state.locked and state.locked_by == "A" and state.token == acquired.token
         assert state.last_fire_time == FIRE_1
@@ -77,7 +94,8 @@ class LockStoreContract(FleetControlContract, AlertsContract, AcquireManyContrac
         created: list[int] = []
         self.run_together(lambda: created.append(self.store.seed(names)), [()] * 8)
         assert sum(created) == 5
-        assert [s.name for s in self.store.locks()] == names
+        if self.control is not None:
+            assert [s.name for s in self.control.locks()] == names
 
     # -- acquiring ----------------------------------------------------------------------------
 
@@ -86,7 +104,11 @@ class LockStoreContract(FleetControlContract, AlertsContract, AcquireManyContrac
         acquisition = self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_1)
         assert acquisition.status is AcquireStatus.ACQUIRED
         assert acquisition.token == 1
-        state = self.store.lock("job")
+        busy = self.store.acquire("job", owner="B", lease=LONG, fire_time=None)
+        assert busy.status is AcquireStatus.BUSY and busy.holder == "A"
+        if self.control is None:
+            return
+        state = self.control.lock("job")
         assert state is not None
         assert state.locked and state.locked_by == "A"
         assert state.last_fire_time == FIRE_1
@@ -96,7 +118,9 @@ class LockStoreContract(FleetControlContract, AlertsContract, AcquireManyContrac
     def test_acquire_creates_a_missing_document(self) -> None:
         acquisition = self.store.acquire("never.seeded", owner="A", lease=LONG, fire_time=FIRE_1)
         assert acquisition.acquired
-        assert self.store.lock("never.seeded") is not None
+        assert self.store.acquire("never.seeded", owner="B", lease=LONG, fire_time=FIRE_2).holder == "A"
+        if self.control is not None:
+            assert self.control.lock("never.seeded") is not None
 
     def test_token_grows_with_every_acquisition(self) -> None:
         tokens = []
@@ -135,9 +159,12 @@ class LockStoreContract(FleetControlContract, AlertsContract, AcquireManyContrac
         assert first.token is not None
         self.store.release("job", token=first.token)
         manual = self.store.acquire("job", owner="B", lease=LONG, fire_time=None)
-        assert manual.acquired
-        state = self.store.lock("job")
-        assert state is not None and state.last_fire_time == FIRE_2
+        assert manual.acquired and manual.token is not None
+        if self.control is not None:
+            state = self.control.lock("job")
+            assert state is not None and state.last_fire_time == FIRE_2
+        self.store.release("job", token=manual.token)
+        assert self.store.acquire("job", owner="C", lease=LONG, fire_time=FIRE_2).status is AcquireStatus.ALREADY_RAN
 
     def test_only_one_of_many_concurrent_acquirers_wins(self) -> None:
         self.store.seed(["job"])
@@ -155,8 +182,10 @@ class LockStoreContract(FleetControlContract, AlertsContract, AcquireManyContrac
         assert wait_until(
             lambda: self.store.acquire("job", owner="B", lease=LONG, fire_time=FIRE_2).acquired, timeout=5
         )
-        state = self.store.lock("job")
-        assert state is not None and state.locked_by == "B" and state.token == 2
+        assert self.store.acquire("job", owner="C", lease=LONG, fire_time=None).holder == "B"
+        if self.control is not None:
+            state = self.control.lock("job")
+            assert state is not None and state.locked_by == "B" and state.token == 2
 
     # -- renewing -----------------------------------------------------------------------------
 
@@ -172,7 +201,9 @@ class LockStoreContract(FleetControlContract, AlertsContract, AcquireManyContrac
             assert self.store.renew("job", token=acquisition.token, lease=lease)
             assert self.store.acquire("job", owner="B", lease=LONG, fire_time=FIRE_2).status is AcquireStatus.BUSY
             time.sleep(0.25)
-        state = self.store.lock("job")
+        if self.control is None:  # renewed past two leases, it is still held
+            return
+        state = self.control.lock("job")
         assert state is not None and state.lock_until is not None
         # The last renewal's lease counts from the store's clock when it ran (at or after renewed_after).
         assert state.lock_until >= renewed_after + lease - timedelta(milliseconds=1)
@@ -188,8 +219,9 @@ class LockStoreContract(FleetControlContract, AlertsContract, AcquireManyContrac
         acquisition = self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_1)
         assert acquisition.token is not None
         assert self.store.release("job", token=acquisition.token)
-        state = self.store.lock("job")
-        assert state is not None and not state.locked and state.last_released_at is not None
+        if self.control is not None:
+            state = self.control.lock("job")
+            assert state is not None and not state.locked and state.last_released_at is not None
         assert self.store.acquire("job", owner="B", lease=LONG, fire_time=FIRE_2).acquired
 
     def test_a_stale_holder_cannot_release_the_new_holders_lock(self) -> None:
@@ -198,17 +230,20 @@ class LockStoreContract(FleetControlContract, AlertsContract, AcquireManyContrac
         assert wait_until(lambda: self.store.acquire("job", owner="B", lease=LONG, fire_time=FIRE_2).acquired)
         assert not self.store.release("job", token=stale.token)
         assert not self.store.renew("job", token=stale.token, lease=LONG)
-        state = self.store.lock("job")
-        assert state is not None and state.locked and state.locked_by == "B"
+        assert self.store.acquire("job", owner="C", lease=LONG, fire_time=None).holder == "B"
+        if self.control is not None:
+            state = self.control.lock("job")
+            assert state is not None and state.locked and state.locked_by == "B"
 
     def test_hold_at_least_keeps_the_lock_until_start_plus_hold(self) -> None:
         hold = timedelta(milliseconds=600)
         acquisition = self.store.acquire("job", owner="A", lease=LONG, fire_time=None)
         assert acquisition.token is not None
         assert self.store.release("job", token=acquisition.token, hold_at_least=hold)
-        state = self.store.lock("job")
-        assert state is not None and state.last_locked_at is not None
-        assert state.lock_until == state.last_locked_at + hold
+        if self.control is not None:
+            state = self.control.lock("job")
+            assert state is not None and state.last_locked_at is not None
+            assert state.lock_until == state.last_locked_at + hold
         assert self.store.acquire("job", owner="B", lease=LONG, fire_time=None).status is AcquireStatus.BUSY
         assert wait_until(lambda: self.store.acquire("job", owner="B", lease=LONG, fire_time=None).acquired)
 
@@ -216,110 +251,37 @@ class LockStoreContract(FleetControlContract, AlertsContract, AcquireManyContrac
         hold = timedelta(milliseconds=100)
         acquisition = self.store.acquire("job", owner="A", lease=LONG, fire_time=None)
         assert acquisition.token is not None
-        state = self.store.lock("job")
-        assert state is not None and state.last_locked_at is not None
-        locked_at = state.last_locked_at
+        locked_at = self.store.now()  # at or after the acquire, on the store's clock
+        if self.control is not None:
+            state = self.control.lock("job")
+            assert state is not None and state.last_locked_at is not None
+            locked_at = state.last_locked_at
         assert wait_until(lambda: self.store.now() > locked_at + hold)  # the hold passes on the store's clock
         assert self.store.release("job", token=acquisition.token, hold_at_least=hold)
-        state = self.store.lock("job")
+        if self.control is None:
+            assert self.store.acquire("job", owner="B", lease=LONG, fire_time=None).acquired
+            return
+        state = self.control.lock("job")
         assert state is not None and not state.locked
-
-    # -- operator actions ---------------------------------------------------------------------
-
-    def test_force_unlock_frees_a_held_lock_and_fences_off_its_holder(self) -> None:
-        held = self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_1)
-        assert held.token is not None
-        assert self.store.force_unlock("job")
-        assert not self.store.force_unlock("job")
-        assert not self.store.renew("job", token=held.token, lease=LONG)
-        taken = self.store.acquire("job", owner="B", lease=LONG, fire_time=FIRE_2)
-        assert taken.acquired
-        assert not self.store.release("job", token=held.token)
-
-    # -- deleting: the document is hidden, its token, last fire and live lease are kept --------
-
-    def test_delete_hides_the_document_from_lock_and_locks(self) -> None:
-        self.store.seed(["orphan", "kept"])
-        assert self.store.delete("orphan")
-        assert self.store.lock("orphan") is None
-        assert [state.name for state in self.store.locks()] == ["kept"]
-        assert not self.store.delete("orphan")
-
-    def test_a_token_is_never_issued_twice_across_a_delete(self) -> None:
-        first = self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_1)
-        assert first.token is not None and self.store.release("job", token=first.token)
-        assert self.store.delete("job")
-        again = self.store.acquire("job", owner="B", lease=LONG, fire_time=FIRE_2)
-        assert again.acquired and again.token is not None and again.token > first.token
-        state = self.store.lock("job")
-        assert state is not None and state.locked_by == "B"
-
-    def test_a_token_is_never_issued_twice_across_a_delete_and_a_reseed(self) -> None:
-        first = self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_1)
-        assert first.token is not None and self.store.release("job", token=first.token)
-        assert self.store.delete("job")
-        assert self.store.seed(["job"]) == 1
-        again = self.store.acquire("job", owner="B", lease=LONG, fire_time=FIRE_2)
-        assert again.acquired and again.token is not None and again.token > first.token
-
-    def test_a_tick_that_ran_is_already_ran_after_a_delete(self) -> None:
-        first = self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_1)
-        assert first.token is not None and self.store.release("job", token=first.token)
-        assert self.store.delete("job")
-        assert self.store.acquire("job", owner="B", lease=LONG, fire_time=FIRE_1).status is AcquireStatus.ALREADY_RAN
-
-    def test_a_live_lease_survives_a_delete(self) -> None:
-        self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_1)
-        assert self.store.delete("job")
-        busy = self.store.acquire("job", owner="B", lease=LONG, fire_time=FIRE_2)
-        assert busy.status is AcquireStatus.BUSY and busy.holder == "A"
-
-    def test_the_holder_renews_and_releases_after_a_delete(self) -> None:
-        held = self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_1)
-        assert held.token is not None
-        assert self.store.delete("job")
-        assert self.store.renew("job", token=held.token, lease=LONG)
-        assert self.store.release("job", token=held.token)
-        taken = self.store.acquire("job", owner="B", lease=LONG, fire_time=FIRE_2)
-        assert taken.acquired and taken.token is not None and taken.token > held.token
-
-    def test_a_stale_holder_is_fenced_off_across_a_delete(self) -> None:
-        stale = self.store.acquire("job", owner="A", lease=timedelta(milliseconds=200), fire_time=FIRE_1)
-        assert stale.token is not None
-        assert self.store.delete("job")
-        assert wait_until(lambda: self.store.acquire("job", owner="B", lease=LONG, fire_time=FIRE_2).acquired)
-        taken = self.store.lock("job")
-        assert taken is not None and taken.locked_by == "B" and taken.token > stale.token
-        assert not self.store.renew("job", token=stale.token, lease=LONG)
-        assert not self.store.release("job", token=stale.token)
-        assert self.store.acquire("job", owner="C", lease=LONG, fire_time=None).status is AcquireStatus.BUSY
 
     def test_now_is_an_aware_utc_time_close_to_ours(self) -> None:
         now = self.store.now()
         assert now.utcoffset() == timedelta(0)
         assert abs(now - datetime.now(UTC)) < timedelta(seconds=5)
 
-    def test_times_read_back_are_aware_utc(self) -> None:
-        self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_1)
-        state = self.store.lock("job")
-        assert state is not None
-        for value in (state.last_locked_at, state.lock_until, state.last_fire_time):
-            assert value is not None and value.utcoffset() == timedelta(0)
-
-    def test_a_fresh_lease_starts_now_on_the_store_clock(self) -> None:
-        """So a live lock never reads as expired (or as held for hours), whatever a server's time zone."""
-        before = self.store.now()
-        self.store.acquire("job", owner="A", lease=LONG, fire_time=FIRE_1)
-        after = self.store.now()
-        state = self.store.lock("job")
-        assert state is not None and state.last_locked_at is not None
-        assert before - timedelta(seconds=1) <= state.last_locked_at <= after + timedelta(seconds=1)
-
     def test_unusual_but_valid_names_round_trip(self) -> None:
         names = ["报告.日报", "tests.module.<locals>.job", "a:b@c/d+e-f", "x" * 200]
-        self.store.seed(names)
-        assert sorted(s.name for s in self.store.locks()) == sorted(names)
+        assert self.store.seed(names) == len(names)
+        if self.control is not None:
+            assert sorted(s.name for s in self.control.locks()) == sorted(names)
         for name in names:
             assert self.store.acquire(name, owner="A", lease=LONG, fire_time=FIRE_1).acquired
-            state = self.store.lock(name)
-            assert state is not None and state.name == name and state.locked
+            assert self.store.acquire(name, owner="B", lease=LONG, fire_time=FIRE_2).holder == "A"
+            if self.control is not None:
+                state = self.control.lock(name)
+                assert state is not None and state.name == name and state.locked
+
+
+class LockStoreContract(LockContract, DocumentContract, FleetControlContract, AlertsContract, CatchUpContract):
+    """A store with the control plane (memory, Redis, MongoDB, Django ORM): the lock contract, and its documents,
+    operators' actions, alerts and catch-up."""

@@ -11,7 +11,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from mutexcron import CronSpecError, Registry, control, mutex_cron
-from mutexcron.stores import AcquireStatus, LockState, LockStore
+from mutexcron.stores import AcquireStatus, Acquisition, LockState, LockStore
+from tests.batch_contract import request, statuses
 from tests.support import wait_until
 
 LONG = timedelta(seconds=30)
@@ -258,3 +259,27 @@ class FleetControlContract:
                           [("pause", "")] + [("take", f"owner-{i}") for i in range(4)])
         assert won_after == []
         assert self.acquire(TICK) is AcquireStatus.PAUSED
+
+    # -- in a batch ----------------------------------------------------------------------------------
+
+    def test_acquire_many_answers_paused_and_stale_schedule_as_acquire_would(self) -> None:
+        self.store.seed(["free", "held", "ran", "paused", "retimed"])
+        assert self.store.acquire("held", owner="B", lease=LONG, fire_time=TICK - timedelta(hours=1)).acquired
+        assert self.store.acquire("ran", owner="B", lease=timedelta(seconds=30), fire_time=TICK).acquired
+        assert self.store.release("ran", token=self.store.lock("ran").token)  # type: ignore[union-attr]
+        self.store.pause("paused")
+        version = self.store.set_schedule("retimed", "*/5 * * * *")
+        assert version is not None
+
+        answers = self.store.acquire_many([
+            request("free"), request("held"), request("ran"), request("paused"),
+            request("retimed", version=version.schedule_version - 1), request("never.seeded"),
+        ])
+
+        assert statuses(answers) == [AcquireStatus.ACQUIRED, AcquireStatus.BUSY, AcquireStatus.ALREADY_RAN,
+                                      AcquireStatus.PAUSED, AcquireStatus.STALE_SCHEDULE, AcquireStatus.ACQUIRED]
+        free, held, _, _, retimed, new = answers
+        assert isinstance(free, Acquisition) and free.token == self.store.lock("free").token  # type: ignore[union-attr]
+        assert isinstance(held, Acquisition) and held.holder == "B"
+        assert isinstance(retimed, Acquisition) and retimed.schedule_version == version.schedule_version
+        assert isinstance(new, Acquisition) and self.store.lock("never.seeded") is not None

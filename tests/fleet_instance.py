@@ -3,7 +3,7 @@
     python tests/fleet_instance.py --store URL --instance NAME --ledger PATH
         [--spec "* * * * * *"] [--lease SECONDS] [--clock-skew SECONDS] [--body-seconds SECONDS] [--hang-first]
         [--catch-up skip|latest|all] [--sync-interval SECONDS] [--start-gate PATH] [--django-settings MODULE]
-        [--alert-after SECONDS] [--fail-while PATH] [--fence REDIS_URL] [--operator]
+        [--alert-after SECONDS] [--fail-while PATH] [--fence REDIS_URL] [--operator] [--scheme NAME=DOTTED.PATH]
 
 Declares one job, "fleet.tick", in a registry of its own, runs a Scheduler on it and appends one JSON line
 per event to its own ledger file (opened with O_APPEND; each line is written with a single write() and
@@ -39,6 +39,9 @@ With ``--fence REDIS_URL`` the body writes its fencing token to a sink at its st
 job that guards a resource with the token would. The sink (a Redis key holding the highest token it accepted,
 and a list of the writes it accepted) takes a write only if its token is at least the highest one seen.
 
+``--scheme sqlite=docs.examples.minimal_store.SQLiteLockStore`` registers a store's URL scheme first (as an app
+that brings its own store does, with mutexcron.plugins.register), for a ``--store`` of that scheme.
+
 Every line carries "instance" and "at" (this process's wall clock when the line was written, ISO UTC).
 """
 
@@ -58,6 +61,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from mutexcron._signals import SignalFlag
+from mutexcron.plugins import register
 from mutexcron.records import JobContext, RunRecord
 from mutexcron.registry import Registry, mutex_cron
 from mutexcron.scheduler import Scheduler
@@ -103,6 +107,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--alert-after", type=float, help="the job's alert_after in seconds (default: None)")
     parser.add_argument("--fail-while", type=Path, help="the body raises while this file exists")
     parser.add_argument("--fence", help="Redis URL of a fencing sink the body writes its token to")
+    parser.add_argument("--scheme", help="NAME=DOTTED.PATH: serve --store URLs of scheme NAME with that store class")
     parser.add_argument("--operator", action="store_true",
                         help="run no scheduler: pause, resume or re-time the job on commands from stdin")
     return parser.parse_args(argv)
@@ -258,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
 
     fire_context = setup_django(args.django_settings)
+    if args.scheme is not None:
+        scheme, _, path = args.scheme.partition("=")
+        register("lock_store", scheme, path)
     scheduler = Scheduler(
         args.store, registry=registry, instance_id=args.instance, clock_skew=timedelta(seconds=args.clock_skew),
         sync_interval=timedelta(seconds=args.sync_interval), fire_context=fire_context,

@@ -19,7 +19,7 @@ import pytest
 from mutexcron import JobContext, Registry, Scheduler, mutex_cron
 from mutexcron.heartbeats import Heartbeats
 from mutexcron.lifecycle import SHUTDOWN_GRACE
-from mutexcron.stores import Acquisition, LockState, LockStore, MemoryLockStore, store_from_url
+from mutexcron.stores import Acquisition, ControlStore, LockState, LockStore, MemoryLockStore, store_from_url
 from tests.support import wait_until
 
 TICK = datetime(2026, 3, 1, 6, 0, tzinfo=UTC)
@@ -33,7 +33,7 @@ class Hold:
         self.entered, self.go = threading.Event(), threading.Event()
 
 
-class SlowStore(LockStore):
+class SlowStore(LockStore, ControlStore):
     """A real store whose ``acquire`` is slower (as a loaded store's is) and whose calls can be held.
 
     Every call's start is noted with time.monotonic(), so a test can tell whether any came after shutdown.
