@@ -1,6 +1,6 @@
 """Task records of the RabbitMQ task backend in the app's SQL database: ``cancel_store="django://[alias]"``.
 
-:class:`DjangoTaskRecords` (once ``DjangoCancelMarks``), the ``TaskRecordStore`` contract on the ``TaskMark``
+:class:`DjangoTaskRecords`, the ``TaskRecordStore`` contract on the ``TaskMark``
 model: each change one compare-and-set on one row, expired rows counted as absent and pruned. How it locks and
 expires rows is described in ``docs/sql-tasks.md``.
 """
@@ -36,7 +36,7 @@ from .databases import checked_alias, parse_django_url, sql_errors
 from .dbclock import AsUTC, DbNow, aware, now_plus
 from .models import TaskMark
 
-__all__ = ["DjangoCancelMarks", "DjangoTaskRecords"]
+__all__ = ["DjangoTaskRecords"]
 
 PRUNE_EVERY = 600.0  # seconds between two deletions of expired rows by one store
 PRUNE_CHUNK = 1000
@@ -238,8 +238,6 @@ class DjangoTaskRecords(TaskRecordStore):
     def __repr__(self) -> str:
         return f"<DjangoTaskRecords database={self.using!r}>"
 
-
-DjangoCancelMarks = DjangoTaskRecords  # its name before the record stores kept results
 
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from mutexcron.stores import LockStore, store_from_url
 from mutexcron.tasks import TaskBackend, TaskQueue
 from mutexcron.tasks.queue import BACKENDS as TASK_BACKEND_SCHEMES
 from mutexcron.tasks.records.base import SCHEMES as CANCEL_STORE_SCHEMES
-from mutexcron.tasks.records.base import CancelMarkStore, cancel_marks_from_url
+from mutexcron.tasks.records.base import TaskRecordStore, cancel_marks_from_url
 from mutexcron.telemetry import load_part
 from mutexcron.urls import mask_url, shown, url_scheme
 
@@ -69,7 +69,7 @@ class TasksSettings:
         and tracing default to ``MUTEXCRON["METRICS"]`` and ``["TRACING"]``).
 
         Building connects to nothing; a malformed URL raises ImproperlyConfigured naming the key."""
-        marks: CancelMarkStore | None = None
+        marks: TaskRecordStore | None = None
         if self.cancel_store is not None:
             try:
                 marks = cancel_marks_from_url(self.cancel_store, backend="the RabbitMQ task backend")

@@ -86,5 +86,5 @@ def test_the_public_names_stay_where_they_are() -> None:
     assert {"ENTRY_POINT_GROUP", "KINDS", "register", "schemes"} <= set(plugins.__all__)
     for module in (mutexcron.tasks, mutexcron.tasks.backends, urls, plugins, backends):
         assert [name for name in module.__all__ if not hasattr(module, name)] == []
-    assert mutexcron.tasks.backends.TaskRecordStore is cancel_marks.TaskRecordStore is cancel_marks.CancelMarkStore
+    assert mutexcron.tasks.backends.TaskRecordStore is cancel_marks.TaskRecordStore
     assert mutexcron.tasks.Delivery is mutexcron.tasks.backends.Delivery

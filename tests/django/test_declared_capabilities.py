@@ -19,7 +19,7 @@ from mutexcron.tasks.backends.base import ConsumeRequest
 from mutexcron.tasks.model import NewTask, TaskInfo
 from mutexcron.tasks.records.base import TaskRecordStore
 from mutexcron.tasks.records.memory import MemoryTaskRecords
-from mutexcron.tasks.records.redis import RedisCancelMarks
+from mutexcron.tasks.records.redis import RedisTaskRecords
 from mutexcron_django.admin.task_admin import _task_backend_alias
 from mutexcron_django.apps import seed_after_migrate
 from mutexcron_django.conf import get_settings
@@ -150,7 +150,7 @@ def test_a_registered_backend_that_needs_a_record_store_gets_cancel_store_from_t
     queue = conf.build_queue()  # connects to nothing
     try:
         assert isinstance(queue.backend, BrokerBackend)
-        assert isinstance(queue.backend.record_store, RedisCancelMarks)  # built from CANCEL_STORE, handed over
+        assert isinstance(queue.backend.record_store, RedisTaskRecords)  # built from CANCEL_STORE, handed over
     finally:
         queue.close()
     assert tasks_settings({"BACKEND": f"{SCHEME}://broker/", "CANCEL_STORE": "django"}).cancel_store == "django://"

@@ -2,7 +2,7 @@
 TaskQueue contract, the claim's SQL (skip-locked rows, SQLite's conditional UPDATE), waking (NOTIFY on
 PostgreSQL, the in-process condition, ``max_sleep`` elsewhere), expired claims, the database clock, and
 the multi-process fleet tests on SQLite and MariaDB (PostgreSQL's run from tests/tasks/test_task_workers.py).
-Also the SQL cancel-mark store of the RabbitMQ backend (``DjangoCancelMarks``).
+Also the SQL cancel-mark store of the RabbitMQ backend (``DjangoTaskRecords``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from django.db import connections, transaction
 from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.tasks import NewTask, TaskBackend, TaskQueue, TaskStatus
 from mutexcron.tasks.records.base import RecordDataError, Verdict
-from mutexcron_django.cancel_marks import DjangoCancelMarks
+from mutexcron_django.cancel_marks import DjangoTaskRecords
 from mutexcron_django.models import ScheduledTask, TaskMark
 from mutexcron_django.tasks_backend import DbNow, DjangoDelivery, DjangoTaskBackend, _wake_directory
 from tests.django.session_zone import InSessionZone, session_time_zone
@@ -39,7 +39,7 @@ from tests.django.tasks_support import (
 )
 from tests.support import wait_until
 from tests.tasks import test_task_workers as fleet_tests
-from tests.tasks.contract import LATE, CancelMarksContract, Recorder, TaskQueueContract, due_time, queue_factory
+from tests.tasks.contract import LATE, Recorder, TaskQueueContract, TaskRecordStoreContract, due_time, queue_factory
 
 ALIASES = {"sqlite": "default", "postgresql": "postgres", "mysql": "mariadb"}
 VENDORS = {alias: vendor for vendor, alias in ALIASES.items()}
@@ -700,12 +700,12 @@ def test_fleet_throughput_of_four_worker_processes(throughput_backend: fleet_tes
 
 
 @pytest.fixture
-def marks(request: pytest.FixtureRequest) -> DjangoCancelMarks:
-    return DjangoCancelMarks(request.param)
+def marks(request: pytest.FixtureRequest) -> DjangoTaskRecords:
+    return DjangoTaskRecords(request.param)
 
 
 @pytest.mark.parametrize("marks", EVERY_DATABASE, indirect=True)
-class TestSQLCancelMarks(CancelMarksContract):
+class TestSQLTaskRecords(TaskRecordStoreContract):
     """The shared cancel mark contract on SQLite, PostgreSQL and MariaDB."""
 
 
@@ -717,19 +717,19 @@ class TestSQLCancelMarks(CancelMarksContract):
     pytest.param(("postgres", "Asia/Kathmandu"), marks=pytest.mark.django_db(transaction=True, databases=["postgres"]),
                  id="postgresql-kathmandu"),
 ], indirect=True)
-class TestSQLCancelMarksInAnotherTimeZone(CancelMarksContract):
+class TestSQLTaskRecordsInAnotherTimeZone(TaskRecordStoreContract):
     """The same contract with the database sessions in a time zone other than UTC."""
 
     @pytest.fixture
-    def marks(self, request: pytest.FixtureRequest) -> Iterator[DjangoCancelMarks]:
+    def marks(self, request: pytest.FixtureRequest) -> Iterator[DjangoTaskRecords]:
         alias, zone = request.param
         with session_time_zone(alias, zone):
-            yield DjangoCancelMarks(alias)
+            yield DjangoTaskRecords(alias)
 
 
 @pytest.mark.parametrize("marks", EVERY_DATABASE, indirect=True)
 def test_finished_cancel_marks_expire_after_the_retention_scheduled_and_failed_ones_are_kept(
-    marks: DjangoCancelMarks,
+    marks: DjangoTaskRecords,
 ) -> None:
     alias = marks.using
     marks.retention = timedelta(hours=1)
@@ -753,7 +753,7 @@ def test_finished_cancel_marks_expire_after_the_retention_scheduled_and_failed_o
 
 
 @pytest.mark.parametrize("marks", EVERY_DATABASE, indirect=True)
-def test_cancel_mark_claims_race_with_cancel_one_winner(marks: DjangoCancelMarks) -> None:
+def test_cancel_mark_claims_race_with_cancel_one_winner(marks: DjangoTaskRecords) -> None:
     alias = marks.using
     count = 60
     marks.create([NewTask(f"m{n}", "t", "1", datetime.now(UTC)) for n in range(count)])
@@ -761,7 +761,7 @@ def test_cancel_mark_claims_race_with_cancel_one_winner(marks: DjangoCancelMarks
     barrier = threading.Barrier(2)
 
     def claimer() -> None:
-        store = DjangoCancelMarks(alias)
+        store = DjangoTaskRecords(alias)
         barrier.wait()
         try:
             for n in range(count):
@@ -771,7 +771,7 @@ def test_cancel_mark_claims_race_with_cancel_one_winner(marks: DjangoCancelMarks
             connections.close_all()
 
     def canceller() -> None:
-        store = DjangoCancelMarks(alias)
+        store = DjangoTaskRecords(alias)
         barrier.wait()
         try:
             for n in reversed(range(count)):
@@ -790,19 +790,19 @@ def test_cancel_mark_claims_race_with_cancel_one_winner(marks: DjangoCancelMarks
 
 
 def test_a_cancel_marks_url_picks_the_alias_and_the_retention() -> None:
-    store = DjangoCancelMarks.from_url("django://postgres?retention=60")
+    store = DjangoTaskRecords.from_url("django://postgres?retention=60")
     assert (store.using, store.retention) == ("postgres", timedelta(seconds=60))
-    assert DjangoCancelMarks.from_url("django://").using == "default"
+    assert DjangoTaskRecords.from_url("django://").using == "default"
     with pytest.raises(StoreConfigError, match="retention"):
-        DjangoCancelMarks.from_url("django://?retention=never")
+        DjangoTaskRecords.from_url("django://?retention=never")
     with pytest.raises(StoreConfigError, match="nowhere"):
-        DjangoCancelMarks.from_url("django://nowhere")
+        DjangoTaskRecords.from_url("django://nowhere")
 
 
 @pytest.mark.parametrize("alias", EVERY_DATABASE)
 def test_cancel_marks_on_an_unreachable_database_raise_store_unavailable(alias: str, django_db_blocker: Any) -> None:
     with unreachable_alias(VENDORS[alias], django_db_blocker) as nowhere:
-        store = DjangoCancelMarks(nowhere)
+        store = DjangoTaskRecords(nowhere)
         for call in (lambda: store.get(UNKNOWN_ID), lambda: store.cancel(UNKNOWN_ID),
                      lambda: store.create([new_task("x")])):
             with pytest.raises(StoreUnavailable):
@@ -831,8 +831,8 @@ def _broker_reachable() -> bool:
 
 
 @pytest.mark.django_db(transaction=True, databases=["postgres"])
-class TestRabbitMQWithDjangoCancelMarks(TaskQueueContract):
-    """``TaskQueue("amqp://…", cancel_store=DjangoCancelMarks("postgres"))``: the records in SQL."""
+class TestRabbitMQWithDjangoTaskRecords(TaskQueueContract):
+    """``TaskQueue("amqp://…", cancel_store=DjangoTaskRecords("postgres"))``: the records in SQL."""
 
     @pytest.fixture
     def queue_url(self, request: pytest.FixtureRequest) -> str:
@@ -844,7 +844,7 @@ class TestRabbitMQWithDjangoCancelMarks(TaskQueueContract):
 
     @pytest.fixture
     def queue_options(self) -> dict[str, Any]:
-        return {"cancel_store": DjangoCancelMarks("postgres")}
+        return {"cancel_store": DjangoTaskRecords("postgres")}
 
 
 @pytest.mark.django_db(transaction=True, databases=["postgres"])
@@ -866,7 +866,7 @@ def test_a_message_whose_id_postgresql_cannot_keep_is_dead_lettered_not_requeued
     recorder = Recorder("rabbit.task")
     recorder.define()
     with queue_factory(recorder.handlers, request.getfixturevalue("amqp_url"),
-                       cancel_store=DjangoCancelMarks("postgres")) as make:
+                       cancel_store=DjangoTaskRecords("postgres")) as make:
         queue = make()
         queue.start()
         queue.schedule("rabbit.task", "first")
@@ -911,7 +911,7 @@ def task_id_column_charset(alias: str, charset: str) -> Iterator[None]:
 def test_an_id_with_a_character_the_mariadb_column_lacks_is_refused_as_bad_data(charset: str) -> None:
     """MariaDB answers such an id with an "illegal mix of collations" (1267) or "incorrect string value" (1366)
     error: an error of the data, not of the server."""
-    marks = DjangoCancelMarks("mariadb")
+    marks = DjangoTaskRecords("mariadb")
     task_id = "emoji\U0001f600"
     with task_id_column_charset("mariadb", charset):
         for call in (lambda: marks.get(task_id), lambda: marks.claim(task_id, gen=1, attempt=1, redelivered=False),

@@ -53,7 +53,7 @@ def test_an_orphan_lock_on_the_cluster_is_w001_and_its_policy_gives_no_w003(
 def test_the_task_settings_take_cluster_and_sentinel_urls(cluster_url: str, sentinel_url: str) -> None:
     from mutexcron.tasks.backends.rabbitmq.backend import RabbitMQTaskBackend
     from mutexcron.tasks.backends.redis.backend import RedisTaskBackend
-    from mutexcron.tasks.records.redis import RedisCancelMarks
+    from mutexcron.tasks.records.redis import RedisTaskRecords
 
     with override_settings(MUTEXCRON={"AUTOSTART": False, "TASKS": {"BACKEND": cluster_url}}):
         queue = get_settings().tasks.build_queue()
@@ -65,6 +65,6 @@ def test_the_task_settings_take_cluster_and_sentinel_urls(cluster_url: str, sent
     with override_settings(MUTEXCRON={"AUTOSTART": False, "TASKS": tasks}):
         queue = get_settings().tasks.build_queue()
     try:
-        assert isinstance(queue.backend, RabbitMQTaskBackend) and isinstance(queue.backend.marks, RedisCancelMarks)
+        assert isinstance(queue.backend, RabbitMQTaskBackend) and isinstance(queue.backend.marks, RedisTaskRecords)
     finally:
         queue.close()

@@ -13,7 +13,7 @@ from mutexcron import StoreConfigError
 from mutexcron.errors import StoreUnavailable
 from mutexcron.stores import store_from_url
 from mutexcron.tasks import TaskQueue
-from mutexcron_django.cancel_marks import DjangoCancelMarks
+from mutexcron_django.cancel_marks import DjangoTaskRecords
 from mutexcron_django.databases import sql_errors
 from mutexcron_django.store import DjangoLockStore
 from mutexcron_django.tasks_backend import DjangoTaskBackend
@@ -21,7 +21,7 @@ from mutexcron_django.tasks_backend import DjangoTaskBackend
 BUILDERS: dict[str, Callable[[str], object]] = {
     "lock store": store_from_url,
     "task backend": lambda url: TaskQueue(url).backend,
-    "cancel store": DjangoCancelMarks.from_url,
+    "cancel store": DjangoTaskRecords.from_url,
 }
 
 
@@ -45,11 +45,11 @@ def test_a_bad_django_url_is_a_config_error_naming_it_masked(what: str, url: str
 @pytest.mark.parametrize("url", ["django://", "django://default", "django://default/", "django:///"])
 def test_a_good_django_url_picks_the_alias_for_each_backend(url: str) -> None:
     assert isinstance(store_from_url(url), DjangoLockStore)
-    for backend in (DjangoLockStore.from_url(url), DjangoTaskBackend.from_url(url), DjangoCancelMarks.from_url(url)):
+    for backend in (DjangoLockStore.from_url(url), DjangoTaskBackend.from_url(url), DjangoTaskRecords.from_url(url)):
         assert backend.using == "default"
 
 
-@pytest.mark.parametrize("build", [DjangoLockStore, DjangoTaskBackend, DjangoCancelMarks])
+@pytest.mark.parametrize("build", [DjangoLockStore, DjangoTaskBackend, DjangoTaskRecords])
 def test_an_unknown_alias_given_in_code_is_a_config_error(build: Callable[[str], Any]) -> None:
     with pytest.raises(StoreConfigError, match=r"^django://nowhere: no database alias 'nowhere' \(DATABASES has "):
         build("nowhere")

@@ -788,5 +788,3 @@ class TaskRecordStoreContract(RecordStoreTelemetryContract):
         assert marks.store_result("a", "late") is False  # the record is not brought back
         assert marks.get("a") is None and marks.load_result("a") is None
 
-
-CancelMarksContract = TaskRecordStoreContract  # its name before the record stores kept results

@@ -47,10 +47,11 @@ from mutexcron.tasks.backends.rabbitmq.backend import (
 )
 from mutexcron.tasks.backends.rabbitmq.topology import HEADER_DEAD_QUEUE, HEADER_DEAD_REASON, HEADER_TRACE, decode
 from mutexcron.tasks.model import encode_trace_context
-from mutexcron.tasks.records.base import RedisCancelMarks, Verdict, cancel_marks_from_url
+from mutexcron.tasks.records.base import Verdict, cancel_marks_from_url
+from mutexcron.tasks.records.redis import RedisTaskRecords
 from tests.support import unique_name, wait_until
 from tests.tasks import test_task_workers as fleet_tests
-from tests.tasks.contract import LATE, CancelMarksContract, Recorder, TaskQueueContract, due_time, queue_factory
+from tests.tasks.contract import LATE, Recorder, TaskQueueContract, TaskRecordStoreContract, due_time, queue_factory
 from tests.tcp_proxy import TcpProxy
 
 AMQP_URL = os.environ.get("MUTEXCRON_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
@@ -292,7 +293,7 @@ def test_from_url_reads_our_options_and_leaves_pikas(redis_url: str) -> None:
         assert (backend.parameters.heartbeat, backend.heartbeat) == (7, 7)
         assert backend.parameters.blocked_connection_timeout == 9
         assert topology.task_queue("send-sms") == "app.q.task@send-sms"
-        assert isinstance(backend.marks, RedisCancelMarks)
+        assert isinstance(backend.marks, RedisTaskRecords)
         assert "pw" not in repr(backend)
     finally:
         backend.close()
@@ -641,20 +642,20 @@ def test_a_long_delay_message_carries_its_due_time(own_prefix: Callable[..., str
 
 
 @pytest.fixture
-def marks(redis_url: str) -> Iterator[RedisCancelMarks]:
-    store = RedisCancelMarks.from_url(redis_url)
+def marks(redis_url: str) -> Iterator[RedisTaskRecords]:
+    store = RedisTaskRecords.from_url(redis_url)
     yield store
     store.close()
 
 
-class TestRedisCancelMarks(CancelMarksContract):
+class TestRedisTaskRecords(TaskRecordStoreContract):
     """The shared cancel mark contract on the Redis store (the ``marks`` fixture above)."""
 
 
 def test_finished_records_expire_after_the_retention_scheduled_and_failed_ones_are_kept(
     redis_server_url: str, redis_prefix: str
 ) -> None:
-    store = RedisCancelMarks.from_url(f"{redis_server_url}?prefix={redis_prefix}&retention=3600")
+    store = RedisTaskRecords.from_url(f"{redis_server_url}?prefix={redis_prefix}&retention=3600")
     client = redis.Redis.from_url(redis_server_url)
     try:
         in_a_day = datetime.now(UTC) + timedelta(days=1)
@@ -701,7 +702,7 @@ def test_a_cancelled_task_never_runs_when_workers_start_after_the_retention(
         queue.schedule("rabbit.task", "before")  # connects: the 1 s retention is not spent on that
         task_id = queue.schedule("rabbit.task", "cancelled")
         assert queue.cancel(task_id)
-        CancelMarksContract.wait_out_the_retention(backend_of(queue).marks)  # the mark's old expiry has passed
+        TaskRecordStoreContract.wait_out_the_retention(backend_of(queue).marks)  # the mark's old expiry has passed
         queue.start()
         queue.schedule("rabbit.task", "after")  # behind the cancelled one in the queue
         recorder.at("after")
@@ -1157,7 +1158,7 @@ def test_a_producer_reconnects_after_losing_its_connection(amqp_url: str, redis_
         proxy.close()
 
 
-def test_a_failed_publish_leaves_no_scheduled_record(amqp_url: str, redis_url: str, marks: RedisCancelMarks) -> None:
+def test_a_failed_publish_leaves_no_scheduled_record(amqp_url: str, redis_url: str, marks: RedisTaskRecords) -> None:
     server = urlsplit(AMQP_URL)
     proxy = TcpProxy(server.hostname or "127.0.0.1", server.port or 5672)
     queue = TaskQueue(_through(proxy, amqp_url), cancel_store=redis_url)

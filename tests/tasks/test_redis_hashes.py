@@ -14,14 +14,14 @@ from mutexcron.stores.redis import RedisLockStore
 from mutexcron.tasks import TaskStatus
 from mutexcron.tasks.backends.redis.backend import RedisTaskBackend
 from mutexcron.tasks.records.base import TaskRecord
-from mutexcron.tasks.records.redis import RedisCancelMarks, record_from_hash
+from mutexcron.tasks.records.redis import RedisTaskRecords, record_from_hash
 
 EPOCH = datetime.fromtimestamp(0, UTC)
 
 
 @pytest.fixture
-def marks(redis_url: str) -> Iterator[RedisCancelMarks]:
-    store = RedisCancelMarks.from_url(redis_url)
+def marks(redis_url: str) -> Iterator[RedisTaskRecords]:
+    store = RedisTaskRecords.from_url(redis_url)
     yield store
     store.close()
 
@@ -38,7 +38,7 @@ def test_a_hash_without_fields_reads_with_the_defaults() -> None:
                                                     status=TaskStatus.UNKNOWN, attempts=0, gen=1)
 
 
-def test_a_record_written_by_hand_with_an_unknown_status_reads_unknown(marks: RedisCancelMarks,
+def test_a_record_written_by_hand_with_an_unknown_status_reads_unknown(marks: RedisTaskRecords,
                                                                        redis_client: redis.Redis) -> None:
     redis_client.hset(marks.key("by-hand"), mapping={"type": "t", "payload": "{}", "status": "half-done",
                                                      "run_at": "1000", "attempts": "2", "gen": "3"})
@@ -72,7 +72,7 @@ def test_what_is_not_a_task_id_is_no_task_for_every_lookup(backend: RedisTaskBac
 
 
 def test_every_redis_piece_reads_the_eviction_policy_the_same_way(redis_url: str, backend: RedisTaskBackend,
-                                                                  marks: RedisCancelMarks) -> None:
+                                                                  marks: RedisTaskRecords) -> None:
     with RedisLockStore.from_url(redis_url) as store:
         for piece in (store, backend, marks):
             assert type(piece).eviction_policy is RedisClient.eviction_policy

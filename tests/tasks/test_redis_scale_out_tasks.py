@@ -16,7 +16,7 @@ from redis.crc import key_slot
 from mutexcron.tasks import NewTask, TaskQueue, TaskStatus
 from mutexcron.tasks.backends.redis.backend import RedisTaskBackend
 from mutexcron.tasks.records.base import cancel_marks_from_url
-from mutexcron.tasks.records.redis import RedisCancelMarks
+from mutexcron.tasks.records.redis import RedisTaskRecords
 from tests.scale_out import cluster_client
 from tests.support import wait_until
 from tests.tasks.contract import Recorder, TaskQueueContract, TaskRecordStoreContract, queue_factory
@@ -41,8 +41,8 @@ class TestScaledOutRedisTaskRecords(TaskRecordStoreContract):
     """The record store (cancel store) contract on the cluster, then through Sentinel."""
 
     @pytest.fixture
-    def marks(self, scale_out_url: str) -> Iterator[RedisCancelMarks]:
-        with closing(RedisCancelMarks.from_url(scale_out_url)) as store:
+    def marks(self, scale_out_url: str) -> Iterator[RedisTaskRecords]:
+        with closing(RedisTaskRecords.from_url(scale_out_url)) as store:
             yield store
 
 
@@ -121,7 +121,7 @@ def test_failed_tasks_of_every_type_newest_first(backend: RedisTaskBackend) -> N
 def test_the_cancel_store_takes_a_cluster_url(cluster_url: str) -> None:
     marks = cancel_marks_from_url(cluster_url)
     try:
-        assert isinstance(marks, RedisCancelMarks)
+        assert isinstance(marks, RedisTaskRecords)
         marks.create(_tasks("records", 40))
         assert all(marks.get(f"records-{n}") is not None for n in range(40))
         marks.discard([f"records-{n}" for n in range(40)])  # keys of 40 slots

@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
 
 from ..._options import positive_duration
 from ...errors import StoreConfigError
@@ -26,11 +25,8 @@ from ..model import NewTask, TaskError, TaskInfo, TaskStatus, stored_payload
 
 __all__ = [
     "SCHEMES",
-    "CancelMarkStore",
     "Claim",
     "RecordDataError",
-    "RedisCancelMarks",
-    "RedisTaskRecords",
     "TaskRecord",
     "TaskRecordStore",
     "Verdict",
@@ -39,7 +35,6 @@ __all__ = [
 
 DEFAULT_RETENTION = timedelta(days=7)
 DEFAULT_PREFIX = "mutexcron:taskmark:"
-RESULT_FIELD = "django_result"  # the hash field of a Redis record (or task) that store_result() fills
 
 
 class RecordDataError(TaskError, ValueError):
@@ -175,9 +170,6 @@ class TaskRecordStore(ABC):
         """Release connections."""
 
 
-CancelMarkStore = TaskRecordStore  # its name before it was TaskRecordStore
-
-
 def check_retention(retention: object) -> timedelta:
     """A record store's ``retention``, checked: a positive timedelta, else StoreConfigError."""
     return positive_duration(retention, what="cancel store retention", error=StoreConfigError, seconds=False)
@@ -190,28 +182,15 @@ def retention_option(url: str, options: dict[str, str]) -> timedelta:
     return seconds_option(url, "retention", options["retention"], what="cancel store")
 
 
-if TYPE_CHECKING:
-    from .redis import RedisCancelMarks, RedisTaskRecords
-
-
-def __getattr__(name: str) -> Any:
-    """``RedisTaskRecords`` here too (its path before it moved to redis_records, which imports redis-py)."""
-    if name in ("RedisCancelMarks", "RedisTaskRecords", "RedisResultField"):
-        from . import redis as redis_records
-
-        return getattr(redis_records, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 # -- choosing a store by URL ---------------------------------------------------------------------------
 
 # scheme -> dotted path of the store class (imported on first use); other packages add theirs (mutexcron.plugins)
 SCHEMES = schemes("record_store")
 
 
-def cancel_marks_from_url(url: str | CancelMarkStore | None, *, backend: str = "this task backend") -> CancelMarkStore:
-    """A record store from a URL (``redis://…``) or a :class:`CancelMarkStore` object."""
-    if isinstance(url, CancelMarkStore):
+def cancel_marks_from_url(url: str | TaskRecordStore | None, *, backend: str = "this task backend") -> TaskRecordStore:
+    """A record store from a URL (``redis://…``) or a :class:`TaskRecordStore` object."""
+    if isinstance(url, TaskRecordStore):
         return url
     if url is None or url == "":
         raise StoreConfigError(

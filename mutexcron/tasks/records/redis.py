@@ -20,7 +20,6 @@ from ..model import NewTask, TaskStatus, stored_status
 from .base import (
     DEFAULT_PREFIX,
     DEFAULT_RETENTION,
-    RESULT_FIELD,
     Claim,
     TaskRecord,
     TaskRecordStore,
@@ -29,7 +28,11 @@ from .base import (
     retention_option,
 )
 
-__all__ = ["RedisCancelMarks", "RedisResultField", "RedisTaskRecords", "record_from_hash"]
+__all__ = ["RESULT_FIELD", "RedisResultField", "RedisTaskRecords", "record_from_hash"]
+
+# The hash field of a record (or of a Redis task) that store_result() fills: the name results have been stored
+# under from the start (django.tasks' results were its first use), kept so that stored results stay readable.
+RESULT_FIELD = "django_result"
 
 # -- Redis ------------------------------------------------------------------------------------------
 
@@ -242,5 +245,3 @@ class RedisTaskRecords(RedisClient, TaskRecordStore):
     def load_result(self, task_id: str) -> str | None:
         return self._results.load(self.key(task_id))
 
-
-RedisCancelMarks = RedisTaskRecords  # its name before the record stores kept results
