@@ -18,7 +18,7 @@ from .ping_urls import PingURL, mask_ping_url
 MAX_DURATION = timedelta(days=365)
 
 
-def _shown(value: object) -> str:
+def shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:80] + "…"
 
@@ -28,18 +28,18 @@ def duration(value: object, *, what: str, error: type[Exception], allow_zero: bo
     """``value`` (a timedelta, or a number of seconds if ``seconds``) as a timedelta within ±MAX_DURATION."""
     if isinstance(value, bool) or not isinstance(value, timedelta | int | float) or (
             not seconds and not isinstance(value, timedelta)):
-        raise error(f"{what} must be a timedelta{' or seconds' if seconds else ''}, not {_shown(value)}")
+        raise error(f"{what} must be a timedelta{' or seconds' if seconds else ''}, not {shown(value)}")
     if isinstance(value, float) and not math.isfinite(value):
-        raise error(f"{what} must be a finite duration, not {_shown(value)}")
+        raise error(f"{what} must be a finite duration, not {shown(value)}")
     if not isinstance(value, timedelta) and abs(value) > MAX_DURATION.total_seconds():
-        raise error(f"{what} must be at most {MAX_DURATION}, not {_shown(value)} seconds")
+        raise error(f"{what} must be at most {MAX_DURATION}, not {shown(value)} seconds")
     result = value if isinstance(value, timedelta) else timedelta(seconds=value)
     if abs(result) > MAX_DURATION:
-        raise error(f"{what} must be at most {MAX_DURATION}, not {_shown(value)}")
+        raise error(f"{what} must be at most {MAX_DURATION}, not {shown(value)}")
     if result < timedelta(0) and not allow_negative:
-        raise error(f"{what} must be {'>= 0' if allow_zero else '> 0'}, not {_shown(value)}")
+        raise error(f"{what} must be {'>= 0' if allow_zero else '> 0'}, not {shown(value)}")
     if result == timedelta(0) and not allow_zero:
-        raise error(f"{what} must be > 0, not {_shown(value)}")
+        raise error(f"{what} must be > 0, not {shown(value)}")
     return result
 
 
@@ -54,14 +54,14 @@ def positive_duration(value: object, *, what: str, error: type[Exception], secon
             result = None
     if not isinstance(result, timedelta) or result <= timedelta(0):
         kind = "timedelta or seconds" if seconds else "duration"
-        raise error(f"{what} must be a positive {kind}, not {_shown(value)}")
+        raise error(f"{what} must be a positive {kind}, not {shown(value)}")
     return result
 
 
 def count(value: object, *, what: str, error: type[Exception], maximum: int) -> int:
     """``value`` as a whole number from 1 to ``maximum``."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
-        raise error(f"{what} must be a whole number from 1 to {maximum}, not {_shown(value)}")
+        raise error(f"{what} must be a whole number from 1 to {maximum}, not {shown(value)}")
     return value
 
 
@@ -74,19 +74,10 @@ def zone(value: object, *, what: str, error: type[Exception]) -> tzinfo:
         raise error(str(problem)) from None
 
 
-def registry(value: object, *, what: str, error: type[Exception]) -> object:
-    """``value`` if it is a Registry (or None, the default registry)."""
-    from .registry import Registry  # registry.py imports this module
-
-    if value is not None and not isinstance(value, Registry):
-        raise error(f"{what} must be a Registry, not {_shown(value)}")
-    return value
-
-
 def instance_id(value: object, *, what: str, error: type[Exception]) -> str | None:
     """``value`` if it is None (host:pid) or a non-empty string."""
     if value is not None and (not isinstance(value, str) or not value.strip()):
-        raise error(f"{what} must be a non-empty string or None, not {_shown(value)}")
+        raise error(f"{what} must be a non-empty string or None, not {shown(value)}")
     return value
 
 
@@ -106,8 +97,8 @@ def http_url(value: object, *, what: str, error: type[Exception]) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():
-        shown = "an empty string" if isinstance(value, str) else _shown(value)
-        raise error(f"{what} must be an http(s) URL or None, not {shown}")
+        given = "an empty string" if isinstance(value, str) else shown(value)
+        raise error(f"{what} must be an http(s) URL or None, not {given}")
     why = _http_url_problem(value)
     if why is not None:
         raise error(f"{what} must be an absolute http:// or https:// URL: {mask_ping_url(value)!r} {why}")

@@ -13,17 +13,17 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .fires import Fire
     from .lifecycle import Generation
     from .registry import Job
 
-__all__ = ["CatchUps", "Tick"]
+__all__ = ["CatchUps"]
 
 logger = logging.getLogger("mutexcron.scheduler")
 
-Tick = tuple[datetime, "int | None"]  # a fire handed to a catch-up: nominal fire time, schedule version
 # Run the job's missed ticks before a time (None: up to now), oldest first; the last one asked for (None: none).
 RunMissed = Callable[["Generation", "Job", "datetime | None"], "datetime | None"]
-RunTick = Callable[["Generation", "Job", Tick], object]  # run one scheduled tick, as an ordinary fire does
+RunTick = Callable[["Fire"], object]  # run a fire handed to the catch-up, as an ordinary fire runs
 
 
 class CatchUps:
@@ -35,7 +35,7 @@ class CatchUps:
         self._pending: set[str] = set()
         # A job whose catch-up runs, by generation (one left over from before a restart hands nothing on): the
         # ticks it runs next, in order.
-        self._handed: dict[tuple[Generation, str], list[Tick]] = {}
+        self._handed: dict[tuple[Generation, str], list[Fire]] = {}
 
     def mark(self, names: Iterable[str]) -> None:
         """These jobs missed ticks (or may have): catch them up at the next chance."""
@@ -46,7 +46,7 @@ class CatchUps:
         with self._lock:
             return sorted(self._pending)
 
-    def run(self, life: Generation, job: Job, tick: Tick | None) -> bool:
+    def run(self, life: Generation, job: Job, tick: Fire | None) -> bool:
         """Catch ``job`` up, then run ``tick`` (a fire of the job; None from the pool), in this thread; False if
         it is not due and no catch-up of it runs: the caller runs ``tick`` as an ordinary fire.
 
@@ -60,7 +60,7 @@ class CatchUps:
             handed = self._handed.get(key)
             if handed is not None:
                 if tick is not None:
-                    bisect.insort(handed, tick, key=lambda handed_tick: handed_tick[0])
+                    bisect.insort(handed, tick, key=lambda handed_tick: handed_tick.time)
                 return True
             if name not in self._pending:
                 return False
@@ -85,11 +85,11 @@ class CatchUps:
         while not life.closing.is_set():
             with self._lock:
                 handed = self._handed[key]
-                while handed and asked is not None and handed[0][0] <= asked:
+                while handed and asked is not None and handed[0].time <= asked:
                     handed.pop(0)
                 if name in self._pending and not just_caught_up:
                     self._pending.discard(name)
-                    before, tick = (handed[0][0] if handed else None), None
+                    before, tick = (handed[0].time if handed else None), None
                 elif handed:
                     tick = handed.pop(0)
                 else:
@@ -99,6 +99,6 @@ class CatchUps:
                 newest = self._run_missed(life, job, before)
                 asked = newest if asked is None or (newest is not None and newest > asked) else asked
             else:
-                self._run_tick(life, job, tick)
-                asked = tick[0]
+                self._run_tick(tick)
+                asked = tick.time
             just_caught_up = tick is None

@@ -2,29 +2,31 @@
 store that batches (``LockStore.batches_acquires``), instead of one per job.
 
 APScheduler hands the executor every job due at an instant one after another, in one pass. :class:`FireBatch`
-gathers those that come before a worker thread starts the flush (nothing waits to gather them), and
-:func:`fire_together` runs them as the scheduler runs one fire, with one ``acquire_many``.
+gathers those that come before a worker thread starts the flush (nothing waits to gather them), makes them
+:class:`~mutexcron.fires.Fire` values there, and :func:`fire_together` runs them with one ``acquire_many``.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .fires import Fire, HandOff, Leave
 
 if TYPE_CHECKING:
-    from .lifecycle import Generation, WorkerPool
-    from .registry import Job, Registry
+    from .lifecycle import WorkerPool
+    from .registry import Registry
     from .runs import Runs
+    from .scheduler_options import FireContext
     from .stores import LockStore
 
-__all__ = ["FireBatch", "FireMany", "HandOff", "PendingFire", "batched_fires", "fire_together"]
+__all__ = ["FireBatch", "PendingFire", "batched_fires", "fire_together"]
 
 PendingFire = tuple[str, datetime, "int | None", datetime]  # job name, scheduled run time, schedule version, due
-HandOff = Callable[[Callable[[], None]], bool]  # WorkerPool.submit: False once the pool takes no more calls
-FireMany = Callable[[Sequence[PendingFire], HandOff], None]
+MakeFire = Callable[[str, datetime, "int | None", datetime], "Fire | None"]  # LockingExecutor._make
+FireMany = Callable[[Sequence[Fire], HandOff], None]
 
 
 class FireBatch:
@@ -35,18 +37,19 @@ class FireBatch:
         self._pool = pool
         self._fire_many = fire_many
         self._lock = threading.Lock()
-        self._pending: list[tuple[PendingFire, Callable[[], None]]] = []
+        self._pending: list[tuple[PendingFire, MakeFire, Callable[[], None]]] = []
 
-    def add(self, fire: PendingFire, submitted: Callable[[], None]) -> None:
-        """Queue ``fire``; ``submitted()`` once ``fire_many`` has returned (or the fire was dropped at shutdown)."""
+    def add(self, pending: PendingFire, make: MakeFire, submitted: Callable[[], None]) -> None:
+        """Queue ``pending``, made a Fire by ``make`` at the flush; ``submitted()`` once ``fire_many`` has returned
+        (or the fire was dropped at shutdown)."""
         with self._lock:
-            self._pending.append((fire, submitted))
+            self._pending.append((pending, make, submitted))
             first = len(self._pending) == 1
         if first and not self._pool.submit(self._flush):
-            for _, dropped in self._take():  # the pool is closed: shutdown drops the fires not started, these too
+            for *_, dropped in self._take():  # the pool is closed: shutdown drops the fires not started, these too
                 dropped()
 
-    def _take(self) -> list[tuple[PendingFire, Callable[[], None]]]:
+    def _take(self) -> list[tuple[PendingFire, MakeFire, Callable[[], None]]]:
         with self._lock:
             batch, self._pending = self._pending, []
         return batch
@@ -54,9 +57,10 @@ class FireBatch:
     def _flush(self) -> None:
         batch = self._take()
         try:
-            self._fire_many([fire for fire, _ in batch], self._pool.submit)
+            fires = [make(*pending) for pending, make, _ in batch]
+            self._fire_many([fire for fire in fires if fire is not None], self._pool.submit)
         finally:
-            for _, submitted in batch:
+            for *_, submitted in batch:
                 submitted()
 
 
@@ -75,34 +79,12 @@ def batched_fires(store: LockStore, registry: Registry) -> Callable[[str], bool]
     return batched
 
 
-class _Leave:
-    """``life.leave()`` for one fire, once, however often it is called."""
-
-    def __init__(self, life: Generation) -> None:
-        self._life = life
-        self._lock = threading.Lock()
-        self._left = False
-
-    def __call__(self) -> None:
-        with self._lock:
-            if self._left:
-                return
-            self._left = True
-        self._life.leave()
-
-
-def fire_together(life: Generation, fires: Sequence[PendingFire], hand_off: HandOff, *,
-                  enter: Callable[[str, datetime, datetime], tuple[Job, datetime] | None], runs: Runs,
-                  fire_context: Callable[[], AbstractContextManager[Any]]) -> None:
-    """Each fire that ``enter`` lets go ahead (as the scheduler's own fires), with one ``acquire_many``; the
-    bodies and busy locks' patience in worker threads, each in a ``fire_context()`` of its own."""
-    entered = []
-    for name, run_time, version, due in fires:
-        fire = enter(name, run_time, due)
-        if fire is not None:
-            entered.append((fire[0], fire[1], version, _Leave(life)))
-    if not entered:
+def fire_together(fires: Sequence[Fire], hand_off: HandOff, *, runs: Runs, fire_context: FireContext) -> None:
+    """Fires entered in their generation, with one ``acquire_many``; the bodies and busy locks' patience in
+    worker threads, each in a ``fire_context()`` of its own; each fire's ``life.leave()`` once it is over."""
+    if not fires:
         return
+    entered = [(fire, Leave(fire.life)) for fire in fires]
 
     def in_fire_context(call: Callable[[], None]) -> bool:
         def run() -> None:
@@ -113,8 +95,8 @@ def fire_together(life: Generation, fires: Sequence[PendingFire], hand_off: Hand
 
     try:
         with fire_context():
-            runs.execute_many(life, entered, in_fire_context)
+            runs.execute_many(entered, in_fire_context)
     except BaseException:
-        for *_, leave in entered:  # an unexpected error: no fire of the batch stays counted in flight
+        for _, leave in entered:  # an unexpected error: no fire of the batch stays counted in flight
             leave()
         raise

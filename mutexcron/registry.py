@@ -12,8 +12,7 @@ from datetime import timedelta, tzinfo
 from typing import Any, Literal, TypeVar
 
 from ._options import alert_after as check_alert_after
-from ._options import duration, http_url
-from ._options import registry as check_registry
+from ._options import duration, http_url, shown
 from ._options import zone as as_zone
 from .cron import CronSpec, CronTrigger, parse_cron
 from .cron_intervals import check_jitter
@@ -161,6 +160,13 @@ class Registry:
 
 
 default_registry = Registry()
+
+
+def check_registry(value: object, *, what: str, error: type[Exception]) -> Registry | None:
+    """``value`` if it is a Registry (or None, the default registry)."""
+    if value is not None and not isinstance(value, Registry):
+        raise error(f"{what} must be a Registry, not {shown(value)}")
+    return value
 
 
 def mutex_cron(

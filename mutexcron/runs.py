@@ -1,9 +1,10 @@
 """One fire of one job on this instance, the one way every run goes: acquire the lock (refused while
 paused, for a stale schedule, for a tick already taken, while busy), run the body under the heartbeats,
-release, tell the listeners. The scheduler decides *when*; this decides *whether* and does it."""
+release, report (listeners, telemetry, alerts). The executor decides *when*; this decides *whether* and does it."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -11,19 +12,24 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
+from .control import missed_ticks
 from .errors import StoreUnavailable
-from .fire_batch import HandOff
-from .health import StoreHealth
-from .lifecycle import Generation
-from .listeners import Listeners
+from .fires import Fire, HandOff
 from .records import JobContext, Outcome, RunRecord
-from .registry import Job
-from .schedules import Schedules
-from .stores import AcquireRequest, AcquireStatus, Acquisition, LockStore
-from .telemetry import Telemetry
+from .stores import AcquireStatus, Acquisition, LockStore, require_control
 
-__all__ = ["Runs"]
+if TYPE_CHECKING:
+    from .health import StoreHealth
+    from .lifecycle import Generation
+    from .listeners import Listeners
+    from .registry import Job
+    from .scheduler_options import SchedulerOptions
+    from .schedules import Schedules
+    from .telemetry import Telemetry
+
+__all__ = ["Reports", "Runs"]
 
 logger = logging.getLogger("mutexcron.scheduler")
 _ONE_MICROSECOND = timedelta(microseconds=1)
@@ -37,14 +43,20 @@ def _nothing() -> None:
     return None
 
 
+@dataclass(frozen=True)
+class Reports:
+    """Where a fire ends up: the listeners, the telemetry, and (``succeeded(job name)``) the alerts."""
+
+    listeners: Listeners
+    telemetry: Telemetry
+    succeeded: Callable[[str], None]
+
+
 @dataclass
 class _Waiting:
-    """A fire that found its lock busy, asking again while its patience lasts (:meth:`Runs._ask_again`);
-    ``fire_time`` None for a manual run."""
+    """A fire that found its lock busy, asking again while its patience lasts (:meth:`Runs._ask_again`)."""
 
-    job: Job
-    fire_time: datetime | None
-    version: int | None
+    fire: Fire
     acquisition: Acquisition
     deadline: float  # time.monotonic() when its patience ends
     done: Callable[[], None] = _nothing
@@ -57,137 +69,146 @@ class _Waiting:
 
 
 class Runs:
-    """Runs fires for one scheduler; ``instance_id()`` names this instance (read at each run, see Scheduler)."""
+    """Runs fires for one scheduler, named ``options.name()`` (read at each run, see SchedulerOptions)."""
 
-    def __init__(self, store: LockStore, *, instance_id: Callable[[], str], busy_grace: timedelta,
-                 listeners: Listeners, health: StoreHealth, schedules: Schedules, telemetry: Telemetry,
-                 succeeded: Callable[[str], None]) -> None:
-        self.store, self.instance_id, self.busy_grace = store, instance_id, busy_grace
-        self.listeners, self.health, self.schedules = listeners, health, schedules
-        self.telemetry, self._succeeded = telemetry, succeeded
+    def __init__(self, store: LockStore, options: SchedulerOptions, schedules: Schedules, health: StoreHealth,
+                 reports: Reports) -> None:
+        self.store, self.options, self.schedules, self.health = store, options, schedules, health
+        self.reports = reports
 
-    def execute(self, life: Generation, job: Job, fire_time: datetime, *, manual: bool, version: int | None = None,
-                 catch_up: bool = False) -> RunRecord | None:
-        """Acquire, run, release, notify; None for a lock won after shutdown began (released unrun)."""
+    def execute(self, fire: Fire) -> RunRecord | None:
+        """Acquire, run, release, report; None for a lock won after shutdown began (released unrun)."""
         started_at = _utc_now()
         try:
-            acquisition: Acquisition | StoreUnavailable = self._acquire(
-                life, job, None if manual else fire_time, version, patient=catch_up)
+            acquisition: Acquisition | StoreUnavailable = self._acquire(fire)
         except StoreUnavailable as error:
             acquisition = error
-        return self._decided(life, job, fire_time, acquisition, started_at, manual=manual, version=version,
-                             catch_up=catch_up)
+        return self._decided(fire, acquisition, started_at)
 
-    def execute_many(self, life: Generation, fires: Sequence[tuple[Job, datetime, int | None, Callable[[], None]]],
-                     hand_off: HandOff) -> None:
-        """Scheduled fires due together, (job, fire time, schedule version, ``done``): their locks asked for with one
+    def execute_many(self, fires: Sequence[tuple[Fire, Callable[[], None]]], hand_off: HandOff) -> None:
+        """Scheduled fires due together, each with its ``done``: their locks asked for with one
         :meth:`LockStore.acquire_many` (one round trip on a store that batches). Each body to run is handed off to
         a worker thread, then the busy fires to one more that waits them out together; the skips are recorded
         here. Each fire's ``done()`` is called once it is over."""
         started_at = _utc_now()
-        owner = self.instance_id()
+        owner = self.options.name()
         try:
-            results = self.store.acquire_many([AcquireRequest(job.name, owner, job.lease, fire_time, version)
-                                               for job, fire_time, version, _ in fires])
+            results = self.store.acquire_many([fire.request(owner) for fire, _ in fires])
         except StoreUnavailable as error:  # a store's acquire_many answers per fire; this is belt and braces
             results = [error] * len(fires)
         inline, waiting = [], []  # skips recorded here; busy fires waited out together in one worker thread
-        for (job, fire_time, version, done), result in zip(fires, results, strict=True):
-            patience = self._patience(job, fire_time)
+        for (fire, done), result in zip(fires, results, strict=True):
+            patience = self._patience(fire)
             if (isinstance(result, Acquisition) and result.status is AcquireStatus.BUSY
                     and patience is not None and patience > timedelta(0)):
-                deadline = time.monotonic() + patience.total_seconds()
-                waiting.append(_Waiting(job, fire_time, version, result, deadline, done))
+                waiting.append(_Waiting(fire, result, time.monotonic() + patience.total_seconds(), done))
             elif isinstance(result, Acquisition) and result.acquired:
-                self._hand_off_run(life, job, fire_time, version, result, started_at, done, hand_off)
+                self._hand_off_run(_Waiting(fire, result, 0.0, done), started_at, hand_off)
             else:
-                inline.append((job, fire_time, version, done, result))
-        if waiting and not hand_off(functools.partial(self._wait_out_together, life, waiting, started_at, hand_off)):
-            for fire in waiting:  # no worker takes calls any more: shutdown closed the pool
-                fire.done()
-        for job, fire_time, version, done, result in inline:
+                inline.append((fire, done, result))
+        if waiting and not hand_off(functools.partial(self._wait_out_together, waiting, started_at, hand_off)):
+            for busy in waiting:  # no worker takes calls any more: shutdown closed the pool
+                busy.done()
+        for fire, done, result in inline:
             try:
-                self._decided(life, job, fire_time, result, started_at, manual=False, version=version)
+                self._decided(fire, result, started_at)
             finally:
                 done()
 
-    def _hand_off_run(self, life: Generation, job: Job, fire_time: datetime, version: int | None,
-                      acquisition: Acquisition, started_at: datetime, done: Callable[[], None],
-                      hand_off: HandOff) -> None:
-        """A won fire's body to a worker thread; if none takes calls any more (shutdown), its lock released unrun."""
-        if hand_off(functools.partial(self._handed_off, life, job, fire_time, version, acquisition, started_at,
-                                      done)):
-            return
-        assert acquisition.token is not None
-        self._release_unrun(life, job, JobContext(job.name, fire_time, self.instance_id(), acquisition.token))
-        done()
+    def run_missed(self, life: Generation, job: Job, before: datetime | None) -> datetime | None:
+        """Run ``job``'s missed ticks (control.missed_ticks) before ``before``, oldest first, each through the
+        once-per-fire acquire; the last one asked for (None: none)."""
+        try:
+            state = require_control(self.store, "catch up missed ticks").lock(job.name)
+        except StoreUnavailable as error:
+            self.health.failed(error)  # due again once the store is back
+            return None
+        self.health.ok()
+        if state is None:
+            return None
+        # The ticks and their version come from the document just read, never from this instance's copy,
+        # so that no tick of a schedule replaced meanwhile is caught up.
+        self.schedules.apply(job, state)
+        ticks = missed_ticks(job, state, self.schedules.trigger_for(job, state), now=self.options.now(),
+                             before=before)
+        if ticks:
+            logger.info("job %r: catching up %d missed tick(s) (catch_up=%r) from %s", job.name, len(ticks),
+                        job.catch_up, ticks[0].isoformat())
+        for tick in ticks:
+            if life.closing.is_set():
+                return None
+            self.execute(Fire(job, tick, state.schedule_version, life, catch_up=True))
+        return ticks[-1] if ticks else None
 
-    def _wait_out_together(self, life: Generation, waiting: list[_Waiting], started_at: datetime,
-                           hand_off: HandOff) -> None:
+    def _hand_off_run(self, won: _Waiting, started_at: datetime, hand_off: HandOff) -> None:
+        """A won fire's body to a worker thread; if none takes calls any more (shutdown), its lock released unrun."""
+        if hand_off(functools.partial(self._handed_off, won, started_at)):
+            return
+        assert won.acquisition.token is not None
+        self._release_unrun(won.fire, won.fire.context(self.options.name(), won.acquisition.token))
+        won.done()
+
+    def _wait_out_together(self, waiting: list[_Waiting], started_at: datetime, hand_off: HandOff) -> None:
         """The busy fires of one batch, in one worker thread, so that a dead holder's locks do not take a worker
         thread per job: asked again together, each handed off or recorded once decided."""
-        self._ask_again(life, waiting, functools.partial(self._conclude, life, started_at=started_at,
-                                                           hand_off=hand_off))
+        self._ask_again(waiting, functools.partial(self._conclude, started_at=started_at, hand_off=hand_off))
 
-    def _ask_again(self, life: Generation, waiting: list[_Waiting], conclude: Callable[[_Waiting], None]) -> None:
-        """Ask again for busy fires, together (one ``acquire_many`` a round), backing off from 20 ms to 1 s, while
-        each is busy and within its patience; ``conclude(fire)`` once for each, when decided or when the wait ends
-        (shutdown began, or an unexpected error)."""
-        def settle(fire: _Waiting) -> None:
-            fire.concluded = True
-            conclude(fire)
+    def _ask_again(self, waiting: list[_Waiting], conclude: Callable[[_Waiting], None]) -> None:
+        """Ask again for busy fires (of one generation), together (one ``acquire_many`` a round), backing off from
+        20 ms to 1 s, while each is busy and within its patience; ``conclude(fire)`` once for each, when decided
+        or when the wait ends (shutdown began, or an unexpected error)."""
+        def settle(busy: _Waiting) -> None:
+            busy.concluded = True
+            conclude(busy)
 
+        closing = waiting[0].fire.life.closing
         pause = 0.02
         try:
             while True:
                 now = time.monotonic()
-                for fire in [fire for fire in waiting if not fire.waits(now)]:
-                    settle(fire)
-                waiting = [fire for fire in waiting if not fire.concluded]
-                if not waiting or life.closing.wait(min(pause, max(0.0, min(w.deadline for w in waiting) - now))):
+                for busy in [busy for busy in waiting if not busy.waits(now)]:
+                    settle(busy)
+                waiting = [busy for busy in waiting if not busy.concluded]
+                if not waiting or closing.wait(min(pause, max(0.0, min(w.deadline for w in waiting) - now))):
                     break
                 pause = min(pause * 2, 1.0)
-                answers = self.store.acquire_many([AcquireRequest(w.job.name, self.instance_id(), w.job.lease,
-                                                                  w.fire_time, w.version) for w in waiting])
-                for fire, answer in zip(waiting, answers, strict=True):
+                owner = self.options.name()
+                answers = self.store.acquire_many([w.fire.request(owner) for w in waiting])
+                for busy, answer in zip(waiting, answers, strict=True):
                     if isinstance(answer, StoreUnavailable):
-                        fire.error = answer  # decided: recorded as the fire's outcome
+                        busy.error = answer  # decided: recorded as the fire's outcome
                     else:
-                        fire.acquisition = answer
+                        busy.acquisition = answer
         finally:
-            for fire in waiting:
-                if not fire.concluded:
-                    settle(fire)
+            for busy in waiting:
+                if not busy.concluded:
+                    settle(busy)
 
-    def _conclude(self, life: Generation, fire: _Waiting, *, started_at: datetime, hand_off: HandOff) -> None:
+    def _conclude(self, busy: _Waiting, *, started_at: datetime, hand_off: HandOff) -> None:
         """A waited-out fire of a batch, decided: its body handed off, or its skip recorded; ``done()`` called."""
-        assert fire.fire_time is not None  # a batch holds scheduled fires only
-        if fire.error is None and fire.acquisition.acquired:
-            self._hand_off_run(life, fire.job, fire.fire_time, fire.version, fire.acquisition, started_at,
-                               fire.done, hand_off)
+        if busy.error is None and busy.acquisition.acquired:
+            self._hand_off_run(busy, started_at, hand_off)
             return
         try:
-            self._decided(life, fire.job, fire.fire_time, fire.error or fire.acquisition, started_at, manual=False,
-                          version=fire.version)
+            self._decided(busy.fire, busy.error or busy.acquisition, started_at)
         finally:
-            fire.done()
+            busy.done()
 
-    def _handed_off(self, life: Generation, job: Job, fire_time: datetime, version: int | None,
-                    acquisition: Acquisition, started_at: datetime, done: Callable[[], None]) -> None:
+    def _handed_off(self, won: _Waiting, started_at: datetime) -> None:
         """A won fire of :meth:`execute_many`, in a worker thread: its body run, its lock released."""
         try:
-            self._decided(life, job, fire_time, acquisition, started_at, manual=False, version=version)
+            self._decided(won.fire, won.acquisition, started_at)
         finally:
-            done()
+            won.done()
 
-    def _decided(self, life: Generation, job: Job, fire_time: datetime, acquisition: Acquisition | StoreUnavailable,
-                 started_at: datetime, *, manual: bool, version: int | None, catch_up: bool = False
+    def _decided(self, fire: Fire, acquisition: Acquisition | StoreUnavailable, started_at: datetime
                  ) -> RunRecord | None:
         """What the store answered (or that it could not be asked): skip and record why, or run the body."""
+        job, fire_time = fire.job, fire.time
 
         def skipped(outcome: Outcome, why: str) -> RunRecord:
-            return self._finish(RunRecord(job.name, fire_time, self.instance_id(), outcome, started_at, _utc_now(),
-                                          error=why, manual=manual, catch_up=catch_up))
+            return self._finish(RunRecord(job.name, fire_time, self.options.name(), outcome, started_at, _utc_now(),
+                                          error=why, manual=fire.manual, catch_up=fire.catch_up))
 
         if isinstance(acquisition, StoreUnavailable):
             self.health.failed(acquisition)
@@ -198,7 +219,7 @@ class Runs:
             logger.debug("job %r fire %s skipped: paused", job.name, fire_time.isoformat())
             return skipped(Outcome.SKIPPED_PAUSED, "the job is paused")
         if status is AcquireStatus.STALE_SCHEDULE:
-            return self._stale(life, job, fire_time, skipped, manual=manual, catch_up=catch_up)
+            return self._stale(fire, skipped)
         if status is AcquireStatus.ALREADY_RAN:
             logger.debug("job %r fire %s already ran elsewhere", job.name, fire_time.isoformat())
             return skipped(Outcome.SKIPPED_ALREADY_RAN, "this fire already ran")
@@ -208,75 +229,69 @@ class Runs:
             log("job %r fire %s skipped: %s", job.name, fire_time.isoformat(), why)
             return skipped(Outcome.SKIPPED_BUSY, why)
         assert acquisition.token is not None
-        ctx = JobContext(job.name, fire_time, self.instance_id(), acquisition.token, catch_up=catch_up)
-        if not life.admit(ctx):
-            self._release_unrun(life, job, ctx)
+        ctx = fire.context(self.options.name(), acquisition.token)
+        if not fire.life.admit(ctx):
+            self._release_unrun(fire, ctx)
             return None
-        return self._run_body(life, job, ctx, started_at, manual)
+        return self._run_body(fire, ctx, started_at)
 
-    def _stale(self, life: Generation, job: Job, fire_time: datetime, skipped: Callable[[Outcome, str], RunRecord],
-               *, manual: bool, catch_up: bool) -> RunRecord | None:
+    def _stale(self, fire: Fire, skipped: Callable[[Outcome, str], RunRecord]) -> RunRecord | None:
         """The store's schedule changed since this instance last read it: follow it now, and run the tick
         if the new schedule (as just read, not this instance's copy) has it too (each tick still once)."""
-        try:
-            state = self.store.lock(job.name)
+        job, fire_time = fire.job, fire.time
+        try:  # only a store with the control plane changes schedules
+            state = require_control(self.store, "follow a schedule change").lock(job.name)
         except StoreUnavailable as error:
             self.health.failed(error)
             return skipped(Outcome.SKIPPED_STORE_ERROR, str(error))
         if state is not None:
             self.schedules.apply(job, state, force=True)  # the store's word, even if its version went down
             if self.schedules.trigger_for(job, state).next_after(fire_time - _ONE_MICROSECOND) == fire_time:
-                return self.execute(life, job, fire_time, manual=manual, version=state.schedule_version,
-                                    catch_up=catch_up)
+                return self.execute(dataclasses.replace(fire, version=state.schedule_version))
         logger.info("job %r fire %s skipped: not a tick of its new schedule", job.name, fire_time.isoformat())
         return skipped(Outcome.SKIPPED_STALE_SCHEDULE, "the schedule changed; this is not a tick of the new one")
 
-    def _acquire(self, life: Generation, job: Job, fire_time: datetime | None, version: int | None, *,
-                 patient: bool = False) -> Acquisition:
-        acquisition = self.store.acquire(job.name, owner=self.instance_id(), lease=job.lease, fire_time=fire_time,
-                                         schedule_version=version)
-        return self._wait_out_busy(life, job, fire_time, version, acquisition, patient=patient)
+    def _acquire(self, fire: Fire) -> Acquisition:
+        """The store's answer for ``fire``, a busy lock waited out within the fire's patience (its error raised)."""
+        job = fire.job
+        acquisition = self.store.acquire(job.name, owner=self.options.name(), lease=job.lease, fire_time=fire.tick,
+                                         schedule_version=fire.version)
+        patience = self._patience(fire)
+        if acquisition.status is not AcquireStatus.BUSY or patience is None:
+            return acquisition
+        busy = _Waiting(fire, acquisition, time.monotonic() + patience.total_seconds())
+        self._ask_again([busy], lambda busy: None)  # the answer is returned, not handed on
+        if busy.error is not None:
+            raise busy.error
+        return busy.acquisition
 
-    def _patience(self, job: Job, fire_time: datetime | None, patient: bool = False) -> timedelta | None:
+    def _patience(self, fire: Fire) -> timedelta | None:
         """How long a fire refused as BUSY keeps asking; None: it gives up at once."""
-        if job.on_busy == "wait" or patient:
+        if fire.job.on_busy == "wait" or fire.catch_up:
             # By then a live holder has released it or died. A catch-up waits too: giving up on a missed
             # tick while another instance still runs an older one could let a later tick overtake it.
-            return job.lease
-        if fire_time is not None:
+            return fire.job.lease
+        if not fire.manual:
             # BUSY means an earlier run holds the lock (a later one would be ALREADY_RAN). It may be just
             # finishing, e.g. an old tick run late by an instance whose clock is slow: give it busy_grace
             # rather than lose this tick to it.
-            return self.busy_grace
+            return self.options.busy_grace
         return None
 
-    def _wait_out_busy(self, life: Generation, job: Job, fire_time: datetime | None, version: int | None,
-                       acquisition: Acquisition, *, patient: bool = False) -> Acquisition:
-        """One fire's :meth:`_ask_again`, in its own thread: the last answer (the store's error raised)."""
-        patience = self._patience(job, fire_time, patient)
-        if acquisition.status is not AcquireStatus.BUSY or patience is None:
-            return acquisition
-        fire = _Waiting(job, fire_time, version, acquisition, time.monotonic() + patience.total_seconds())
-        self._ask_again(life, [fire], lambda fire: None)  # the answer is returned, not handed on
-        if fire.error is not None:
-            raise fire.error
-        return fire.acquisition
-
-    def _run_body(self, life: Generation, job: Job, ctx: JobContext, started_at: datetime,
-                  manual: bool) -> RunRecord | None:
-        fire_time, token = ctx.fire_time, ctx.token
+    def _run_body(self, fire: Fire, ctx: JobContext, started_at: datetime) -> RunRecord | None:
+        job, life, fire_time, token, listeners = fire.job, fire.life, ctx.fire_time, ctx.token, self.reports.listeners
         beat = life.heartbeats.add(job, ctx)
         if beat is None:  # shutdown gave up waiting (its timeout passed) just after admit(): not started
             life.done(ctx)
             logger.warning("job %r (fire %s): shutdown finished before its body started; not run, its lock "
                            "expires with its lease", job.name, fire_time.isoformat())
             return None
-        if self.listeners.wants("started"):
-            self.listeners.notify(RunRecord(job.name, fire_time, self.instance_id(), None, started_at, None,
-                                            token=token, manual=manual, catch_up=ctx.catch_up), "started")
+        if listeners.wants("started"):
+            listeners.notify(RunRecord(job.name, fire_time, self.options.name(), None, started_at, None, token=token,
+                                       manual=fire.manual, catch_up=ctx.catch_up), "started")
         outcome, error = Outcome.SUCCEEDED, None
         try:
-            with self.telemetry.body(job, ctx):
+            with self.reports.telemetry.body(job, ctx):
                 job.call(ctx)
         except Exception:
             outcome, error = Outcome.FAILED, traceback.format_exc()
@@ -292,27 +307,27 @@ class Runs:
             else:
                 self._release(job, token, outcome, error)
             life.done(ctx)
-        record = RunRecord(job.name, fire_time, self.instance_id(), outcome, started_at, _utc_now(), error=error,
-                           token=token, lock_lost=ctx.lock_lost, manual=manual, catch_up=ctx.catch_up)
+        record = RunRecord(job.name, fire_time, self.options.name(), outcome, started_at, _utc_now(), error=error,
+                           token=token, lock_lost=ctx.lock_lost, manual=fire.manual, catch_up=ctx.catch_up)
         if outcome is Outcome.SUCCEEDED and logger.isEnabledFor(logging.INFO):
             logger.info("job %r (fire %s) succeeded in %.3fs", job.name, fire_time.isoformat(),
                         (record.finished_at - started_at).total_seconds())  # type: ignore[operator]
         life.pings.send(job.ping_url, record)  # after the release: a slow ping server never holds the lock
         if outcome is Outcome.SUCCEEDED:
-            self._succeeded(job.name)
+            self.reports.succeeded(job.name)
         return self._finish(record)
 
-    def _release_unrun(self, life: Generation, job: Job, ctx: JobContext) -> None:
+    def _release_unrun(self, fire: Fire, ctx: JobContext) -> None:
         """A lock won after shutdown stopped waiting for the fires in flight: give it back at once without
         running the body. The store already counts this tick as taken, so no instance runs it; it is logged,
         not recorded as a run."""
-        if life.finalized:
+        if fire.life.finalized:
             logger.warning("job %r: fire %s won its lock after shutdown finished; not run, the lock expires "
-                           "with its lease", job.name, ctx.fire_time.isoformat())
+                           "with its lease", fire.job.name, ctx.fire_time.isoformat())
             return
         logger.warning("job %r: fire %s won its lock after shutdown stopped waiting; released without running it",
-                       job.name, ctx.fire_time.isoformat())
-        self._release(job, ctx.token)
+                       fire.job.name, ctx.fire_time.isoformat())
+        self._release(fire.job, ctx.token)
 
     def _release(self, job: Job, token: int, outcome: Outcome | None = None, error: str | None = None) -> None:
         """Give the lock back, with the run's outcome for alerts (None: the body did not run)."""
@@ -329,6 +344,6 @@ class Runs:
     def _finish(self, record: RunRecord) -> RunRecord:
         if record.outcome is Outcome.SKIPPED_STORE_ERROR:
             self.health.skipped()
-        self.telemetry.finished(record)
-        self.listeners.notify(record, "finished")
+        self.reports.telemetry.finished(record)
+        self.reports.listeners.notify(record, "finished")
         return record

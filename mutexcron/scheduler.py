@@ -5,39 +5,37 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import os
-import socket
 from collections.abc import Callable, Collection
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from . import _options, control
+from . import control
 from .alerts import Alerts
 from .catchup import CatchUps
 from .checkup import DEFAULT_MISFIRE_GRACE_TIME
 from .errors import LockBusy, SchedulerConfigError, StoreUnavailable
-from .fire_batch import batched_fires, fire_together
+from .executor import LockingExecutor, run_by_locking_executor
+from .fire_batch import batched_fires
+from .fires import Fire
 from .health import StoreHealth
 from .heartbeats import Heartbeats
 from .lifecycle import Generation
 from .listeners import Listener, Listeners
 from .pings import PING_TIMEOUT, Pings
 from .records import Outcome, RunRecord
-from .registry import BUSY_POLICIES, BusyPolicy, Job, Registry, default_registry
-from .runs import Runs
+from .registry import BUSY_POLICIES, BusyPolicy, Job, Registry
+from .runs import Reports, Runs
+from .scheduler_options import SchedulerOptions
 from .schedules import Schedules, ScheduleSync
-from .stores import LockState, LockStore, store_from_url
+from .stores import ControlStore, LockState, LockStore, store_from_url, supports_control
 from .telemetry import build_telemetry
-from .triggers import LockingExecutor, run_by_locking_executor
 
 __all__ = ["Listener", "Scheduler"]
 
 logger = logging.getLogger("mutexcron.scheduler")
-_ONE_MICROSECOND = timedelta(microseconds=1)
-
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
@@ -76,44 +74,30 @@ class Scheduler:
         tracing: bool = False,
         ping_timeout: timedelta | float = PING_TIMEOUT,
     ) -> None:
-        bad = SchedulerConfigError  # every option is checked before the store is built
-        _options.registry(registry, what="Scheduler registry", error=bad)
-        self.registry = default_registry if registry is None else registry  # an empty one is falsy
-        self._instance_id = _options.instance_id(instance_id, what="Scheduler instance_id", error=bad)
-        self.timezone = _options.zone(timezone, what="Scheduler timezone", error=bad)
-        self.misfire_grace_time = _options.duration(misfire_grace_time, what="Scheduler misfire_grace_time",
-                                                    error=bad, seconds=False)
-        self.max_workers = _options.count(max_workers, what="Scheduler max_workers", error=bad, maximum=1000)
-        self.shutdown_timeout = _options.duration(shutdown_timeout, what="Scheduler shutdown_timeout", error=bad,
-                                                  seconds=False)
-        self.clock_skew = _options.duration(clock_skew, what="Scheduler clock_skew", error=bad, seconds=False,
-                                            allow_negative=True)
-        if fire_context is not None and not callable(fire_context):
-            raise bad(f"Scheduler fire_context must be a context manager factory or None, not {fire_context!r}")
-        self.fire_context = fire_context or nullcontext
-        self.busy_grace = _options.duration(busy_grace, what="Scheduler busy_grace", error=bad, seconds=False)
-        self.sync_interval = _options.duration(sync_interval, what="Scheduler sync_interval", error=bad,
-                                               seconds=False, allow_zero=False)
-        self.ping_timeout = _options.duration(ping_timeout, what="Scheduler ping_timeout", error=bad, allow_zero=False)
-        self._telemetry = build_telemetry(metrics=metrics, tracing=tracing, error=bad)
+        # Every option is checked before the store is built.
+        self.options = options = SchedulerOptions.checked(dict(
+            registry=registry, instance_id=instance_id, timezone=timezone, misfire_grace_time=misfire_grace_time,
+            max_workers=max_workers, shutdown_timeout=shutdown_timeout, clock_skew=clock_skew,
+            fire_context=fire_context, busy_grace=busy_grace, sync_interval=sync_interval, ping_timeout=ping_timeout))
+        self._telemetry = build_telemetry(metrics=metrics, tracing=tracing, error=SchedulerConfigError)
+        self.registry, self.timezone, self.fire_context = options.registry, options.timezone, options.fire_context
+        self.misfire_grace_time, self.shutdown_timeout = options.misfire_grace_time, options.shutdown_timeout
+        self.max_workers, self.clock_skew, self.busy_grace = options.max_workers, options.clock_skew, options.busy_grace
+        self.sync_interval, self.ping_timeout = options.sync_interval, options.ping_timeout
         self._owns_store = not isinstance(store, LockStore)
         self.store = store_from_url(store)
         self._listeners = Listeners()
         self._life = self._new_generation()
         self._aps: BackgroundScheduler | None = None
-        self._schedules = Schedules(self.timezone, self.clock_skew)
-        self._catch_ups = CatchUps(self._run_missed, lambda life, job, tick: self._runs.execute(
-            life, job, tick[0], manual=False, version=tick[1]))
+        self._schedules = Schedules(options.timezone, options.clock_skew)
         # Ticks are missed while the store is away: catch them up once it is back.
         self._health = StoreHealth(on_down=lambda: self._catch_ups.mark(self._catching_up_jobs()),
                                    on_back=lambda: self._start_catch_up(self._life) if self._aps else None)
-        self._alerts = Alerts(self.store, instance_id=lambda: self.instance_id,
-                              misfire_grace_time=self.misfire_grace_time, notify=self._listeners.notify,
-                              overdue=self._telemetry.overdue)
-        self._runs = Runs(self.store, instance_id=lambda: self.instance_id, busy_grace=self.busy_grace,
-                          listeners=self._listeners, health=self._health, schedules=self._schedules,
-                          telemetry=self._telemetry,
-                          succeeded=lambda name: self._alerts.succeeded(name, _utc_now() + self.clock_skew))
+        self._alerts = Alerts(self.store, instance_id=options.name, misfire_grace_time=options.misfire_grace_time,
+                              notify=self._listeners.notify, overdue=self._telemetry.overdue)
+        self._runs = Runs(self.store, options, self._schedules, self._health, Reports(
+            self._listeners, self._telemetry, lambda name: self._alerts.succeeded(name, options.now())))
+        self._catch_ups = CatchUps(self._runs.run_missed, self._runs.execute)
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -121,7 +105,7 @@ class Scheduler:
     def instance_id(self) -> str:
         """This instance's name in lock documents and run records (default ``host:pid``, read at use,
         so a scheduler created before a fork names the child)."""
-        return self._instance_id or f"{socket.gethostname()}:{os.getpid()}"
+        return self.options.name()
 
     @property
     def running(self) -> bool:
@@ -146,14 +130,10 @@ class Scheduler:
         life = self._life
         self.seed()
         states = self._read_states()
+        executor = LockingExecutor(life, life.start_pool(self.max_workers), self.options, self._runs, self._catch_ups,
+                                   batched=batched_fires(self.store, self.registry))
         aps = BackgroundScheduler(
-            timezone=UTC,
-            executors={"default": LockingExecutor(functools.partial(self._fire, life),
-                                                  life.start_pool(self.max_workers), self._jitter_of,
-                                                  fire_many=functools.partial(
-                                                      fire_together, life, enter=functools.partial(self._enter, life),
-                                                      runs=self._runs, fire_context=self.fire_context),
-                                                  batched=batched_fires(self.store, self.registry))},
+            timezone=UTC, executors={"default": executor},
             # The store decides who runs; locally every fire is handed over, and coalesced if late.
             job_defaults={"coalesce": True, "max_instances": 10_000, "misfire_grace_time": None},
         )
@@ -172,6 +152,9 @@ class Scheduler:
         logger.info(
             "mutexcron scheduler %s started with %d job(s) on %r", self.instance_id, len(jobs), self.store
         )
+        if not supports_control(self.store):
+            logger.info("lock store %r has no control plane (mutexcron.stores.ControlStore): every tick runs once, "
+                        "without pauses, schedule overrides, catch-up or alerts", self.store)
 
     def seed(self) -> int:
         """Create missing lock documents for every declared job (never resets one); safe on many instances."""
@@ -285,53 +268,24 @@ class Scheduler:
         if not life.enter():
             raise RuntimeError(f"scheduler {self.instance_id} is shut down; start() it to run jobs again")
         try:
-            record = self._runs.execute(life, job, fire_time, manual=manual, version=version)
+            record = self._runs.execute(Fire(job, fire_time, version, life, manual=manual))
         finally:
             life.leave()
         if record is None:
             raise RuntimeError(f"job {job.name!r}: the scheduler shut down while it took its lock; released unrun")
         return record
 
-    def _fire(self, life: Generation, name: str, run_time: datetime, version: int | None, due: datetime) -> None:
-        """Called in a worker thread when a job's trigger fires on this instance (``due`` is ``run_time``
-        plus the tick's jitter)."""
-        entered = self._enter(life, name, run_time, due)
-        if entered is None:
-            return
-        job, fire_time = entered
-        try:
-            with self.fire_context():
-                # While the job catches up, its catch-up runs this tick after the missed ones (mutexcron.catchup).
-                if job.catch_up == "skip" or not self._catch_ups.run(life, job, (fire_time, version)):
-                    self._runs.execute(life, job, fire_time, manual=False, version=version)
-        finally:
-            life.leave()
-
-    def _enter(self, life: Generation, name: str, run_time: datetime, due: datetime) -> tuple[Job, datetime] | None:
-        """The job and nominal fire time of a fire that goes ahead (counted in flight: ``life.leave()`` after it),
-        or None: missed by more than the misfire grace, no longer declared, or the scheduler is shutting down."""
-        fire_time = (run_time + self.clock_skew).astimezone(UTC)
-        late = _utc_now() - due
-        if late > self.misfire_grace_time:
-            logger.warning("job %r: fire %s missed by %s (misfire_grace_time %s); not run", name,
-                           fire_time.isoformat(), late, self.misfire_grace_time)
-            return None
-        try:
-            job = self.registry.get(name)
-        except KeyError:
-            logger.warning("job %r fired but is no longer declared", name)
-            return None
-        if not life.enter():
-            logger.debug("job %r: fire %s dropped: the scheduler is shutting down", name, fire_time.isoformat())
-            return None
-        return job, fire_time
-
     # -- the store's schedules, and catching up missed ticks -------------------------------------------
 
     def _read_states(self) -> dict[str, LockState]:
-        """Every lock document, by name; empty (and the outage noted) if the store cannot be read."""
+        """Every lock document, by name; empty (and the outage noted) if the store cannot be read. A store
+        without the control plane has none to read: it is pinged, to notice an outage and its end."""
         try:
-            states = {state.name: state for state in self.store.locks()}
+            if isinstance(self.store, ControlStore):
+                states = {state.name: state for state in self.store.locks()}
+            else:
+                self.store.ping()
+                states = {}
         except StoreUnavailable as error:
             self._health.failed(error)
             return {}
@@ -351,20 +305,17 @@ class Scheduler:
     def _check_alerts(self, states: dict[str, LockState]) -> None:
         """Overdue and failing jobs, from lock documents just read (nothing to judge if none could be)."""
         if states:
-            self._alerts.check(self.registry, states, self._schedules.trigger, _utc_now() + self.clock_skew)
+            self._alerts.check(self.registry, states, self._schedules.trigger, self.options.now())
 
     def _follow(self, state: LockState) -> None:
         """After this instance changed a schedule: fire on it now rather than at the next sync."""
         if self._aps is not None and state.name in self.registry:
             self._schedules.apply(self.registry.get(state.name), state)
 
-    def _jitter_of(self, name: str, run_time: datetime) -> timedelta:
-        job = self.registry.get(name) if name in self.registry else None
-        if job is None or not job.jitter:
-            return timedelta(0)
-        return control.jitter_delay(name, (run_time + self.clock_skew).astimezone(UTC), job.jitter)
-
     def _catching_up_jobs(self) -> list[str]:
+        """The jobs that catch up missed ticks: none on a store without the control plane (no last fire to read)."""
+        if not supports_control(self.store):
+            return []
         return [job.name for job in self.registry if job.catch_up != "skip"]
 
     def _start_catch_up(self, life: Generation) -> None:
@@ -381,28 +332,3 @@ class Scheduler:
                 self._catch_ups.run(life, job, None)
         finally:
             life.leave()
-
-    def _run_missed(self, life: Generation, job: Job, before: datetime | None) -> datetime | None:
-        """Run ``job``'s missed ticks (control.missed_ticks) before ``before``, oldest first, each through the
-        once-per-fire acquire; the last one asked for (None: none)."""
-        try:
-            state = self.store.lock(job.name)
-        except StoreUnavailable as error:
-            self._health.failed(error)  # due again once the store is back
-            return None
-        self._health.ok()
-        if state is None:
-            return None
-        # The ticks and their version come from the document just read, never from this instance's copy,
-        # so that no tick of a schedule replaced meanwhile is caught up.
-        self._schedules.apply(job, state)
-        now = _utc_now() + self.clock_skew
-        ticks = control.missed_ticks(job, state, self._schedules.trigger_for(job, state), now=now, before=before)
-        if ticks:
-            logger.info("job %r: catching up %d missed tick(s) (catch_up=%r) from %s", job.name, len(ticks),
-                        job.catch_up, ticks[0].isoformat())
-        for tick in ticks:
-            if life.closing.is_set():
-                return None
-            self._runs.execute(life, job, tick, manual=False, version=state.schedule_version, catch_up=True)
-        return ticks[-1] if ticks else None

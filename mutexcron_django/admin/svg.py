@@ -30,6 +30,7 @@ STATES: dict[str, str] = {
 # Shapes as well as colours, so the states differ without colour too: (y offset, height) as parts of a cell.
 _SHAPES: dict[str, tuple[float, float]] = {"paused": (0.3, 0.4), "skipped": (0.25, 0.75), "pending": (0.6, 0.4)}
 SERIES = 8  # histogram colours (mx-series-0 .. 7), then they repeat
+HISTOGRAM_BAR, HISTOGRAM_GAP, HISTOGRAM_HEIGHT = 18.0, 4.0, 90.0  # a bar's width, the gap after it, the chart's height
 
 
 def swatch(css_class: str, size: float = 12) -> SafeString:
@@ -146,9 +147,9 @@ class Bar:
     counts: Mapping[str, int]
 
 
-def histogram(bars: Sequence[Bar], series: Sequence[str], *, label: str, bar: float = 18, gap: float = 4,
-              height: float = 90, every: int = 1) -> SafeString:
+def histogram(bars: Sequence[Bar], series: Sequence[str], *, label: str, every: int = 1) -> SafeString:
     """Stacked bars, one colour per series (in ``series`` order); ``every``-th bar labelled under the axis."""
+    bar, gap, height = HISTOGRAM_BAR, HISTOGRAM_GAP, HISTOGRAM_HEIGHT
     pitch = bar + gap
     width = max(pitch * len(bars) - gap, bar)
     plot = height - 26
