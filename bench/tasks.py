@@ -494,7 +494,7 @@ class MutexcronDjango(MutexcronSystem):
         self.server = self.database.create()
         from django.core.management import call_command
 
-        importlib.import_module("mutexcron_django.tasks_backend")
+        importlib.import_module("mutexcron_django.sql.tasks.backend")
         call_command("migrate", verbosity=0, interactive=False)
         super().open()
         backend = self.queue.backend

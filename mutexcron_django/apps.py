@@ -16,8 +16,8 @@ logger = logging.getLogger("mutexcron.django")
 # points in pyproject.toml, registered again at start-up for a checkout that runs without being installed.
 BACKENDS: dict[Kind, str] = {
     "lock_store": "mutexcron_django.store:DjangoLockStore",
-    "task_backend": "mutexcron_django.tasks_backend:DjangoTaskBackend",
-    "record_store": "mutexcron_django.cancel_marks:DjangoTaskRecords",
+    "task_backend": "mutexcron_django.sql.tasks.backend:DjangoTaskBackend",
+    "record_store": "mutexcron_django.sql.tasks.records:DjangoTaskRecords",
 }
 
 

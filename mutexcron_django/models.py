@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from .dbclock import aware
+from .sql.clock import aware
 
 
 class Lock(models.Model):
@@ -121,7 +121,7 @@ class PauseSpan(models.Model):
 
 
 class ScheduledTask(models.Model):
-    """A delayed one-off task of ``TaskQueue("django://")`` (see ``mutexcron_django.tasks_backend``).
+    """A delayed one-off task of ``TaskQueue("django://")`` (see ``mutexcron_django.sql.tasks.backend``).
 
     ``due`` is when it may run next (its ``run_at``, or a retry's time); ``claim_token`` is the token of
     the worker's claim that holds it while ``running``, until ``visible_until`` (database clock).
@@ -168,7 +168,7 @@ class ScheduledTask(models.Model):
 class TaskMark(models.Model):
     """A task's record beside a message broker (RabbitMQ): status, attempts, generation, cancel mark.
 
-    See ``mutexcron.tasks.records.base`` and ``mutexcron_django.cancel_marks``. A row whose
+    See ``mutexcron.tasks.records.base`` and ``mutexcron_django.sql.tasks.records``. A row whose
     ``expires_at`` has passed counts as absent (and is pruned); NULL never expires (a failed task).
     """
 

@@ -1,5 +1,5 @@
 """What the app keeps once per process (its scheduler, its task queue), and the connection hygiene that
-long-lived threads need: both shared by ``runtime`` and ``process_queue``."""
+long-lived threads need: both shared by ``runtime`` and ``tasks.queue``."""
 
 from __future__ import annotations
 

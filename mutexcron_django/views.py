@@ -53,7 +53,7 @@ def _watch_pending_tasks() -> None:
     """Build this process's task queue (it connects to nothing) so that ``mutexcron_tasks_pending`` is read from
     the backend at every scrape, in a process that never scheduled a task too: the series never comes and goes
     with whichever worker answers."""
-    from .process_queue import get_task_queue
+    from .tasks.queue import get_task_queue
 
     try:
         get_task_queue()

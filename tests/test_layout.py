@@ -103,8 +103,8 @@ PACKAGES = ("mutexcron", "mutexcron_django")
 KNOWN_CYCLE_EDGES = {
     ("mutexcron.tasks.backends.redis.consumer", "mutexcron.tasks.backends.redis.backend"),
     ("mutexcron.tasks.backends.redis.migrate", "mutexcron.tasks.backends.redis.backend"),
-    ("mutexcron_django.task_claims", "mutexcron_django.task_consumer"),
-    ("mutexcron_django.task_consumer", "mutexcron_django.tasks_backend"),
+    ("mutexcron_django.sql.tasks.claims", "mutexcron_django.sql.tasks.consumer"),
+    ("mutexcron_django.sql.tasks.consumer", "mutexcron_django.sql.tasks.backend"),
 }
 
 # Signatures longer than MAX_PARAMETERS on purpose: the public option lists, each a keyword-only list of options.

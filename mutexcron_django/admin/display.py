@@ -19,7 +19,7 @@ from django.utils.html import format_html
 from mutexcron.urls import scrub
 
 from ..conf import MutexcronSettings, get_settings
-from ..dbclock import AsUTC, aware
+from ..sql.clock import AsUTC, aware
 
 M = TypeVar("M", bound=Model)
 

@@ -26,9 +26,9 @@ from django.db import connections, transaction
 from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.tasks import NewTask, TaskBackend, TaskQueue, TaskStatus
 from mutexcron.tasks.records.base import RecordDataError, Verdict
-from mutexcron_django.cancel_marks import DjangoTaskRecords
 from mutexcron_django.models import ScheduledTask, TaskMark
-from mutexcron_django.tasks_backend import DbNow, DjangoDelivery, DjangoTaskBackend, _wake_directory
+from mutexcron_django.sql.tasks.backend import DbNow, DjangoDelivery, DjangoTaskBackend, _wake_directory
+from mutexcron_django.sql.tasks.records import DjangoTaskRecords
 from tests.django.session_zone import InSessionZone, session_time_zone
 from tests.django.tasks_support import (
     database_alias,

@@ -13,10 +13,10 @@ from mutexcron import StoreConfigError
 from mutexcron.errors import StoreUnavailable
 from mutexcron.stores import store_from_url
 from mutexcron.tasks import TaskQueue
-from mutexcron_django.cancel_marks import DjangoTaskRecords
-from mutexcron_django.databases import sql_errors
+from mutexcron_django.sql.databases import sql_errors
+from mutexcron_django.sql.tasks.backend import DjangoTaskBackend
+from mutexcron_django.sql.tasks.records import DjangoTaskRecords
 from mutexcron_django.store import DjangoLockStore
-from mutexcron_django.tasks_backend import DjangoTaskBackend
 
 BUILDERS: dict[str, Callable[[str], object]] = {
     "lock store": store_from_url,

@@ -272,7 +272,7 @@ def test_get_task_queue_is_built_from_the_setting_once_per_process(redis_url: st
 
 
 def test_get_task_queue_defaults_to_the_database_backend() -> None:
-    from mutexcron_django.tasks_backend import DjangoTaskBackend
+    from mutexcron_django.sql.tasks.backend import DjangoTaskBackend
 
     queue = get_task_queue()
 

@@ -19,7 +19,7 @@ from mutexcron import Outcome
 from mutexcron.tasks import HandlerRegistry, TaskQueue, task_handler
 from mutexcron_django import runtime
 from mutexcron_django.conf import get_settings
-from mutexcron_django.process_queue import reset_task_queue
+from mutexcron_django.tasks.queue import reset_task_queue
 from tests.django.jobhelpers import Declarations
 
 

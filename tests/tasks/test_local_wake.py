@@ -16,11 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from mutexcron_django.local_wake import MAX_MESSAGE, SUFFIX, LocalWakeChannel, UnsafeWakeDirectory, WakeListener
+from mutexcron_django.sql.tasks.local_wake import (
+    MAX_MESSAGE,
+    SUFFIX,
+    LocalWakeChannel,
+    UnsafeWakeDirectory,
+    WakeListener,
+)
 
 LISTENER_SCRIPT = """
 import sys
-from mutexcron_django.local_wake import LocalWakeChannel
+from mutexcron_django.sql.tasks.local_wake import LocalWakeChannel
 listener = LocalWakeChannel(sys.argv[1]).listen()
 print(listener.path, flush=True)
 for message in listener.receive(timeout=10):

@@ -5,7 +5,7 @@ before it is delivered, so its backend keeps one small record per task in a :cla
 and asks it before running a delivered message: ``cancel`` and ``claim`` race on one record (exactly
 one wins), and every message carries a *generation* so that a stale copy is dropped. Each method is one
 atomic compare-and-set on one record: Redis (:mod:`mutexcron.tasks.records.redis`), SQL
-(``mutexcron_django.cancel_marks``) and memory (:mod:`mutexcron.tasks.records.memory`) implement it,
+(``mutexcron_django.sql.tasks.records``) and memory (:mod:`mutexcron.tasks.records.memory`) implement it,
 and ``tests/tasks/contract.py`` proves them all. Stores are picked by URL with :func:`cancel_marks_from_url`.
 """
 

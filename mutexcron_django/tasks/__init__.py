@@ -6,13 +6,13 @@ project's types) and the documented import path of both halves::
     task_id = get_task_queue().schedule("send-sms", {"to": "+33…"}, delay=timedelta(minutes=10))
     TASKS = {"default": {"BACKEND": "mutexcron_django.tasks.MutexcronTaskBackend"}}
 
-The queue lives in :mod:`mutexcron_django.process_queue`, the ``django.tasks`` backend in
-:mod:`mutexcron_django.django_tasks` (how it maps results: ``docs/django-tasks.md``).
+The queue lives in :mod:`mutexcron_django.tasks.queue`, the ``django.tasks`` backend in
+:mod:`mutexcron_django.tasks.backend` (how it maps results: ``docs/django-tasks.md``).
 """
 
 from __future__ import annotations
 
-from .django_tasks import (
+from .backend import (
     HAS_DJANGO_TASKS,
     TASK_TYPE,
     MutexcronTaskBackend,
@@ -22,7 +22,7 @@ from .django_tasks import (
     cancel,
     result_slot,
 )
-from .process_queue import DjangoHandlers, get_task_queue, reset_task_queue
+from .queue import DjangoHandlers, get_task_queue, reset_task_queue
 
 __all__ = [
     "HAS_DJANGO_TASKS",

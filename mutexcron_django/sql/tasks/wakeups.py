@@ -2,7 +2,7 @@
 
 Workers of one process share a hub per alias, fed by this process's producers (after their transaction
 commits) and by one thread that hears other processes: ``LISTEN`` on PostgreSQL, a Unix socket of
-:mod:`~mutexcron_django.local_wake` on SQLite and MySQL/MariaDB. A wake-up is only a hint to look now;
+:mod:`~mutexcron_django.sql.tasks.local_wake` on SQLite and MySQL/MariaDB. A wake-up is only a hint to look now;
 see ``docs/sql-tasks.md`` for the whole design.
 """
 

@@ -3,7 +3,7 @@
 One ``ScheduledTask`` row per task; workers claim due rows under a token of their claim (no two get the
 same task) and sleep until the next due time, woken early by NOTIFY (PostgreSQL), local sockets (SQLite,
 MySQL/MariaDB) or this process's producers. This module is the backend; the claim queries, the consumer
-and the wake-ups are in ``task_claims``, ``task_consumer`` and ``task_wakeups``. The design, and its
+and the wake-ups are in ``claims``, ``consumer`` and ``wakeups``. The design, and its
 limits, are in ``docs/sql-tasks.md``.
 """
 
@@ -22,12 +22,12 @@ from mutexcron.tasks.backends.base import ClaimingBackend, ConsumeRequest
 from mutexcron.tasks.model import NewTask, TaskInfo, decode_trace_context, stored_payload, stored_status
 from mutexcron.urls import mask_url, seconds_option
 
-from .databases import checked_alias, parse_django_url
-from .dbclock import AsUTC, DbNow, aware, now_minus
-from .models import ScheduledTask
-from .task_claims import TaskClaims
-from .task_consumer import DjangoConsumer, DjangoDelivery
-from .task_wakeups import SOCKETS, Message, WakeModes, notify, post, wake_directory, wake_payload
+from ...models import ScheduledTask
+from ..clock import AsUTC, DbNow, aware, now_minus
+from ..databases import checked_alias, parse_django_url
+from .claims import TaskClaims
+from .consumer import DjangoConsumer, DjangoDelivery
+from .wakeups import SOCKETS, Message, WakeModes, notify, post, wake_directory, wake_payload
 
 __all__ = ["DbNow", "DjangoDelivery", "DjangoTaskBackend"]
 
@@ -53,7 +53,7 @@ class DjangoTaskBackend(ClaimingBackend):
     (default 7 days).
     """
 
-    manages_connections = True  # its consumer closes stale connections around each claim (task_consumer)
+    manages_connections = True  # its consumer closes stale connections around each claim (consumer)
 
     def __init__(
         self,

@@ -20,13 +20,13 @@ from django.db.models.functions import Cast, Coalesce, Concat
 
 from mutexcron.backends import epoch_ms
 
-from .databases import sql_errors
-from .dbclock import AsUTC, DbNow, aware, now_plus, now_sql, utc_sql
-from .models import ScheduledTask
-from .task_wakeups import Message, wake_payload
+from ...models import ScheduledTask
+from ..clock import AsUTC, DbNow, aware, now_plus, now_sql, utc_sql
+from ..databases import sql_errors
+from .wakeups import Message, wake_payload
 
 if TYPE_CHECKING:
-    from .task_consumer import DjangoDelivery
+    from .consumer import DjangoDelivery
 
 logger = logging.getLogger("mutexcron.tasks.django")
 
@@ -54,7 +54,7 @@ def is_retryable(error: BaseException) -> bool:
 class TaskClaims:
     """The ``ScheduledTask`` rows of one database alias as workers claim and settle them.
 
-    ``notify`` and ``post`` send wake-ups to other processes and to this one (see :mod:`.task_wakeups`);
+    ``notify`` and ``post`` send wake-ups to other processes and to this one (see :mod:`.wakeups`);
     ``cross_process_wake`` says whether anyone elsewhere hears a claim's visibility deadline.
     """
 

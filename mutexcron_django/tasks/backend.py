@@ -22,7 +22,7 @@ from django.utils import timezone
 from mutexcron.backends import as_utc
 from mutexcron.tasks import NewTask, PayloadError, TaskBackend, TaskQueue, TaskStatus, task_handler
 
-from .process_queue import get_task_queue
+from .queue import get_task_queue
 
 try:  # Django 6.0+
     from django.tasks import Task as DjangoTask

@@ -26,13 +26,13 @@ from mutexcron.tasks.backends.base import (
     run_batch,
 )
 
-from .dbclock import DbNow, now_plus
-from .models import ScheduledTask
-from .task_wakeups import UNLISTENED_MAX_SLEEP, WAKE, Inbox, hub
+from ...models import ScheduledTask
+from ..clock import DbNow, now_plus
+from .wakeups import UNLISTENED_MAX_SLEEP, WAKE, Inbox, hub
 
 if TYPE_CHECKING:
-    from .task_claims import TaskClaims
-    from .tasks_backend import DjangoTaskBackend
+    from .backend import DjangoTaskBackend
+    from .claims import TaskClaims
 
 logger = logging.getLogger("mutexcron.tasks.django")
 
@@ -47,7 +47,7 @@ Status = ScheduledTask.Status
 @dataclass(eq=False)
 class DjangoDelivery(ClaimedDelivery):
     """A claimed task; ``token`` (the claim's) proves the claim is still this worker's. It settles its row
-    itself, through the backend's :class:`~.task_claims.TaskClaims`."""
+    itself, through the backend's :class:`~.claims.TaskClaims`."""
 
     claims: TaskClaims
     id: str

@@ -32,9 +32,9 @@ from mutexcron.tasks.records.base import (
     retention_option,
 )
 
-from .databases import checked_alias, parse_django_url, sql_errors
-from .dbclock import AsUTC, DbNow, aware, now_plus
-from .models import TaskMark
+from ...models import TaskMark
+from ..clock import AsUTC, DbNow, aware, now_plus
+from ..databases import checked_alias, parse_django_url, sql_errors
 
 __all__ = ["DjangoTaskRecords"]
 

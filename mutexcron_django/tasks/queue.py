@@ -17,8 +17,8 @@ from django.core.signals import setting_changed
 
 from mutexcron.tasks import Handler, HandlerRegistry, TaskQueue, default_handlers
 
-from .conf import get_settings
-from .per_process import PerProcess, fresh_connections
+from ..conf import get_settings
+from ..per_process import PerProcess, fresh_connections
 
 __all__ = ["DjangoHandlers", "get_task_queue", "reset_task_queue"]
 
