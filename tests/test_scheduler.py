@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -394,3 +396,15 @@ def test_a_scheduler_keeps_the_empty_registry_it_was_given_and_runs_jobs_declare
     assert scheduler.registry is registry
     record = scheduler.run_tick("declared.later", datetime(2026, 1, 1, 6, tzinfo=UTC))
     assert record.outcome is Outcome.SUCCEEDED
+
+
+def test_the_options_are_checked_once_into_one_frozen_value(store: MemoryLockStore, registry: Registry) -> None:
+    """What the fire path reads: durations as timedeltas, the zone as a tzinfo, defaults filled in, unchangeable."""
+    scheduler = instance(store, registry, timezone="Europe/Paris", ping_timeout=2.5)
+    options = scheduler.options
+
+    assert (options.registry, options.instance_id, options.timezone) == (registry, "A", ZoneInfo("Europe/Paris"))
+    assert options.ping_timeout == timedelta(seconds=2.5)
+    assert options.name() == scheduler.instance_id == "A"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.busy_grace = timedelta(0)  # type: ignore[misc]
