@@ -1,7 +1,7 @@
 """What bench/fleet.py and bench/soak.py share: instance processes, their line files, a private redis-server,
 a private PostgreSQL database, CPU time from /proc, percentiles. No sleep here stands for a condition: every
-wait polls one, with a deadline (tests/support.py's wait_until). The bench needs the repository root on sys.path
-(its scripts put it there)."""
+wait polls one, with a deadline (tests.support.wait_until). The bench needs the repository root on sys.path (its
+scripts put it there)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ The exit status is 0 whatever the ratios: it is a report.
 Then it times what ``metrics=True`` and ``tracing=True`` add to a guarded run (bench/telemetry_cost.py;
 ``--skip telemetry`` leaves that out).
 
-Without ``--mongo`` a mongoeco wire server (tests/servers.py) is started for the run. Redis keys go
+Without ``--mongo`` a mongoeco wire server (tests/support/servers.py) is started for the run. Redis keys go
 under a unique prefix and the MongoDB data into a unique database; both are removed afterwards.
 """
 
@@ -41,7 +41,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # for tests.servers (the mongoeco wire server) and an uninstalled mutexcron
+    sys.path.insert(0, str(ROOT))  # for tests.support.servers (the mongoeco wire server) and an uninstalled mutexcron
 
 TARGET_RATIO = 1.5
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/10"
@@ -261,7 +261,7 @@ def mongo_server(url: str | None) -> Iterator[str]:
     if url:
         yield url
         return
-    from tests.servers import MongoWireServer
+    from tests.support.servers import MongoWireServer
 
     server = MongoWireServer()
     try:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Start the servers the tests need if they are not already running (the machine usually starts them).
-# MongoDB is not started here: the test suite starts its own MongoDB wire server (tests/servers.py).
+# MongoDB is not started here: the test suite starts its own MongoDB wire server (tests/support/servers.py).
 set -u
 
 wait_for() {  # wait_for NAME COMMAND...: poll until COMMAND succeeds, at most 90 s

@@ -15,14 +15,14 @@ import redis
 from mutexcron.registry import Registry
 from mutexcron.scheduler import Scheduler
 from mutexcron.stores import LockStore, MemoryLockStore
-from tests.scale_out import (  # noqa: F401 - the shared Redis Cluster and Sentinel group's fixtures
+from tests.support.scale_out import (  # noqa: F401 - the shared Redis Cluster and Sentinel group's fixtures
     cluster_server_url,
     cluster_url,
     scale_out_url,
     sentinel_server_url,
     sentinel_url,
 )
-from tests.servers import MONGO_URL_ENV, REDIS_URL, MongoWireServer
+from tests.support.servers import MONGO_URL_ENV, REDIS_URL, MongoWireServer
 
 
 def unique(prefix: str) -> str:

@@ -31,7 +31,7 @@ from mutexcron.tasks import HandlerRegistry, InvalidTaskType, TaskHandlerError, 
 from mutexcron.tasks.handlers import Handler
 from mutexcron.tasks.model import PayloadError
 from mutexcron.urls import mask_url, url_scheme
-from tests.leaks import SecretURL, exception_texts, secret_urls
+from tests.support.leaks import SecretURL, exception_texts, secret_urls
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

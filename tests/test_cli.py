@@ -18,7 +18,7 @@ from mutexcron import Outcome, Registry, Scheduler, mutex_cron
 from mutexcron.stores import LockState, store_from_url
 
 ROOT = Path(__file__).resolve().parent.parent
-APP = "tests.cli_app"
+APP = "tests.support.cli_app"
 JOB = "tests.cli.hourly"
 
 

@@ -17,8 +17,8 @@ import pytest
 from mutexcron import JobContext, Registry, Scheduler, mutex_cron
 from mutexcron.errors import StoreUnavailable
 from mutexcron.stores import AcquireRequest, Acquisition, MemoryLockStore, RedisLockStore, store_from_url
-from tests.servers import PrivateRedis
 from tests.support import wait_until
+from tests.support.servers import PrivateRedis
 
 JOBS = 20
 TICK = datetime(2026, 3, 1, 6, 0, 0, tzinfo=UTC)

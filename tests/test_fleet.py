@@ -1,6 +1,6 @@
 """A fleet of real OS processes sharing one lock store: every instance fires every tick, exactly one runs it.
 
-Each instance is tests/fleet_instance.py in its own process, writing its own JSON-lines ledger; the tests
+Each instance is tests/support/fleet_instance.py in its own process, writing its own JSON-lines ledger; the tests
 read the ledgers (never a bare sleep: they poll them with a deadline) and judge the fleet from them.
 """
 
@@ -24,7 +24,7 @@ from tests.support import next_whole_second_after, wait_until, whole_seconds
 pytestmark = pytest.mark.fleet
 
 ROOT = Path(__file__).resolve().parent.parent
-INSTANCE_SCRIPT = ROOT / "tests" / "fleet_instance.py"
+INSTANCE_SCRIPT = ROOT / "tests" / "support" / "fleet_instance.py"
 SKIPS = {"skipped_already_ran", "skipped_busy"}
 T = TypeVar("T")
 
@@ -55,7 +55,7 @@ class Instance(support.LedgerProcess):
 
 
 def start_instance(directory: Path, store_url: str, name: str, *options: str) -> Instance:
-    """Start tests/fleet_instance.py as a separate process with the repository root on PYTHONPATH."""
+    """Start tests/support/fleet_instance.py as a separate process with the repository root on PYTHONPATH."""
     ledger, log = directory / f"{name}.jsonl", directory / f"{name}.log"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))

@@ -1,7 +1,7 @@
 """Alerts across a fleet of real OS processes (issue 10): an overdue or failing job raises one alert for the
 whole fleet, however many instances notice it, and one "recovered" once a run succeeds again.
 
-Three tests/fleet_instance.py processes run one per-second job on Redis and on PostgreSQL (the Django store);
+Three tests/support/fleet_instance.py processes run one per-second job on Redis and on PostgreSQL (the Django store);
 each writes the alerts its listeners got to its own ledger. For the overdue case a fourth process, the
 operator, holds the job's lock as a hung holder would, then forces it open.
 """

@@ -1,6 +1,6 @@
 """Steering a fleet of real OS processes at run time (issue 9): pause and resume, a schedule change, catch-up.
 
-The instances are tests/fleet_instance.py processes, as in tests/test_fleet.py, on Redis and on PostgreSQL
+The instances are tests/support/fleet_instance.py processes, as in tests/test_fleet.py, on Redis and on PostgreSQL
 through the Django store (``django://``). The operator is a fourth process (``fleet_instance.py --operator``)
 whose never-started Scheduler pauses, resumes or re-times the job on a line of its standard input and writes,
 once the call returned, when it was called and when it returned. The tests judge the fleet from the ledgers,

@@ -20,8 +20,8 @@ from mutexcron import Outcome, Registry, Scheduler, SchedulerConfigError, mutex_
 from mutexcron.metrics import JobMetrics, PendingTasksCollector, render, task_finished, unwatch_pending, watch_pending
 from mutexcron.pings import MAX_QUEUED
 from mutexcron.stores import LockStore, MemoryLockStore
-from tests.ping_servers import PingServer, serving
 from tests.support import declare_job, unique_name, wait_until
+from tests.support.ping_servers import PingServer, serving
 
 EVERY_SECOND = "* * * * * *"
 

@@ -1,5 +1,5 @@
 """Redirects of a ping: at most 3, to the same host, and to the same scheme and port or from http up to https.
-Anything else is a failed ping, logged masked. Real local HTTP and HTTPS servers (tests/ping_servers.py);
+Anything else is a failed ping, logged masked. Real local HTTP and HTTPS servers (tests/support/ping_servers.py);
 ``127.0.0.1`` and ``localhost`` are two hosts to a ping, as they are to a browser."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 
 from mutexcron import Outcome, RunRecord
 from mutexcron.pings import Pings
-from tests.ping_servers import PingServer, client_tls, server_tls, serving, tls_files  # noqa: F401 (fixtures)
 from tests.support import wait_until
+from tests.support.ping_servers import PingServer, client_tls, server_tls, serving, tls_files  # noqa: F401 (fixtures)
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """ping_url: a healthchecks.io/Cronitor-style dead man's switch, against real local HTTP servers
-(tests/ping_servers.py). Redirects are in tests/test_ping_redirects.py."""
+(tests/support/ping_servers.py). Redirects are in tests/test_ping_redirects.py."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from mutexcron import Outcome, Registry, RunRecord, Scheduler, SchedulerConfigEr
 from mutexcron.ping_urls import ping_target
 from mutexcron.pings import Pings
 from mutexcron.stores import MemoryLockStore
-from tests.ping_servers import PingServer, TricklingServer
-from tests.servers import free_port
 from tests.support import wait_until
+from tests.support.ping_servers import PingServer, TricklingServer
+from tests.support.servers import free_port
 
 TOKEN = "3f1c"  # the secret part of every test server's ping URL (…/ping/3f1c)
 

@@ -19,9 +19,9 @@ from redis.backoff import ConstantBackoff
 from redis.retry import Retry
 
 from mutexcron.stores import AcquireStatus, Acquisition, RedisLockStore
-from tests.servers import PrivateRedis
 from tests.support import wait_until
-from tests.tcp_proxy import TcpProxy
+from tests.support.servers import PrivateRedis
+from tests.support.tcp_proxy import TcpProxy
 
 TICK = datetime(2026, 3, 1, 6, 0, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=30)

@@ -1,5 +1,5 @@
 """Redis Cluster and Sentinel URLs, and ``wait_replicas``: what the contract suites (tests/test_stores.py) do not
-say. The shared cluster and Sentinel group are ``make services``' (tests/scale_out.py)."""
+say. The shared cluster and Sentinel group are ``make services``' (tests/support/scale_out.py)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from mutexcron.scheduler import Scheduler
 from mutexcron.stores import store_from_url
 from mutexcron.stores.redis import DEFAULT_WAIT_TIMEOUT, RedisLockStore
 from mutexcron.urls import mask_url
-from tests.leaks import URL_TEMPLATES, SecretURL, assert_hidden, exception_texts, passwords, texts_while
-from tests.leaks import _shown_anyway as shown_anyway
-from tests.scale_out import cluster_client
+from tests.support.leaks import URL_TEMPLATES, SecretURL, assert_hidden, exception_texts, passwords, texts_while
+from tests.support.leaks import _shown_anyway as shown_anyway
+from tests.support.scale_out import cluster_client
 
 LEASE = timedelta(seconds=30)
 FIRE = datetime(2026, 3, 1, 6, 0, tzinfo=UTC)

@@ -24,7 +24,7 @@ from mutexcron.tasks import TaskQueue
 from mutexcron.tasks.records.base import cancel_marks_from_url
 from mutexcron.tasks.records.redis import RedisTaskRecords
 from mutexcron.urls import mask_url, scrub
-from tests.leaks import SecretURL, assert_hidden, exception_texts, secret_urls, texts_while
+from tests.support.leaks import SecretURL, assert_hidden, exception_texts, secret_urls, texts_while
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

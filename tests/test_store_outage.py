@@ -1,6 +1,6 @@
 """The lock store goes away and comes back: the scheduler fails closed, says so once, and recovers.
 
-A real Redis or MongoDB is reached through tests/tcp_proxy.py, whose cut() drops the link as a network
+A real Redis or MongoDB is reached through tests/support/tcp_proxy.py, whose cut() drops the link as a network
 outage would (open connections reset, new ones refused) and whose restore() brings it back.
 """
 
@@ -20,7 +20,7 @@ from mutexcron.records import JobContext, Outcome, RunRecord
 from mutexcron.registry import Registry, mutex_cron
 from mutexcron.scheduler import Scheduler
 from tests.support import wait_until
-from tests.tcp_proxy import TcpProxy
+from tests.support.tcp_proxy import TcpProxy
 
 LOGGER = "mutexcron.scheduler"
 MONGO_TIMEOUTS = {"serverSelectionTimeoutMS": "500", "connectTimeoutMS": "500", "socketTimeoutMS": "1000"}

@@ -18,8 +18,8 @@ from mutexcron.tasks import TaskQueue
 from mutexcron.tasks.queue import BACKENDS
 from mutexcron.tasks.records.base import SCHEMES as RECORD_SCHEMES
 from mutexcron.tasks.records.base import cancel_marks_from_url
-from tests.servers import free_port, start_redis_server, stop_process
 from tests.support import wait_until
+from tests.support.servers import free_port, start_redis_server, stop_process
 
 
 def test_memory_url_gives_a_memory_store() -> None:

@@ -1,6 +1,6 @@
 """A lock holder paused with SIGSTOP past its lease, then continued with SIGCONT.
 
-Three scheduler processes (tests/fleet_instance.py) share a redis-server of this module's own. The job fires
+Three scheduler processes (tests/support/fleet_instance.py) share a redis-server of this module's own. The job fires
 every second, holds a 1.5 s lease and works for 4 s; its body writes its fencing token to a sink (a Redis key
 that takes a write only if its token is at least the highest it has seen) when it starts and when it ends.
 The first instance to run the job is stopped at once, and continued as soon as another instance has taken the
@@ -21,8 +21,8 @@ import redis
 from mutexcron.stores import store_from_url
 from tests.chaos.faults import log_lines, redis_server
 from tests.chaos.fleets import assert_every_body_ran_under_its_own_lock, assert_no_tick_ran_twice
-from tests.fleet_instance import FENCE_WRITES_KEY, JOB_NAME
 from tests.support import wait_until
+from tests.support.fleet_instance import FENCE_WRITES_KEY, JOB_NAME
 from tests.test_fleet import Fleet, Instance, now
 
 pytestmark = [pytest.mark.chaos, pytest.mark.fleet]

@@ -1,6 +1,6 @@
 """PostgreSQL terminates the connections of the lock store and of the task workers, three times, while they run.
 
-Three scheduler processes (tests/fleet_instance.py on the Django SQL store, ``django://``) run a per-second
+Three scheduler processes (tests/support/fleet_instance.py on the Django SQL store, ``django://``) run a per-second
 job and two task worker processes (tests/tasks/task_worker.py on the Django task backend) drain tasks due over
 several seconds, all in a PostgreSQL database of this module's own. Each fault is ``pg_terminate_backend`` on
 every other connection to that database, in the middle of a second. The module runs that scenario once; each

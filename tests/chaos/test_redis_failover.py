@@ -1,10 +1,11 @@
 """A Redis master SIGKILLed under a fleet, and failed over: on a private Sentinel group and on a private cluster.
 
-Three scheduler processes (tests/fleet_instance.py) run a per-second job whose body works 0.3 s, on a topology of
-this module's own (tests/scale_out.py: never the shared one, which the suite beside this one uses). A fourth actor,
-the test, SIGKILLs the master that holds the job's lock right after a tick fired, waits for the replica to be
-promoted, and starts the dead node again as a replica of the new master (as an operator or a supervisor would;
-with a single replica per master, ``wait_replicas=1`` cannot be met until then). The fleet itself is not touched.
+Three scheduler processes (tests/support/fleet_instance.py) run a per-second job whose body works 0.3 s, on a
+topology of this module's own (tests/support/scale_out.py: never the shared one, which the suite beside this one
+uses). A fourth actor, the test, SIGKILLs the master that holds the job's lock right after a tick fired, waits
+for the replica to be promoted, and starts the dead node again as a replica of the new master (as an operator or a
+supervisor would; with a single replica per master, ``wait_replicas=1`` cannot be met until then). The fleet
+itself is not touched.
 
 A plain kill lands a few milliseconds after the tick: on loopback the lock has long reached the replica. In the
 *lagging* scenarios the replica is cut off first (SIGSTOP, and the master drops its link), so the tick's acquire
@@ -31,8 +32,8 @@ from typing import Any
 import pytest
 
 from tests.chaos.fleets import RAN, assert_every_body_ran_under_its_own_lock, assert_no_tick_ran_twice
-from tests.scale_out import PrivateCluster, PrivateSentinel, _command
 from tests.support import wait_until
+from tests.support.scale_out import PrivateCluster, PrivateSentinel, _command
 from tests.test_fleet import Fleet
 from tests.test_fleet_control import at_fraction
 

@@ -1,6 +1,6 @@
 """A Redis server SIGKILLed and started again on its port while a fleet runs on it, twice.
 
-Three scheduler processes (tests/fleet_instance.py) run a per-second job and two task worker processes
+Three scheduler processes (tests/support/fleet_instance.py) run a per-second job and two task worker processes
 (tests/tasks/task_worker.py) consume tasks, all on a redis-server of this module's own, without persistence:
 it comes back empty. Each outage is placed in the middle of a second (no fire is in flight when the server
 dies) and lasts ``DOWN_FOR`` (and until every instance has logged it); the server then restarts in the middle

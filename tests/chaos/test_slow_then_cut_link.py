@@ -1,7 +1,7 @@
 """The link between the instances and Redis turns slow (200 ms each way), then breaks for 5 s, then heals.
 
-Three scheduler processes (tests/fleet_instance.py) reach a redis-server of this module's own through a
-TcpProxy (tests/tcp_proxy.py) in a process of its own (ProxyProcess: the test's polling never slows the link):
+Three scheduler processes (tests/support/fleet_instance.py) reach a redis-server of this module's own through a
+TcpProxy (tests/support/tcp_proxy.py) in a process of its own (ProxyProcess: the test's polling never slows the link):
 first at full speed, then with ``LATENCY`` added to every chunk in each direction, then cut (open connections
 reset, new ones refused) for ``CUT_FOR``, then healed (no latency, accepting again). The module runs that
 scenario once; each test judges one behaviour from what the processes wrote.
@@ -20,7 +20,7 @@ import pytest
 from tests.chaos.faults import BACK, UNREACHABLE, log_lines, redis_server
 from tests.chaos.fleets import RAN, assert_every_body_ran_under_its_own_lock, assert_no_tick_ran_twice, first_run_after
 from tests.support import next_whole_second_after, wait_until, whole_seconds
-from tests.tcp_proxy import ProxyProcess
+from tests.support.tcp_proxy import ProxyProcess
 from tests.test_fleet import Fleet, now
 from tests.test_fleet_control import at_fraction
 

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tests.servers import free_port as free_port  # the fleet tests import it from here
+from tests.support.servers import free_port as free_port  # the fleet tests import it from here
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = ROOT / "tests" / "django"

@@ -21,7 +21,7 @@ from mutexcron_django import checks
 from mutexcron_django.discovery import declaration_errors
 from mutexcron_django.store import DjangoLockStore
 from tests.django.jobhelpers import Declarations
-from tests.servers import PrivateRedis
+from tests.support.servers import PrivateRedis
 
 UNREACHABLE = "redis://:s3cret-pw@127.0.0.1:1/0"
 

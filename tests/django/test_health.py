@@ -25,8 +25,8 @@ from mutexcron_django.conf import get_settings
 from mutexcron_django.health import process_store
 from tests.django.jobhelpers import Declarations
 from tests.django.test_admin import redis_store  # noqa: F401  (a fixture)
-from tests.servers import PrivateRedis
 from tests.support import wait_until
+from tests.support.servers import PrivateRedis
 
 HEALTH_URL = "/mutexcron/health/"
 UNREACHABLE = "redis://:s3cret-pw@127.0.0.1:1/0"

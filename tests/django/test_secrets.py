@@ -15,7 +15,7 @@ from pytest import LogCaptureFixture
 
 from mutexcron.errors import MutexcronError
 from mutexcron_django.conf import get_settings
-from tests.leaks import SecretURL, assert_hidden, exception_texts, secret_urls, texts_while
+from tests.support.leaks import SecretURL, assert_hidden, exception_texts, secret_urls, texts_while
 
 FUZZ = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 FAILURES = (ImproperlyConfigured, MutexcronError, CommandError)

@@ -1,4 +1,4 @@
-"""Fixtures of the task queue tests: a Redis task backend URL and client of each test's own."""
+"""Fixtures of the task queue tests: a Redis task backend URL, record store and client of each test's own."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+
+from mutexcron.tasks.records.redis import RedisTaskRecords
 
 
 @pytest.fixture
@@ -20,3 +22,11 @@ def redis_client(redis_server_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_server_url, decode_responses=True)
     yield client
     client.close()
+
+
+@pytest.fixture
+def redis_records(redis_url: str) -> Iterator[RedisTaskRecords]:
+    """A Redis task record store whose keys are this test's alone."""
+    store = RedisTaskRecords.from_url(redis_url)
+    yield store
+    store.close()

@@ -30,10 +30,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pika
 import pika.exceptions
 import pytest
-import redis
 from pika.adapters.blocking_connection import BlockingChannel
 
-from mutexcron._common import MAX_ERROR_CHARS
 from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.tasks import NewTask, TaskQueue, TaskStatus, UnknownTaskType
 from mutexcron.tasks.backends.rabbitmq import backend as rabbitmq_module
@@ -47,12 +45,12 @@ from mutexcron.tasks.backends.rabbitmq.backend import (
 )
 from mutexcron.tasks.backends.rabbitmq.topology import HEADER_DEAD_QUEUE, HEADER_DEAD_REASON, HEADER_TRACE, decode
 from mutexcron.tasks.model import encode_trace_context
-from mutexcron.tasks.records.base import Verdict, cancel_marks_from_url
+from mutexcron.tasks.records.base import cancel_marks_from_url
 from mutexcron.tasks.records.redis import RedisTaskRecords
 from tests.support import unique_name, wait_until
+from tests.support.tcp_proxy import TcpProxy
 from tests.tasks import test_task_workers as fleet_tests
 from tests.tasks.contract import LATE, Recorder, TaskQueueContract, TaskRecordStoreContract, due_time, queue_factory
-from tests.tcp_proxy import TcpProxy
 
 AMQP_URL = os.environ.get("MUTEXCRON_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 UNKNOWN_ID = "0123456789abcdef0123456789abcdef"
@@ -638,41 +636,7 @@ def test_a_long_delay_message_carries_its_due_time(own_prefix: Callable[..., str
         queue.close()
 
 
-# -- records, generations and redeliveries -------------------------------------------------------------------
-
-
-@pytest.fixture
-def marks(redis_url: str) -> Iterator[RedisTaskRecords]:
-    store = RedisTaskRecords.from_url(redis_url)
-    yield store
-    store.close()
-
-
-class TestRedisTaskRecords(TaskRecordStoreContract):
-    """The shared cancel mark contract on the Redis store (the ``marks`` fixture above)."""
-
-
-def test_finished_records_expire_after_the_retention_scheduled_and_failed_ones_are_kept(
-    redis_server_url: str, redis_prefix: str
-) -> None:
-    store = RedisTaskRecords.from_url(f"{redis_server_url}?prefix={redis_prefix}&retention=3600")
-    client = redis.Redis.from_url(redis_server_url)
-    try:
-        in_a_day = datetime.now(UTC) + timedelta(days=1)
-        store.create([NewTask("later", "t", "1", in_a_day), NewTask("ok", "t", "1", datetime.now(UTC)),
-                      NewTask("bad", "t", "1", datetime.now(UTC))])
-        assert client.pttl(store.key("later")) == -1  # until its message arrives, however late
-        for task_id, status in (("ok", TaskStatus.SUCCEEDED), ("bad", TaskStatus.FAILED)):
-            assert store.claim(task_id, gen=1, attempt=1, redelivered=False).verdict == Verdict.RUN
-            assert store.finish(task_id, gen=1, status=status, error="E" * 40_000)
-        assert 3_590_000 < client.pttl(store.key("ok")) <= 3_600_000
-        assert client.pttl(store.key("bad")) == -1
-        record = store.get("bad")
-        assert record is not None and record.error is not None and len(record.error) <= MAX_ERROR_CHARS + 5  # clipped
-        assert store.key("x") == f"{redis_prefix}{{x}}"
-    finally:
-        store.close()
-        client.close()
+# -- generations and redeliveries (the Redis record store alone: test_redis_records.py) ---------------------------
 
 
 def test_a_redelivery_after_success_is_dropped_and_a_stale_copy_too(
@@ -1158,14 +1122,15 @@ def test_a_producer_reconnects_after_losing_its_connection(amqp_url: str, redis_
         proxy.close()
 
 
-def test_a_failed_publish_leaves_no_scheduled_record(amqp_url: str, redis_url: str, marks: RedisTaskRecords) -> None:
+def test_a_failed_publish_leaves_no_scheduled_record(amqp_url: str, redis_url: str,
+                                                     redis_records: RedisTaskRecords) -> None:
     server = urlsplit(AMQP_URL)
     proxy = TcpProxy(server.hostname or "127.0.0.1", server.port or 5672)
     queue = TaskQueue(_through(proxy, amqp_url), cancel_store=redis_url)
     try:
         proxy.cut()
         created: list[str] = []
-        original = marks.create
+        original = redis_records.create
 
         def spy(tasks: Any) -> None:
             created.extend(task.id for task in tasks)
@@ -1174,7 +1139,7 @@ def test_a_failed_publish_leaves_no_scheduled_record(amqp_url: str, redis_url: s
         backend_of(queue).marks.create = spy  # type: ignore[method-assign]
         with pytest.raises(StoreUnavailable):
             queue.schedule("rabbit.task", 1)
-        assert len(created) == 1 and marks.get(created[0]) is None
+        assert len(created) == 1 and redis_records.get(created[0]) is None
     finally:
         queue.close()
         proxy.close()

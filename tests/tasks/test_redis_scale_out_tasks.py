@@ -17,8 +17,8 @@ from mutexcron.tasks import NewTask, TaskQueue, TaskStatus
 from mutexcron.tasks.backends.redis.backend import RedisTaskBackend
 from mutexcron.tasks.records.base import cancel_marks_from_url
 from mutexcron.tasks.records.redis import RedisTaskRecords
-from tests.scale_out import cluster_client
 from tests.support import wait_until
+from tests.support.scale_out import cluster_client
 from tests.tasks.contract import Recorder, TaskQueueContract, TaskRecordStoreContract, queue_factory
 
 UNREACHABLE = {"cluster": "redis+cluster://:secret@127.0.0.1:1,127.0.0.1:2",

@@ -24,8 +24,8 @@ from mutexcron.tasks import NewTask, TaskQueue, TaskStatus
 from mutexcron.tasks.backends.redis.backend import HASH_TAG, RedisTaskBackend
 from mutexcron.tasks.backends.redis.migrate import HASHES_CHECKED
 from tests.support import wait_until
+from tests.support.tcp_proxy import TcpProxy
 from tests.tasks.contract import LATE, Recorder, TaskQueueContract, due_time, queue_factory
-from tests.tcp_proxy import TcpProxy
 
 UNKNOWN_ID = "0123456789abcdef0123456789abcdef"
 

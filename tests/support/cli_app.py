@@ -1,4 +1,4 @@
-"""Jobs for tests/test_cli.py: ``python -m mutexcron --app tests.cli_app`` imports this module."""
+"""Jobs for tests/test_cli.py: ``python -m mutexcron --app tests.support.cli_app`` imports this module."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ URL_TEMPLATES = (
 
 templates = st.sampled_from(URL_TEMPLATES)
 _NOISE = set(string.hexdigits + string.whitespace + ".-:+")
-_ROOT = Path(__file__).resolve().parent.parent
+_ROOT = Path(__file__).resolve().parents[2]
 # The fixed texts of mutexcron's own messages: a password that is a piece of one proves nothing.
 _FIXED_TEXT = "\n".join(
     path.read_text() for package in ("mutexcron", "mutexcron_django") for path in (_ROOT / package).rglob("*.py")

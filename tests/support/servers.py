@@ -1,7 +1,7 @@
 """Real servers for the tests: the local Redis, and a MongoDB wire-protocol server process.
 
 There is no mongod on the CI machine, so unless ``MUTEXCRON_TEST_MONGO_URL`` points at a real MongoDB
-we start mongoeco's wire server (tests/mongo_server.py) under Python 3.13 and talk to it with pymongo.
+we start mongoeco's wire server (tests/support/mongo_server.py) under Python 3.13 and talk to it with pymongo.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import redis
 
 from tests.support import wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REDIS_URL = os.environ.get("MUTEXCRON_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
 MONGO_URL_ENV = "MUTEXCRON_TEST_MONGO_URL"
 MONGOECO_PYTHON_ENV = "MUTEXCRON_MONGOECO_PYTHON"
@@ -141,7 +141,7 @@ class MongoWireServer:
 
     def start(self, port: int = 0, timeout: float = 60.0) -> str:
         self.process = subprocess.Popen(
-            [mongoeco_python(), str(ROOT / "tests" / "mongo_server.py"), str(port)],
+            [mongoeco_python(), str(ROOT / "tests" / "support" / "mongo_server.py"), str(port)],
             stdout=subprocess.PIPE,
             stderr=sys.stderr,
             text=True,

@@ -8,7 +8,7 @@
 
 ``ProxyProcess`` is the same proxy in a child process of its own (same methods): its forwarding threads then
 share no GIL, garbage collector or scheduling with the test that polls beside them, so a busy test process
-cannot add latency of its own to the link (``python tests/tcp_proxy.py HOST PORT`` serves it).
+cannot add latency of its own to the link (``python tests/support/tcp_proxy.py HOST PORT`` serves it).
 """
 
 from __future__ import annotations

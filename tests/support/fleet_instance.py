@@ -1,6 +1,6 @@
 """One instance of a fleet, run as its own OS process by tests/test_fleet.py and tests/test_fleet_control.py.
 
-    python tests/fleet_instance.py --store URL --instance NAME --ledger PATH
+    python tests/support/fleet_instance.py --store URL --instance NAME --ledger PATH
         [--spec "* * * * * *"] [--lease SECONDS] [--clock-skew SECONDS] [--body-seconds SECONDS] [--hang-first]
         [--catch-up skip|latest|all] [--sync-interval SECONDS] [--start-gate PATH] [--django-settings MODULE]
         [--alert-after SECONDS] [--fail-while PATH] [--fence REDIS_URL] [--operator] [--scheme NAME=DOTTED.PATH]
@@ -118,7 +118,7 @@ def setup_django(settings: str | None) -> Callable[[], contextlib.AbstractContex
     if settings is None:
         return None
     os.environ["DJANGO_SETTINGS_MODULE"] = settings
-    here = Path(__file__).resolve().parent  # sys.path[0] when run as a script: its django/ would shadow Django
+    here = Path(__file__).resolve().parent  # sys.path[0] when run as a script: modules come from the root only
     sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != here]
     import django
 

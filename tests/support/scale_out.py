@@ -21,8 +21,8 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 
-from tests.servers import free_port, start_redis_server, stop_process
 from tests.support import wait_until
+from tests.support.servers import free_port, start_redis_server, stop_process
 
 CLUSTER_URL = os.environ.get("MUTEXCRON_TEST_CLUSTER_URL", "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002")
 SENTINEL_URL = os.environ.get(
