@@ -258,7 +258,7 @@ def body(out: Out, job: int, fire: float, seconds: float) -> None:
 def mutexcron_scheduler(args: argparse.Namespace, out: Out) -> Any:
     from mutexcron.records import JobContext, RunRecord
     from mutexcron.registry import Registry, mutex_cron
-    from mutexcron.scheduler import Scheduler
+    from mutexcron.scheduling.scheduler import Scheduler
 
     fire_context = setup_django(args.django_settings) if args.django_settings else None
     if args.store.startswith(("redis", "rediss")):

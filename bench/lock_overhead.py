@@ -176,7 +176,7 @@ def _scheduler_op(store: Any, **options: Any) -> tuple[Any, Callable[[], None]]:
     (``options`` for the Scheduler: metrics, tracing)."""
     from mutexcron.records import Outcome
     from mutexcron.registry import Registry, mutex_cron
-    from mutexcron.scheduler import Scheduler
+    from mutexcron.scheduling.scheduler import Scheduler
 
     registry = Registry()
 

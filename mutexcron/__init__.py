@@ -20,7 +20,7 @@ from .errors import (
 )
 from .records import JobContext, Outcome, RunRecord
 from .registry import Job, Registry, default_registry, mutex_cron
-from .scheduler import Scheduler
+from .scheduling.scheduler import Scheduler
 
 __version__ = "0.1.0"
 

@@ -32,7 +32,7 @@ from .errors import (
 )
 from .listing import listing_json, listing_text, read_listing, when
 from .registry import default_registry
-from .scheduler import Scheduler
+from .scheduling.scheduler import Scheduler
 from .stores import LockState
 from .urls import scrub
 

@@ -7,7 +7,7 @@ from datetime import datetime
 from .cron import next_fire_times
 from .records import RunRecord
 from .registry import Registry, default_registry
-from .scheduler import Scheduler
+from .scheduling.scheduler import Scheduler
 from .stores import LockStore
 
 

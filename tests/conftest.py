@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from mutexcron.registry import Registry
-from mutexcron.scheduler import Scheduler
+from mutexcron.scheduling.scheduler import Scheduler
 from mutexcron.stores import LockStore, MemoryLockStore
 from tests.support.scale_out import (  # noqa: F401 - the shared Redis Cluster and Sentinel group's fixtures
     cluster_server_url,

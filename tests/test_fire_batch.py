@@ -1,4 +1,4 @@
-"""Jobs due at the same instant ask for their locks together (mutexcron.fire_batch), on a store that batches.
+"""Jobs due at the same instant ask for their locks together (mutexcron.scheduling.batch), on a store that batches.
 
 Each test counts the store calls of a real Redis store (a subclass that notes them); that every tick of a fleet
 still runs once is the fleet tests' business (tests/test_fleet.py, tests/chaos/), which run on this path too.

@@ -108,7 +108,7 @@ KNOWN_CYCLE_EDGES = {
 }
 
 # Signatures longer than MAX_PARAMETERS on purpose: the public option lists, each a keyword-only list of options.
-LONG_SIGNATURES = {"mutexcron/registry.py:mutex_cron", "mutexcron/scheduler.py:Scheduler.__init__"}
+LONG_SIGNATURES = {"mutexcron/registry.py:mutex_cron", "mutexcron/scheduling/scheduler.py:Scheduler.__init__"}
 # Longer than MAX_PARAMETERS today, outside the fire path, shortened by the layout step of issue 20 (the plugin
 # loader's wording of its errors, the RabbitMQ backend's consumer and dead letters). Remove a name here with it.
 KNOWN_LONG_SIGNATURES = {

@@ -17,7 +17,7 @@ from mutexcron.errors import ReplicationUnconfirmed, StoreConfigError, StoreUnav
 from mutexcron.records import Outcome
 from mutexcron.redis.urls import LazyRedisCluster
 from mutexcron.registry import Registry, mutex_cron
-from mutexcron.scheduler import Scheduler
+from mutexcron.scheduling.scheduler import Scheduler
 from mutexcron.stores import store_from_url
 from mutexcron.stores.redis import DEFAULT_WAIT_TIMEOUT, RedisLockStore
 from mutexcron.urls import mask_url

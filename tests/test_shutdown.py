@@ -18,7 +18,7 @@ import pytest
 
 from mutexcron import JobContext, Registry, Scheduler, mutex_cron
 from mutexcron.heartbeats import Heartbeats
-from mutexcron.lifecycle import SHUTDOWN_GRACE
+from mutexcron.scheduling.lifecycle import SHUTDOWN_GRACE
 from mutexcron.stores import Acquisition, ControlStore, LockState, LockStore, MemoryLockStore, store_from_url
 from tests.support import wait_until
 

@@ -18,7 +18,7 @@ import pytest
 
 from mutexcron.records import JobContext, Outcome, RunRecord
 from mutexcron.registry import Registry, mutex_cron
-from mutexcron.scheduler import Scheduler
+from mutexcron.scheduling.scheduler import Scheduler
 from tests.support import wait_until
 from tests.support.tcp_proxy import TcpProxy
 

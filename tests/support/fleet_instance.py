@@ -64,7 +64,7 @@ from mutexcron._signals import SignalFlag
 from mutexcron.plugins import register
 from mutexcron.records import JobContext, RunRecord
 from mutexcron.registry import Registry, mutex_cron
-from mutexcron.scheduler import Scheduler
+from mutexcron.scheduling.scheduler import Scheduler
 from mutexcron.stores import LockState
 from tests.support import Ledger
 

@@ -13,9 +13,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ..registry import Job
     from .fires import Fire
     from .lifecycle import Generation
-    from .registry import Job
 
 __all__ = ["CatchUps"]
 

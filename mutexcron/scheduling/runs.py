@@ -14,20 +14,20 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from .control import missed_ticks
-from .errors import StoreUnavailable
+from ..control import missed_ticks
+from ..errors import StoreUnavailable
+from ..records import JobContext, Outcome, RunRecord
+from ..stores import AcquireStatus, Acquisition, LockStore, require_control
 from .fires import Fire, HandOff
-from .records import JobContext, Outcome, RunRecord
-from .stores import AcquireStatus, Acquisition, LockStore, require_control
 
 if TYPE_CHECKING:
-    from .health import StoreHealth
+    from ..health import StoreHealth
+    from ..listeners import Listeners
+    from ..registry import Job
+    from ..telemetry import Telemetry
     from .lifecycle import Generation
-    from .listeners import Listeners
-    from .registry import Job
-    from .scheduler_options import SchedulerOptions
+    from .options import SchedulerOptions
     from .schedules import Schedules
-    from .telemetry import Telemetry
 
 __all__ = ["Reports", "Runs"]
 

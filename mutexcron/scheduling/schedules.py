@@ -11,17 +11,17 @@ from collections.abc import Callable
 from datetime import timedelta, tzinfo
 from typing import TYPE_CHECKING
 
-from .control import effective_trigger
-from .cron import CronTrigger
-from .errors import CronSpecError
+from ..control import effective_trigger
+from ..cron import CronTrigger
+from ..errors import CronSpecError
 from .triggers import ShiftedTrigger, VersionedTrigger
 
 if TYPE_CHECKING:
     from apscheduler.schedulers.base import BaseScheduler
     from apscheduler.triggers.base import BaseTrigger
 
-    from .registry import Job
-    from .stores import LockState
+    from ..registry import Job
+    from ..stores import LockState
 
 __all__ = ["ScheduleSync", "Schedules"]
 

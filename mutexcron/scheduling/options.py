@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
-from . import _options
-from .errors import SchedulerConfigError
-from .registry import Registry, check_registry, default_registry
+from .. import _options
+from ..errors import SchedulerConfigError
+from ..registry import Registry, check_registry, default_registry
 
 __all__ = ["FireContext", "SchedulerOptions"]
 

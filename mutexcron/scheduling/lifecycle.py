@@ -10,9 +10,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .heartbeats import Heartbeats
-from .pings import Pings
-from .records import JobContext
+from ..heartbeats import Heartbeats
+from ..pings import Pings
+from ..records import JobContext
 
 if TYPE_CHECKING:
     from .schedules import ScheduleSync

@@ -12,26 +12,26 @@ from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from . import control
-from .alerts import Alerts
+from .. import control
+from ..alerts import Alerts
+from ..checkup import DEFAULT_MISFIRE_GRACE_TIME
+from ..errors import LockBusy, SchedulerConfigError, StoreUnavailable
+from ..health import StoreHealth
+from ..heartbeats import Heartbeats
+from ..listeners import Listener, Listeners
+from ..pings import PING_TIMEOUT, Pings
+from ..records import Outcome, RunRecord
+from ..registry import BUSY_POLICIES, BusyPolicy, Job, Registry
+from ..stores import ControlStore, LockState, LockStore, store_from_url, supports_control
+from ..telemetry import build_telemetry
+from .batch import batched_fires
 from .catchup import CatchUps
-from .checkup import DEFAULT_MISFIRE_GRACE_TIME
-from .errors import LockBusy, SchedulerConfigError, StoreUnavailable
 from .executor import LockingExecutor, run_by_locking_executor
-from .fire_batch import batched_fires
 from .fires import Fire
-from .health import StoreHealth
-from .heartbeats import Heartbeats
 from .lifecycle import Generation
-from .listeners import Listener, Listeners
-from .pings import PING_TIMEOUT, Pings
-from .records import Outcome, RunRecord
-from .registry import BUSY_POLICIES, BusyPolicy, Job, Registry
+from .options import SchedulerOptions
 from .runs import Reports, Runs
-from .scheduler_options import SchedulerOptions
 from .schedules import Schedules, ScheduleSync
-from .stores import ControlStore, LockState, LockStore, store_from_url, supports_control
-from .telemetry import build_telemetry
 
 __all__ = ["Listener", "Scheduler"]
 

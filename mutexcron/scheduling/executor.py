@@ -1,7 +1,7 @@
-"""Where APScheduler hands a fire over: :class:`LockingExecutor` makes it a :class:`~mutexcron.fires.Fire` (or drops
+"""Where APScheduler hands a fire over: :class:`LockingExecutor` makes it a :class:`~.fires.Fire` (or drops
 it: missed by more than the misfire grace, no longer declared, the scheduler shutting down), delays a jittered tick,
 and runs it in the generation's worker pool, alone or batched with the fires due with it
-(:mod:`mutexcron.fire_batch`), through :class:`~mutexcron.runs.Runs`."""
+(:mod:`mutexcron.scheduling.batch`), through :class:`~mutexcron.scheduling.runs.Runs`."""
 
 from __future__ import annotations
 
@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any
 from apscheduler.executors.base import BaseExecutor
 from apscheduler.triggers.date import DateTrigger
 
-from .control import jitter_delay
-from .fire_batch import FireBatch, fire_together
+from ..control import jitter_delay
+from .batch import FireBatch, fire_together
 from .fires import Fire
 
 if TYPE_CHECKING:
     from .catchup import CatchUps
     from .lifecycle import Generation, WorkerPool
+    from .options import SchedulerOptions
     from .runs import Runs
-    from .scheduler_options import SchedulerOptions
 
 __all__ = ["LockingExecutor", "run_by_locking_executor"]
 
@@ -107,7 +107,7 @@ class LockingExecutor(BaseExecutor):
 
     def _alone(self, fire: Fire) -> None:
         """A fire that is not batched, in this worker thread: while its job catches up, its catch-up runs it
-        after the missed ticks (mutexcron.catchup); else it runs now."""
+        after the missed ticks (mutexcron.scheduling.catchup); else it runs now."""
         try:
             with self._options.fire_context():
                 if fire.job.catch_up == "skip" or not self._catch_ups.run(fire.life, fire.job, fire):

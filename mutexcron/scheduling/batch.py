@@ -3,7 +3,7 @@ store that batches (``LockStore.batches_acquires``), instead of one per job.
 
 APScheduler hands the executor every job due at an instant one after another, in one pass. :class:`FireBatch`
 gathers those that come before a worker thread starts the flush (nothing waits to gather them), makes them
-:class:`~mutexcron.fires.Fire` values there, and :func:`fire_together` runs them with one ``acquire_many``.
+:class:`~mutexcron.scheduling.fires.Fire` values there, and :func:`fire_together` runs them with one ``acquire_many``.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 from .fires import Fire, HandOff, Leave
 
 if TYPE_CHECKING:
+    from ..registry import Registry
+    from ..stores import LockStore
     from .lifecycle import WorkerPool
-    from .registry import Registry
+    from .options import FireContext
     from .runs import Runs
-    from .scheduler_options import FireContext
-    from .stores import LockStore
 
 __all__ = ["FireBatch", "PendingFire", "batched_fires", "fire_together"]
 

@@ -1,7 +1,7 @@
 """A fire is one value: one tick of one job on this instance, with the schedule version it was fired on and the
 scheduler generation it belongs to. The executor makes it when APScheduler hands a tick over (run_now and run_tick
 make one too, and a catch-up one per missed tick); it then goes one way: acquire (alone or batched), the body
-under the heartbeats, release, then the listeners, telemetry and alerts (:mod:`mutexcron.runs`)."""
+under the heartbeats, release, then the listeners, telemetry and alerts (:mod:`mutexcron.scheduling.runs`)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from .records import JobContext
-from .stores import AcquireRequest
+from ..records import JobContext
+from ..stores import AcquireRequest
 
 if TYPE_CHECKING:
+    from ..registry import Job
     from .lifecycle import Generation
-    from .registry import Job
 
 __all__ = ["Fire", "HandOff", "Leave"]
 

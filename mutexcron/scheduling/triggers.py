@@ -1,5 +1,5 @@
 """The triggers the scheduler hands APScheduler: each carries its schedule version (and a test's clock skew), which
-the executor (:mod:`mutexcron.executor`) passes on with each fire."""
+the executor (:mod:`mutexcron.scheduling.executor`) passes on with each fire."""
 
 from __future__ import annotations
 
