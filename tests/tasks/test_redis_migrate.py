@@ -12,9 +12,11 @@ import redis
 
 from mutexcron.errors import StoreConfigError
 from mutexcron.tasks import TaskQueue, TaskStatus
+from mutexcron.tasks.backends.redis import layout
 from mutexcron.tasks.backends.redis import migrate as redis_migrate
 from mutexcron.tasks.backends.redis.backend import RedisTaskBackend
-from mutexcron.tasks.backends.redis.migrate import main, migrate_layout, old_layout_keys
+from mutexcron.tasks.backends.redis.layout import old_layout_keys
+from mutexcron.tasks.backends.redis.migrate import main, migrate_layout
 from tests.support import wait_until
 from tests.tasks.contract import Recorder
 
@@ -218,14 +220,14 @@ def test_the_keyspace_is_scanned_for_old_task_hashes_until_a_scan_finds_none(
     bare_backend: RedisTaskBackend, redis_client: redis.Redis, redis_prefix: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A SCAN goes over the whole keyspace: a worker start does it only while a first-layout hash may be left."""
-    real_scan = redis_migrate.scan_keys
+    real_scan = layout.scan_keys
     scans: list[str] = []
 
     def counted(client: Any, match: str, *args: Any, **kwargs: Any) -> Iterator[Any]:
         scans.append(match)
         return real_scan(client, match, *args, **kwargs)
 
-    monkeypatch.setattr(redis_migrate, "scan_keys", counted)
+    monkeypatch.setattr(layout, "scan_keys", counted)
     key = old_hash(redis_client, redis_prefix, "stranded", "mig.a", "scheduled", server_ms(redis_client))
     assert old_layout_keys(bare_backend, ["mig.a"]) == [key]
     assert old_layout_keys(bare_backend, ["mig.a"]) == [key] and len(scans) == 2

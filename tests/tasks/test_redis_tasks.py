@@ -21,8 +21,8 @@ from redis.crc import key_slot
 
 from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.tasks import NewTask, TaskQueue, TaskStatus
-from mutexcron.tasks.backends.redis.backend import HASH_TAG, RedisTaskBackend
-from mutexcron.tasks.backends.redis.migrate import HASHES_CHECKED
+from mutexcron.tasks.backends.redis.backend import RedisTaskBackend
+from mutexcron.tasks.backends.redis.layout import HASH_TAG, HASHES_CHECKED
 from tests.support import wait_until
 from tests.support.tcp_proxy import TcpProxy
 from tests.tasks.contract import LATE, Recorder, TaskQueueContract, due_time, queue_factory

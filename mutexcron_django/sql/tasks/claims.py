@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from django.db import Error, connections, transaction
 from django.db.models import Case, CharField, DateTimeField, F, QuerySet, Value, When
@@ -25,9 +25,6 @@ from ..clock import AsUTC, DbNow, aware, now_plus, now_sql, utc_sql
 from ..databases import sql_errors
 from .wakeups import Message, wake_payload
 
-if TYPE_CHECKING:
-    from .consumer import DjangoDelivery
-
 logger = logging.getLogger("mutexcron.tasks.django")
 
 REQUEUE_LIMIT = 100  # expired claims put back per claim call
@@ -38,6 +35,26 @@ P = ParamSpec("P")
 T = TypeVar("T")
 # id, task_type, payload, attempt (this claim's), due (aware UTC: when this attempt became due), trace context
 ClaimedRow = tuple[str, str, str, int, datetime | None, str | None]
+
+
+class HeldClaim(Protocol):
+    """What the settling updates read of a delivery (``consumer.DjangoDelivery``): its row, its claim's token, its
+    type and its visibility timeout. Declared here so that this module needs nothing of the consumer's."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def token(self) -> str: ...
+
+    @property
+    def task_type(self) -> str: ...
+
+    @property
+    def visibility(self) -> timedelta: ...
+
+
+Held = TypeVar("Held", bound=HeldClaim)
 
 
 def is_retryable(error: BaseException) -> bool:
@@ -187,7 +204,7 @@ class TaskClaims:
         times = [epoch_ms(t) for t in (aware(value) for value in row[1:]) if t is not None]
         return epoch_ms(now), (min(times) if times else None)
 
-    def settle(self, delivery: DjangoDelivery, wake: tuple[int, str] | None = None, **changes: Any) -> bool:
+    def settle(self, delivery: HeldClaim, wake: tuple[int, str] | None = None, **changes: Any) -> bool:
         """Apply ``changes`` to the delivery's row if its claim still holds it (then post ``wake``)."""
         mine = self.tasks.filter(pk=delivery.id, status=Status.RUNNING, claim_token=delivery.token)
         if mine.update(updated_at=DbNow(), visible_until=None, **changes) != 1:
@@ -196,7 +213,7 @@ class TaskClaims:
             self.post([wake])
         return True
 
-    def release(self, delivery: DjangoDelivery) -> bool:
+    def release(self, delivery: HeldClaim) -> bool:
         """Schedule the delivery's task again, due now, its attempt not counted, if its claim still holds it."""
         with transaction.atomic(using=self.using):
             mine = self.tasks.filter(pk=delivery.id, status=Status.RUNNING, claim_token=delivery.token)
@@ -206,10 +223,10 @@ class TaskClaims:
                 self.wake(0, [delivery.task_type])
             return changed == 1
 
-    def extend(self, deliveries: list[DjangoDelivery]) -> set[DjangoDelivery]:
+    def extend(self, deliveries: list[Held]) -> set[Held]:
         """Extend the claims of ``deliveries`` to now + their visibility timeout; the ones still held."""
-        kept: set[DjangoDelivery] = set()
-        groups: dict[tuple[str, timedelta], list[DjangoDelivery]] = {}
+        kept: set[Held] = set()
+        groups: dict[tuple[str, timedelta], list[Held]] = {}
         for delivery in deliveries:
             groups.setdefault((delivery.token, delivery.visibility), []).append(delivery)
         for (token, visibility), group in groups.items():

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from django.db import Error, close_old_connections, connections
 
@@ -28,11 +28,8 @@ from mutexcron.tasks.backends.base import (
 
 from ...models import ScheduledTask
 from ..clock import DbNow, now_plus
+from .claims import TaskClaims
 from .wakeups import UNLISTENED_MAX_SLEEP, WAKE, Inbox, hub
-
-if TYPE_CHECKING:
-    from .backend import DjangoTaskBackend
-    from .claims import TaskClaims
 
 logger = logging.getLogger("mutexcron.tasks.django")
 
@@ -42,6 +39,25 @@ BUSY_PAUSE = 0.005  # seconds: due tasks exist but another worker holds them (fo
 WARM_UP_AHEAD = 0.05  # seconds: a sleeping worker connects this long before a known due time
 
 Status = ScheduledTask.Status
+
+
+class ClaimingTable(Protocol):
+    """What a consumer uses of its backend (``backend.DjangoTaskBackend``): its alias, claim queries and settings,
+    and the one claim and one read a cycle makes (the tests count them on the backend). Declared here so that this
+    module needs nothing of the backend's."""
+
+    using: str
+    claims: TaskClaims
+    heard_by: str | None  # how this process's workers hear of other processes' changes (None: they do not)
+    max_sleep: float  # seconds
+    retention: timedelta
+
+    def claim_batch(self, types: list[str], limit: int, owner: str,
+                    visibility: dict[str, timedelta]) -> list[DjangoDelivery]: ...
+
+    def next_due(self, types: list[str]) -> tuple[int, int | None]: ...
+
+    def prune(self) -> int: ...
 
 
 @dataclass(eq=False)
@@ -105,7 +121,7 @@ class DjangoConsumer(ClaimingConsumer):
     It claims and looks through the backend's ``claim_batch`` and ``next_due`` (one claim, one read each).
     """
 
-    def __init__(self, backend: DjangoTaskBackend, request: ConsumeRequest) -> None:
+    def __init__(self, backend: ClaimingTable, request: ConsumeRequest) -> None:
         super().__init__(request)
         self.backend = backend
         self.claims = backend.claims

@@ -2,8 +2,8 @@
 
 Every key of a task type is under that type's hash tag, so types spread over a Redis Cluster's shards while each
 script stays in one slot. This module is the backend; its worker loop and deliveries are in ``consumer``, its
-scripts in ``lua``, the move from the first key layout in ``migrate``. The keys, the claim protocol
-and the wake-ups are described in ``docs/redis-tasks.md``.
+scripts in ``lua``, the first key layout's keys in ``layout`` and the move from it in ``migrate``. The keys, the
+claim protocol and the wake-ups are described in ``docs/redis-tasks.md``.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ from ...records.redis import RedisResultField, record_from_hash
 from ..base import ClaimingBackend, ConsumeRequest
 from . import lua
 from .consumer import RedisConsumer, RedisDelivery
+from .layout import HASH_TAG, old_layout_keys
 
 __all__ = ["RedisDelivery", "RedisTaskBackend"]
 
 logger = logging.getLogger("mutexcron.tasks.redis")
 
 DEFAULT_PREFIX = "mutexcron:"
-HASH_TAG = "{tasks}"  # of the keys shared by every type: the types set and the wake channel's name
 DEFAULT_RETENTION = timedelta(days=7)  # how long status() still answers for a succeeded or cancelled task
 DEFAULT_MAX_IDLE = timedelta(seconds=60)  # a worker that knows of nothing due looks again after this
 ENQUEUE_CHUNK = 500  # tasks per enqueue script call (each call blocks Redis for about a millisecond)
@@ -250,8 +250,6 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
         """Log a warning if tasks of ``types`` (or claims, failures, or task hashes left without their set) wait in
         the first key layout, where this version's workers do not look (``migrate`` moves them); a check
         that fails says nothing."""
-        from .migrate import old_layout_keys
-
         try:
             found = old_layout_keys(self, types)
         except StoreUnavailable:

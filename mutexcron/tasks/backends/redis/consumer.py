@@ -10,34 +10,61 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import redis
 
 from ...._common import duration_ms
 from ....errors import StoreUnavailable
+from ....redis.client import AnyRedis
 from ....redis.client import text as _text
 from ....redis.urls import REDIS_ERRORS, is_cluster
 from ..base import ClaimedDelivery, ClaimHeartbeat, ClaimingConsumer, ConsumeRequest, run_batch
 
-if TYPE_CHECKING:
-    from .backend import RedisTaskBackend
-
-__all__ = ["RedisConsumer", "RedisDelivery", "RedisHeartbeat"]
+__all__ = ["RedisClaims", "RedisConsumer", "RedisDelivery", "RedisHeartbeat"]
 
 logger = logging.getLogger("mutexcron.tasks.redis")
 
 STOP_CHECK_SECONDS = 0.25  # a waiting worker notices a set ``stop`` within this, even without wake()
 
 
+class RedisClaims(Protocol):
+    """What a consumer, its deliveries and their heartbeat use of their backend (``backend.RedisTaskBackend``):
+    its client and wake channel, and the claim protocol, each settling call fenced by the claim's token (False:
+    the claim expired). Declared here so that this module needs nothing of the backend's."""
+
+    client: AnyRedis
+    channel: str  # the wake channel every worker of the backend's prefix subscribes to
+    max_idle: timedelta  # a worker that knows of nothing due looks again after this
+
+    def errors(self) -> AbstractContextManager[None]: ...
+
+    def warn_of_old_layout(self, types: list[str]) -> None: ...
+
+    def claim_batch(
+        self, types: list[str], limit: int, owner: str, visibility_ms: list[int]
+    ) -> tuple[int, int, list[RedisDelivery]]: ...
+
+    def extend_claims(self, claims: Sequence[tuple[str, str, str, int]]) -> list[bool]: ...
+
+    def ack_claim(self, task_id: str, task_type: str, token: str) -> bool: ...
+
+    def retry_claim_later(self, task_id: str, task_type: str, token: str, delay: timedelta, error: str) -> bool: ...
+
+    def fail_claim(self, task_id: str, task_type: str, token: str, error: str) -> bool: ...
+
+    def release_claim(self, task_id: str, task_type: str, token: str) -> bool: ...
+
+
 @dataclass(eq=False)
 class RedisDelivery(ClaimedDelivery):
     """A claimed task; its ``token`` (the task's claim count) proves the claim is still this worker's."""
 
-    backend: RedisTaskBackend
+    backend: RedisClaims
     id: str
     task_type: str
     payload: str
@@ -70,7 +97,7 @@ class RedisDelivery(ClaimedDelivery):
 class RedisHeartbeat(ClaimHeartbeat[RedisDelivery]):
     """Extends the claims due for it with one Lua call per round (see :class:`ClaimHeartbeat`)."""
 
-    def __init__(self, backend: RedisTaskBackend) -> None:
+    def __init__(self, backend: RedisClaims) -> None:
         self.backend = backend
         super().__init__()
 
@@ -82,7 +109,7 @@ class RedisHeartbeat(ClaimHeartbeat[RedisDelivery]):
 class RedisConsumer(ClaimingConsumer):
     """One consume() call: claim, run, and sleep on the wake channel until something may be due."""
 
-    def __init__(self, backend: RedisTaskBackend, request: ConsumeRequest) -> None:
+    def __init__(self, backend: RedisClaims, request: ConsumeRequest) -> None:
         super().__init__(request)
         self.backend = backend
         self.private_channel = f"{backend.channel}:{self.token}"

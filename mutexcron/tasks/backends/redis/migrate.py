@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ....errors import MutexcronError, StoreConfigError
@@ -20,15 +19,12 @@ from ....redis.client import text as _text
 from ....redis.cluster import scan_keys
 from ....redis.urls import is_cluster
 from . import lua
-from .backend import HASH_TAG, RedisTaskBackend
+from .backend import RedisTaskBackend
+from .layout import SCAN_COUNT, first_layout_base
 
-__all__ = ["MigrationReport", "main", "migrate_layout", "old_layout_keys"]
+__all__ = ["MigrationReport", "main", "migrate_layout"]
 
-SCAN_COUNT = 1000  # keys per SCAN call: each call blocks Redis for well under a millisecond
 SWEEP_CHUNK = 500  # ids of an old set looked at per script call
-# Written once a scan of the keyspace found no task hash of the first layout: from then on a worker's check looks
-# at the old sets only (an old producer writes a task's hash and its due entry in one script).
-HASHES_CHECKED = "first-layout-hashes-checked"
 
 
 @dataclass
@@ -50,35 +46,13 @@ class MigrationReport:
         return text
 
 
-def _old(backend: RedisTaskBackend) -> str:
-    return f"{backend.prefix}{HASH_TAG}:"
-
-
-def old_layout_keys(backend: RedisTaskBackend, types: Iterable[str]) -> list[str]:
-    """The keys of the first layout that still hold tasks: the due sets of ``types`` and the claims and failures
-    of any type (one EXISTS each, all in the ``{tasks}`` slot); if none, the first task hash found there. That
-    takes a SCAN of the whole keyspace, done until one finds no such hash (:data:`HASHES_CHECKED`); never on a
-    cluster, which never held the first layout. Raises as the backend's :meth:`errors`."""
-    old = _old(backend)
-    keys = [*(f"{old}due:{task_type}" for task_type in types), f"{old}processing", f"{old}failed"]
-    client = backend.client
-    with backend.errors():
-        found = [key for key in keys if client.exists(key)]
-        if found or is_cluster(client) or client.exists(old + HASHES_CHECKED):
-            return found
-        for raw_key in scan_keys(client, glob_escape(old) + "task:*", SCAN_COUNT):
-            return [_text(raw_key)]
-        client.set(old + HASHES_CHECKED, 1)
-    return []
-
-
 class _Migration:
     """One run of :func:`migrate_layout`: moves tasks by id, and sweeps the old sets."""
 
     def __init__(self, backend: RedisTaskBackend, dry_run: bool) -> None:
         self.backend = backend
         self.client = backend.client
-        self.old = _old(backend)
+        self.old = first_layout_base(backend.prefix)
         self.report = MigrationReport(dry_run=dry_run)
         self._move = self.client.register_script(lua.MIGRATE)
         self._sweep = self.client.register_script(lua.SWEEP_OLD_SET)
