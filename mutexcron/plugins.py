@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping, MutableMapping
+from dataclasses import dataclass
 from importlib import import_module
 from importlib.metadata import entry_points
 from typing import Any, Literal, get_args
@@ -18,8 +19,8 @@ from typing import Any, Literal, get_args
 from .errors import StoreConfigError
 from .urls import mask_url, shown, url_scheme
 
-__all__ = ["ENTRY_POINT_GROUP", "KINDS", "Kind", "SchemeTable", "build_from_url", "class_for_scheme", "import_class",
-           "register", "schemes"]
+__all__ = ["ENTRY_POINT_GROUP", "KINDS", "Kind", "SchemeTable", "Wording", "build_from_url", "class_for_scheme",
+           "import_class", "register", "schemes"]
 
 Kind = Literal["lock_store", "task_backend", "record_store"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
@@ -174,11 +175,23 @@ def class_for_scheme(url: str, table: Mapping[str, str], what: str, *, loading: 
         raise StoreConfigError(f"{error}{needs}") from None
 
 
-def build_from_url(url: str, table: Mapping[str, str], what: str, base: type, *, loading: str | None = None,
-                   alternative: str = "", **options: Any) -> Any:
+@dataclass(frozen=True)
+class Wording:
+    """How a loader's errors name what it builds: ``what`` (``"task backend"``), ``loading`` (how an import
+    error names the class; default ``what``) and ``alternative`` (what else the value could have been, after
+    the list of known schemes)."""
+
+    what: str
+    loading: str | None = None
+    alternative: str = ""
+
+
+def build_from_url(url: str, table: Mapping[str, str], base: type, wording: Wording, **options: Any) -> Any:
     """``class_for_scheme(url, …).from_url(url, **options)``, checked to be a ``base``: a registered class that
     builds something else fails here, with the URL masked, not later in a worker."""
-    built = class_for_scheme(url, table, what, loading=loading, alternative=alternative).from_url(url, **options)
+    what = wording.what
+    cls = class_for_scheme(url, table, what, loading=wording.loading, alternative=wording.alternative)
+    built = cls.from_url(url, **options)
     if not isinstance(built, base):
         raise StoreConfigError(f"the {what} class for {shown(url)} built a {type(built).__name__}, "
                                f"not a {base.__module__}.{base.__qualname__}")

@@ -103,13 +103,9 @@ KNOWN_CYCLE_EDGES: set[tuple[str, str]] = set()
 
 # Signatures longer than MAX_PARAMETERS on purpose: the public option lists, each a keyword-only list of options.
 LONG_SIGNATURES = {"mutexcron/registry.py:mutex_cron", "mutexcron/scheduling/scheduler.py:Scheduler.__init__"}
-# Longer than MAX_PARAMETERS today, outside the fire path, shortened by the layout step of issue 20 (the plugin
-# loader's wording of its errors, the RabbitMQ backend's consumer and dead letters). Remove a name here with it.
-KNOWN_LONG_SIGNATURES = {
-    "mutexcron/plugins.py:build_from_url",
-    "mutexcron/tasks/backends/rabbitmq/consumer.py:TaskConsumer.__init__",
-    "mutexcron/tasks/backends/rabbitmq/topology.py:publish_dead_letter",
-}
+# Longer than MAX_PARAMETERS for no reason of their own: none (issue 20 shortened the last). Keep it empty: what
+# travels together wants a value of its own.
+KNOWN_LONG_SIGNATURES: set[str] = set()
 MAX_PARAMETERS = 6  # besides self / cls: more travel together and want a value of their own
 MAX_LINES = 420  # "about 400": a module longer than that holds more than one concern
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ControlNotSupported, StoreConfigError
-from ..plugins import build_from_url, import_class, schemes
+from ..plugins import Wording, build_from_url, import_class, schemes
 from ..urls import shown
 from .base import (
     AcquireRequest,
@@ -59,8 +59,8 @@ def store_from_url(url: str | LockStore) -> LockStore:
     if not isinstance(url, str) or not url.strip():
         raise StoreConfigError(f"store must be a URL, a dotted path or a LockStore, not {shown(url)}")
     if "://" in url:
-        store: LockStore = build_from_url(url, SCHEMES, "store", LockStore, loading="store backend",
-                                          alternative=" or a dotted path to a LockStore class")
+        wording = Wording("store", loading="store backend", alternative=" or a dotted path to a LockStore class")
+        store: LockStore = build_from_url(url, SCHEMES, LockStore, wording)
         return store
     if "." not in url or any(mark in url for mark in " :/@"):  # a mistyped URL is no dotted path
         raise StoreConfigError(

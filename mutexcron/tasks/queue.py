@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..errors import StoreConfigError
-from ..plugins import build_from_url, schemes
+from ..plugins import Wording, build_from_url, schemes
 from ..urls import shown
 from .backends.base import Delivery, TaskBackend
 from .handlers import HandlerRegistry, default_handlers, validate_task_type
@@ -39,7 +39,7 @@ def backend_from_url(url: str | TaskBackend, *, cancel_store: str | None = None)
     if not isinstance(url, str) or "://" not in url:
         raise StoreConfigError(f"task backend must be a URL (redis://, amqp://, django://), not {shown(url)}")
     options = {} if cancel_store is None else {"cancel_store": cancel_store}
-    backend: TaskBackend = build_from_url(url, BACKENDS, "task backend", TaskBackend, **options)
+    backend: TaskBackend = build_from_url(url, BACKENDS, TaskBackend, Wording("task backend"), **options)
     return backend
 
 

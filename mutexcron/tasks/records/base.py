@@ -19,7 +19,7 @@ from enum import StrEnum
 
 from ..._options import positive_duration
 from ...errors import StoreConfigError
-from ...plugins import build_from_url, schemes
+from ...plugins import Wording, build_from_url, schemes
 from ...urls import seconds_option, shown
 from ..model import NewTask, TaskError, TaskInfo, TaskStatus, stored_payload
 
@@ -199,5 +199,5 @@ def cancel_marks_from_url(url: str | TaskRecordStore | None, *, backend: str = "
         )
     if not isinstance(url, str) or "://" not in url:
         raise StoreConfigError(f"cancel store must be a URL (redis://…), not {shown(url)}")
-    store: TaskRecordStore = build_from_url(url, SCHEMES, "cancel store", TaskRecordStore)
+    store: TaskRecordStore = build_from_url(url, SCHEMES, TaskRecordStore, Wording("cancel store"))
     return store

@@ -10,7 +10,6 @@ topology, the consumers and the measurements are described in ``docs/rabbitmq.md
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from datetime import UTC, datetime
@@ -27,7 +26,7 @@ from ...records.base import TaskRecordStore, cancel_marks_from_url
 from ..base import ConsumeRequest, TaskBackend
 from .connection import BrokerConnection
 from .consumer import TaskConsumer
-from .link import ConsumerLink
+from .link import LiveLinks
 from .topology import HEADER_ATTEMPT, HEADER_GEN, HEADER_RUN_AT, HEADER_UNTIL, QUEUE_TYPES, Topology
 from .topology import TaskMessage as _Message
 
@@ -62,8 +61,7 @@ class RabbitMQTaskBackend(BrokerConnection, TaskBackend):
         super().__init__(parameters, topology, url)
         self.marks = marks
         self.heartbeat = heartbeat
-        self._links: set[ConsumerLink] = set()
-        self._links_lock = threading.Lock()
+        self._links = LiveLinks()
 
     @property
     def record_store(self) -> TaskRecordStore:
@@ -177,15 +175,10 @@ class RabbitMQTaskBackend(BrokerConnection, TaskBackend):
         if heartbeat is None:  # a silently dead consumer's tasks come back after about its visibility timeout
             shortest = min(request.visibility_timeout(task_type).total_seconds() for task_type in types)
             heartbeat = min(60, max(5, math.ceil(shortest)))
-        consumer = TaskConsumer(self, self.marks, types, prefetch=request.prefetch, heartbeat=heartbeat,
-                                links=self._links, links_lock=self._links_lock, cancelled=request.cancelled)
-        consumer.run(request.handle, request.stop)
+        TaskConsumer(self, self.marks, request, heartbeat=heartbeat, links=self._links).run()
 
     def wake(self) -> None:
-        with self._links_lock:
-            links = list(self._links)
-        for link in links:
-            link.wake()
+        self._links.wake()
 
     def close(self) -> None:
         self.close_producer()

@@ -18,10 +18,10 @@ from ...._common import duration_ms, epoch_ms, ms_to_datetime
 from ....errors import StoreUnavailable
 from ...model import TaskStatus, decode_trace_context
 from ...records.base import RecordDataError, TaskRecordStore, Verdict
-from ..base import Delivery
+from ..base import ConsumeRequest, Delivery
 from .connection import BrokerConnection
-from .link import LOST, WAKE, ConsumerLink, Received
-from .topology import TaskMessage, Undecodable, decode
+from .link import LOST, WAKE, ConsumerLink, LiveLinks
+from .topology import Received, TaskMessage, Undecodable, decode
 
 __all__ = ["RabbitDelivery", "TaskConsumer"]
 
@@ -36,34 +36,31 @@ HOLD_EARLY_MS = 100
 
 
 class TaskConsumer:
-    """Delivers the tasks of ``types`` to a handler in the calling thread, on one link at a time.
+    """Delivers the tasks of ``request.types`` to ``request.handle`` in the calling thread, on one link at a time.
 
-    ``links`` (guarded by ``links_lock``) is the backend's set of live links, which its ``wake()`` wakes;
-    ``cancelled(task_type)`` is told of each cancelled task dropped unrun.
+    ``links`` are the backend's live links, which its ``wake()`` wakes; ``request.cancelled(task_type)`` is told
+    of each cancelled task dropped unrun.
     """
 
-    def __init__(
-        self, broker: BrokerConnection, records: TaskRecordStore, types: list[str], *, prefetch: int,
-        heartbeat: int, links: set[ConsumerLink], links_lock: threading.Lock,
-        cancelled: Callable[[str], None] | None = None,
-    ) -> None:
+    def __init__(self, broker: BrokerConnection, records: TaskRecordStore, request: ConsumeRequest, *,
+                 heartbeat: int, links: LiveLinks) -> None:
         self.broker = broker
         self.records = records
-        self.types = types
-        self.prefetch = max(1, prefetch)
+        self.types = request.types
+        self.prefetch = max(1, request.prefetch)
         self.heartbeat = heartbeat
+        self._request = request
         self._links = links
-        self._links_lock = links_lock
-        self._cancelled = cancelled
+        self._cancelled = request.cancelled
 
-    def run(self, handle: Callable[[Delivery], None], stop: threading.Event) -> None:
-        """Until ``stop`` is set; a link lost after the first connection is made again with backoff."""
+    def run(self) -> None:
+        """Until ``request.stop`` is set; a link lost after the first connection is made again with backoff."""
+        handle, stop = self._request.handle, self._request.stop
         backoff = _RECONNECT_BACKOFF[0]
         connected_once = False
         while not stop.is_set():
             link = ConsumerLink(self.broker, self.types, self.prefetch, self.heartbeat)
-            with self._links_lock:
-                self._links.add(link)
+            self._links.add(link)
             started = time.monotonic()
             try:
                 link.open()
@@ -77,8 +74,7 @@ class TaskConsumer:
                 # a quorum queue declared a moment before by another worker, before its Raft server is up.
                 logger.warning("task consumer: %s; reconnecting in %.1f s", error, backoff)
             finally:
-                with self._links_lock:
-                    self._links.discard(link)
+                self._links.discard(link)
                 link.close()  # unacked deliveries (prefetched, not started) go back to the queue
             if time.monotonic() - started > 30:
                 backoff = _RECONNECT_BACKOFF[0]

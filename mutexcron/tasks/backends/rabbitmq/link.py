@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import suppress
 from typing import Any
 
@@ -18,30 +18,12 @@ import pika.exceptions
 
 from ....errors import StoreConfigError, StoreUnavailable
 from .connection import CONNECTION_ERRORS, BrokerConnection, Session, queue_exists
-from .topology import TaskMessage, publish_dead_letter
+from .topology import Received, TaskMessage, publish_dead_letter
 
-__all__ = ["LOST", "WAKE", "ConsumerLink", "Received"]
+__all__ = ["LOST", "WAKE", "ConsumerLink", "LiveLinks"]
 
 WAKE = object()  # in the inbox: look at the stop event now
 LOST = object()  # in the inbox: the connection ended; ConsumerLink.lost() says why
-
-
-class Received:
-    """A message as the broker delivered it from ``queue_name``, the queue of ``task_type``."""
-
-    __slots__ = ("body", "method", "properties", "queue_name", "task_type")
-
-    def __init__(self, task_type: str, queue_name: str, method: Any, properties: pika.BasicProperties,
-                 body: bytes) -> None:
-        self.task_type = task_type
-        self.queue_name = queue_name
-        self.method = method
-        self.properties = properties
-        self.body = body
-
-    @property
-    def tag(self) -> int:
-        return int(self.method.delivery_tag)
 
 
 class ConsumerLink:
@@ -186,8 +168,7 @@ class ConsumerLink:
         def run() -> None:
             assert self._session is not None
             self.broker.declare_task_types(self._session, [received.task_type])
-            publish_dead_letter(self._session.publisher, self.broker.topology, received.task_type,
-                                received.queue_name, received.properties, received.body, reason)
+            publish_dead_letter(self._session.publisher, self.broker.topology, received, reason)
 
         self.call(run)
 
@@ -202,6 +183,40 @@ class ConsumerLink:
                 session.connection.add_callback_threadsafe(_noop)
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(10)
+
+
+class LiveLinks:
+    """A backend's live links, which its ``wake()`` wakes: each consume() call adds its link while it is open,
+    from its own thread, so the set is guarded by a lock."""
+
+    def __init__(self) -> None:
+        self._links: set[ConsumerLink] = set()
+        self._lock = threading.Lock()
+
+    def add(self, link: ConsumerLink) -> None:
+        with self._lock:
+            self._links.add(link)
+
+    def discard(self, link: ConsumerLink) -> None:
+        with self._lock:
+            self._links.discard(link)
+
+    def wake(self) -> None:
+        """Wake every live link's consumer (outside the lock: a link's wake() only puts into its inbox)."""
+        for link in self:
+            link.wake()
+
+    def __iter__(self) -> Iterator[ConsumerLink]:
+        with self._lock:
+            return iter(list(self._links))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._links)
+
+    def __contains__(self, link: object) -> bool:
+        with self._lock:
+            return link in self._links
 
 
 def _noop() -> None:

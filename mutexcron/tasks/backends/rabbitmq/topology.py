@@ -1,4 +1,5 @@
-"""The RabbitMQ task backend's names and message format: the topology, decoding, and the dead-letter queues.
+"""The RabbitMQ task backend's names and message format: the topology, decoding, a delivered message, and the
+dead-letter queues.
 
 Queue names (``Q`` is the ``?queue_prefix=``; neither it nor a task type may contain ``@``)::
 
@@ -239,18 +240,36 @@ def decode(task_type: str, properties: pika.BasicProperties, body: bytes) -> Tas
                        numbers[HEADER_ATTEMPT], numbers.get(HEADER_UNTIL), trace_text)
 
 
-def publish_dead_letter(channel: BlockingChannel, topology: Topology, task_type: str, queue: str,
-                        properties: pika.BasicProperties, body: bytes, reason: str) -> None:
-    """Put a message that ``queue`` (of ``task_type``) could not use into the type's dead-letter queue.
+class Received:
+    """A message as the broker delivered it from ``queue_name``, the queue of ``task_type``."""
+
+    __slots__ = ("body", "method", "properties", "queue_name", "task_type")
+
+    def __init__(self, task_type: str, queue_name: str, method: Any, properties: pika.BasicProperties,
+                 body: bytes) -> None:
+        self.task_type = task_type
+        self.queue_name = queue_name
+        self.method = method
+        self.properties = properties
+        self.body = body
+
+    @property
+    def tag(self) -> int:
+        return int(self.method.delivery_tag)
+
+
+def publish_dead_letter(channel: BlockingChannel, topology: Topology, received: Received, reason: str) -> None:
+    """Put a message that its queue could not use into its task type's dead-letter queue.
 
     The body and properties are kept, with the reason and the source queue added as headers; ``channel``
     confirms deliveries, so this returns once the broker has the copy (or raises).
     """
+    properties = received.properties
     copy = pika.BasicProperties(**{name: getattr(properties, name) for name in _PROPERTY_NAMES})
     copy.headers = {**(properties.headers if isinstance(properties.headers, dict) else {}),
-                    HEADER_DEAD_REASON: reason, HEADER_DEAD_QUEUE: queue}
+                    HEADER_DEAD_REASON: reason, HEADER_DEAD_QUEUE: received.queue_name}
     copy.delivery_mode = pika.DeliveryMode.Persistent.value
-    channel.basic_publish("", topology.dead_letter_queue(task_type), body, copy, mandatory=True)
+    channel.basic_publish("", topology.dead_letter_queue(received.task_type), received.body, copy, mandatory=True)
 
 
 # Not ``expiration`` (the copy must stay) nor ``user_id`` (the broker refuses one that is not the connection's).
