@@ -4,7 +4,6 @@ Declare jobs with :func:`mutex_cron`; run a :class:`Scheduler` on every instance
 store (Redis, MongoDB, or the app's SQL database through ``mutexcron_django``).
 """
 
-from .alerts import Alert
 from .cron import CronSpec, next_fire_times, parse_cron
 from .errors import (
     ControlNotSupported,
@@ -18,6 +17,7 @@ from .errors import (
     StoreUnavailable,
     UnknownJobError,
 )
+from .ops.alerts import Alert
 from .records import JobContext, Outcome, RunRecord
 from .registry import Job, Registry, default_registry, mutex_cron
 from .scheduling.scheduler import Scheduler

@@ -30,7 +30,7 @@ from .errors import (
     StoreUnavailable,
     UnknownJobError,
 )
-from .listing import listing_json, listing_text, read_listing, when
+from .ops.listing import listing_json, listing_text, read_listing, when
 from .registry import default_registry
 from .scheduling.scheduler import Scheduler
 from .stores import LockState

@@ -1,6 +1,6 @@
 """The callbacks a scheduler tells about its runs: ``"started"`` when a body starts, ``"finished"`` for every
 run or skip (each with a :class:`RunRecord`); ``"overdue"``, ``"failing"`` and ``"recovered"`` once per
-incident fleet-wide (with an :class:`~mutexcron.alerts.Alert`). A failing callback is logged, never raised."""
+incident fleet-wide (with an :class:`~mutexcron.ops.alerts.Alert`). A failing callback is logged, never raised."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .records import RunRecord
 
 if TYPE_CHECKING:
-    from .alerts import Alert
+    from .ops.alerts import Alert
 
 __all__ = ["LISTENER_EVENTS", "Listener", "Listeners"]
 

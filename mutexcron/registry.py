@@ -68,9 +68,9 @@ class Job:
     catch_up_window: timedelta = timedelta(hours=1)  # only ticks this recent are caught up
     jitter: timedelta = timedelta(0)  # each tick runs up to this much late, the same on every instance
     alert_after: timedelta | bool | None = None  # overdue this long after a tick nobody ran (None: the default
-    # of one lease plus the scheduler's misfire grace; False: no alerts); see mutexcron.alerts
+    # of one lease plus the scheduler's misfire grace; False: no alerts); see mutexcron.ops.alerts
     ping_url: str | None = None  # GET after each run this instance ran ("/fail" after the path on failure);
-    # a PingURL, whose repr is masked (mutexcron.pings)
+    # a PingURL, whose repr is masked (mutexcron.ops.pings)
 
     def trigger(self, default_timezone: tzinfo) -> CronTrigger:
         return CronTrigger(self.spec, self.timezone or default_timezone)

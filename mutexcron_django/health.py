@@ -1,4 +1,4 @@
-"""The fleet's health from the configured store (:func:`mutexcron.checkup.check_health`), for ``manage.py
+"""The fleet's health from the configured store (:func:`mutexcron.ops.checkup.check_health`), for ``manage.py
 mutexcron health``, ``check --deploy`` (mutexcron.W004) and the ``health/`` view: 200 when the store answers
 and no job is overdue or failing, 503 otherwise, with the details (job names, errors) only for users who may
 view the locks (``mutexcron.view_lock``)."""
@@ -17,8 +17,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
 from mutexcron import default_registry
-from mutexcron.checkup import HealthReport, check_health
 from mutexcron.cron import resolve_timezone
+from mutexcron.ops.checkup import HealthReport, check_health
 from mutexcron.stores import LockStore
 
 from .conf import MutexcronSettings, get_settings

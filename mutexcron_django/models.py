@@ -30,7 +30,7 @@ class Lock(models.Model):
     schedule_version = models.BigIntegerField(default=0, help_text="bumped by every schedule change")
     schedule_by = models.CharField(max_length=255, null=True, blank=True)
     schedule_changed_at = models.DateTimeField(null=True, blank=True)
-    # What the runs left, for alerts (mutexcron.alerts): written by release(outcome=...); the open incident.
+    # What the runs left, for alerts (mutexcron.ops.alerts): written by release(outcome=...); the open incident.
     created_at = models.DateTimeField(null=True, blank=True, help_text="when the row was first made")
     last_outcome = models.CharField(max_length=16, null=True, blank=True)
     last_finished_at = models.DateTimeField(null=True, blank=True)

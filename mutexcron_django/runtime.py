@@ -13,7 +13,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from mutexcron import RunRecord, Scheduler, StoreConfigError, default_registry
-from mutexcron.alerts import ALERT_EVENTS, Alert
+from mutexcron.ops.alerts import ALERT_EVENTS, Alert
 from mutexcron.registry import BusyPolicy
 
 from . import history, signals

@@ -5,7 +5,7 @@
 - ``job_skipped``: this instance did not run the fire (``skipped_*``).
 
 Once per incident across the fleet, on the instance that noticed it first, each carrying the
-:class:`mutexcron.alerts.Alert` as ``alert``:
+:class:`mutexcron.ops.alerts.Alert` as ``alert``:
 
 - ``job_overdue``: a tick of the job's schedule went unrun past its ``alert_after``.
 - ``job_failing``: the job's latest run failed.

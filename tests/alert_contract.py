@@ -1,6 +1,6 @@
 """The alerts part of the lock store contract: the last outcome a release writes, the document's creation time,
 incidents that exactly one caller opens, turns into another kind, and closes; and the incident rules of
-:mod:`mutexcron.alerts` on top of them (one incident per missed tick, the latest condition told once).
+:mod:`mutexcron.ops.alerts` on top of them (one incident per missed tick, the latest condition told once).
 
 Mixed into :class:`tests.contract.LockStoreContract`, so every store runs it against its real server.
 """
@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from mutexcron import Registry, mutex_cron
-from mutexcron.alerts import Alert, Alerts
+from mutexcron.ops.alerts import Alert, Alerts
 from mutexcron.stores import LockState, LockStore
 from tests.support import wait_until
 
@@ -248,7 +248,7 @@ class AlertsContract:
         self.run("succeeded")
         assert self.alert_state().incident == "failing since 07:00"  # closing it is the alert's to do, once
 
-    # -- the incident rules (mutexcron.alerts): one incident per missed tick, the latest condition --------------
+    # -- the incident rules (mutexcron.ops.alerts): one incident per missed tick, the latest condition --------------
 
     def test_a_manual_run_does_not_recover_an_overdue_job_and_its_missed_tick_raises_one_incident(self) -> None:
         watch = Watch(self.store)

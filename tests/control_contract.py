@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from mutexcron import CronSpecError, Registry, control, mutex_cron
+from mutexcron import CronSpecError, Registry, mutex_cron
+from mutexcron.ops import control
 from mutexcron.stores import AcquireStatus, Acquisition, LockState, LockStore
 from tests.batch_contract import request, statuses
 from tests.support import wait_until

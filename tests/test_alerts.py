@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from mutexcron import JobDefinitionError, Registry, Scheduler, mutex_cron
-from mutexcron.alerts import Alert, alert_delay, job_problems
+from mutexcron.ops.alerts import Alert, alert_delay, job_problems
 from mutexcron.stores import LockState, LockStore, MemoryLockStore, store_from_url
 from tests.support import wait_until
 

@@ -18,7 +18,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from mutexcron import Outcome, Registry, Scheduler, SchedulerConfigError, mutex_cron
 from mutexcron.metrics import JobMetrics, PendingTasksCollector, render, task_finished, unwatch_pending, watch_pending
-from mutexcron.pings import MAX_QUEUED
+from mutexcron.ops.pings import MAX_QUEUED
 from mutexcron.stores import LockStore, MemoryLockStore
 from tests.support import declare_job, unique_name, wait_until
 from tests.support.ping_servers import PingServer, serving

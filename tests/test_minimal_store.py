@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 from docs.examples.minimal_store import SQLiteLockStore
-from mutexcron import ControlNotSupported, JobContext, Registry, Scheduler, control, mutex_cron
-from mutexcron.checkup import check_health
+from mutexcron import ControlNotSupported, JobContext, Registry, Scheduler, mutex_cron
 from mutexcron.cli import main as cli_main
-from mutexcron.listing import read_listing
+from mutexcron.ops import control
+from mutexcron.ops.checkup import check_health
+from mutexcron.ops.listing import read_listing
 from mutexcron.plugins import register, schemes
 from mutexcron.stores import ControlStore, require_control, store_from_url, supports_control
 from tests.contract import LockContract

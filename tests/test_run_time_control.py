@@ -21,8 +21,8 @@ from mutexcron import (
     mutex_cron,
     next_fire_times,
 )
-from mutexcron.control import jitter_delay, missed_ticks
 from mutexcron.errors import StoreUnavailable
+from mutexcron.ops.control import jitter_delay, missed_ticks
 from mutexcron.stores import Acquisition, LockState, MemoryLockStore
 from tests.support import wait_until
 
@@ -248,7 +248,7 @@ def test_an_override_in_its_own_zone_fires_in_that_zone(store: MemoryLockStore, 
     instance(store, registry).set_schedule("digest", "0 9 * * *", timezone="Asia/Tokyo")
     state = store.lock("digest")
     assert state is not None
-    from mutexcron.control import effective_trigger
+    from mutexcron.ops.control import effective_trigger
     trigger = effective_trigger(registry.get("digest"), state, UTC)
     assert trigger.next_after(TICK) == datetime(2026, 3, 2, 0, 0, tzinfo=UTC)  # 09:00 in Tokyo
 

@@ -1,7 +1,7 @@
 """Which jobs this instance still has to catch up (after start, after a store outage), and who runs each job's
 catch-up: one thread at a time per job, which also runs, after the missed ticks, the job's own ticks that fired
 on this instance meanwhile (handed to it), so that none overtakes a missed tick and no fire holds a worker
-thread waiting. What counts as missed is :func:`mutexcron.control.missed_ticks`."""
+thread waiting. What counts as missed is :func:`mutexcron.ops.control.missed_ticks`."""
 
 from __future__ import annotations
 

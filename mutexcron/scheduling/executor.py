@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from apscheduler.executors.base import BaseExecutor
 from apscheduler.triggers.date import DateTrigger
 
-from ..control import jitter_delay
+from ..ops.control import jitter_delay
 from .batch import FireBatch, fire_together
 from .fires import Fire
 

@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..heartbeats import Heartbeats
-from ..pings import Pings
+from ..ops.heartbeats import Heartbeats
+from ..ops.pings import Pings
 from ..records import JobContext
 
 if TYPE_CHECKING:

@@ -14,15 +14,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from ..control import missed_ticks
 from ..errors import StoreUnavailable
+from ..ops.control import missed_ticks
 from ..records import JobContext, Outcome, RunRecord
 from ..stores import AcquireStatus, Acquisition, LockStore, require_control
 from .fires import Fire, HandOff
 
 if TYPE_CHECKING:
-    from ..health import StoreHealth
     from ..listeners import Listeners
+    from ..ops.health import StoreHealth
     from ..registry import Job
     from ..telemetry import Telemetry
     from .lifecycle import Generation

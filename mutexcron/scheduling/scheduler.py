@@ -12,14 +12,14 @@ from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from .. import control
-from ..alerts import Alerts
-from ..checkup import DEFAULT_MISFIRE_GRACE_TIME
 from ..errors import LockBusy, SchedulerConfigError, StoreUnavailable
-from ..health import StoreHealth
-from ..heartbeats import Heartbeats
 from ..listeners import Listener, Listeners
-from ..pings import PING_TIMEOUT, Pings
+from ..ops import control
+from ..ops.alerts import Alerts
+from ..ops.checkup import DEFAULT_MISFIRE_GRACE_TIME
+from ..ops.health import StoreHealth
+from ..ops.heartbeats import Heartbeats
+from ..ops.pings import PING_TIMEOUT, Pings
 from ..records import Outcome, RunRecord
 from ..registry import BUSY_POLICIES, BusyPolicy, Job, Registry
 from ..stores import ControlStore, LockState, LockStore, store_from_url, supports_control
@@ -53,7 +53,7 @@ class Scheduler:
     often a running scheduler reads the store's schedule overrides (and notices that the store came back,
     and judges overdue and failing jobs). ``metrics`` / ``tracing``: Prometheus metrics and OpenTelemetry
     spans of the runs (the ``prometheus`` and ``otel`` extras; :mod:`mutexcron.telemetry`). ``ping_timeout``:
-    the deadline of each ``ping_url`` ping, name resolution and redirects included (:mod:`mutexcron.pings`).
+    the deadline of each ``ping_url`` ping, name resolution and redirects included (:mod:`mutexcron.ops.pings`).
     """
 
     def __init__(
@@ -114,7 +114,7 @@ class Scheduler:
     def add_listener(self, callback: Listener, *, events: Collection[str] = ("finished",)) -> Listener:
         """Call ``callback(record)`` on every ``"finished"`` run or skip (and, if asked, ``"started"``);
         ``callback(alert)`` for ``"overdue"``, ``"failing"`` and ``"recovered"`` (once per incident, fleet-wide,
-        on the instance that noticed first: see :mod:`mutexcron.alerts`)."""
+        on the instance that noticed first: see :mod:`mutexcron.ops.alerts`)."""
         return self._listeners.add(callback, events)
 
     def remove_listener(self, callback: Listener) -> None:

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from datetime import timedelta, tzinfo
 from typing import TYPE_CHECKING
 
-from ..control import effective_trigger
 from ..cron import CronTrigger
 from ..errors import CronSpecError
+from ..ops.control import effective_trigger
 from .triggers import ShiftedTrigger, VersionedTrigger
 
 if TYPE_CHECKING:

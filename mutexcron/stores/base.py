@@ -48,7 +48,7 @@ class LockState:
     schedule_version: int = 0  # bumped by every set_schedule(); acquires fired for another one are refused
     schedule_by: str | None = None
     schedule_changed_at: datetime | None = None
-    # What the runs left behind, for alerts (mutexcron.alerts): written by release(outcome=...), atomically.
+    # What the runs left behind, for alerts (mutexcron.ops.alerts): written by release(outcome=...), atomically.
     created_at: datetime | None = None  # when the document was first made (kept across delete and revive)
     last_outcome: str | None = None  # "succeeded" or "failed": the latest run released with an outcome
     last_finished_at: datetime | None = None  # when that run was released (store clock)
@@ -231,7 +231,7 @@ class ControlStore(ABC):
         bump ``schedule_version``, so acquires fired for the old schedule are refused. The caller validates
         the spec. Returns the new state, or ``None`` if the store has no visible document for ``name``."""
 
-    # -- alerts: one instance claims each incident (mutexcron.alerts) ------------------------------------
+    # -- alerts: one instance claims each incident (mutexcron.ops.alerts) ------------------------------------
 
     @abstractmethod
     def open_incident(self, name: str, incident: str, *, replacing: str | None = None) -> bool:

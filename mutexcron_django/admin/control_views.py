@@ -21,9 +21,10 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone as dj_timezone
 
-from mutexcron import control, default_registry
+from mutexcron import default_registry
 from mutexcron.cron import resolve_timezone
 from mutexcron.errors import JobDefinitionError, MutexcronError
+from mutexcron.ops import control
 from mutexcron.registry import validate_job_name
 from mutexcron.stores import LockState, require_control
 

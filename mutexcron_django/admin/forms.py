@@ -13,9 +13,9 @@ from django.utils import timezone as dj_timezone
 
 from mutexcron import Job
 from mutexcron.cli import parse_duration
-from mutexcron.control import checked_override
 from mutexcron.cron import CronTrigger, parse_cron, resolve_timezone
 from mutexcron.errors import CronSpecError
+from mutexcron.ops.control import checked_override
 
 from .schedules import describe, next_fires
 

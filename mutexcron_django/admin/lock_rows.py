@@ -23,9 +23,9 @@ from django.urls import reverse
 from django.utils.safestring import SafeString
 
 from mutexcron import Job, LockBusy, RunRecord, default_registry
-from mutexcron.alerts import Problem
 from mutexcron.cron import iter_fire_times
 from mutexcron.errors import MutexcronError
+from mutexcron.ops.alerts import Problem
 from mutexcron.stores import LockState, LockStore, require_control
 
 from .. import runtime

@@ -10,9 +10,9 @@ from itertools import islice
 from cron_descriptor import Options, get_description
 
 from mutexcron import Job
-from mutexcron.control import effective_trigger
 from mutexcron.cron import MACROS, CronTrigger, iter_fire_times
 from mutexcron.errors import CronSpecError
+from mutexcron.ops.control import effective_trigger
 from mutexcron.stores import LockState
 
 from .display import show_time, zone_name

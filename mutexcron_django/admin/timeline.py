@@ -6,12 +6,12 @@ document:
 - ``succeeded``, ``failed``, ``caught_up``: the tick's run (a catch-up run that succeeded is ``caught_up``);
 - ``running``: its lock is held for it now; ``unrecorded``: it was taken but no outcome was written;
 - ``paused``: an operator's pause skipped it; ``skipped``: only busy, store-error or stale-schedule skips;
-- ``missed``: no instance ran it and it is past its alert delay (``mutexcron.alerts.alert_delay``, plus its
+- ``missed``: no instance ran it and it is past its alert delay (``mutexcron.ops.alerts.alert_delay``, plus its
   jitter); ``pending``: not yet.
 
 Ticks count from the lock document's creation (and from the last schedule change: older ticks were
 another schedule's). The Locks page shows the last 30 of each job, with its overdue and failing badges
-(``mutexcron.alerts.job_problems``, as the running schedulers judge them).
+(``mutexcron.ops.alerts.job_problems``, as the running schedulers judge them).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from django.db.models import Q
 from django.utils.safestring import SafeString
 
 from mutexcron import Job
-from mutexcron.alerts import Problem, alert_delay, job_problems
-from mutexcron.checkup import DEFAULT_MISFIRE_GRACE_TIME
-from mutexcron.control import jitter_delay
 from mutexcron.cron import CronTrigger, iter_fire_times
+from mutexcron.ops.alerts import Problem, alert_delay, job_problems
+from mutexcron.ops.checkup import DEFAULT_MISFIRE_GRACE_TIME
+from mutexcron.ops.control import jitter_delay
 from mutexcron.stores import LockState
 
 from ..models import JobRun, PauseSpan

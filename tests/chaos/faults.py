@@ -18,7 +18,7 @@ from typing import Any
 from tests.support import LedgerProcess
 from tests.support.servers import free_port, start_redis_server, stop_process
 
-UNREACHABLE = "lock store unreachable"  # mutexcron.health.StoreHealth: the one error of an outage
+UNREACHABLE = "lock store unreachable"  # mutexcron.ops.health.StoreHealth: the one error of an outage
 BACK = "lock store reachable again"  # ... and its one line once the store answers again
 
 

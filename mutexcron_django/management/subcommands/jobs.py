@@ -14,7 +14,7 @@ from django.utils import timezone as django_timezone
 from mutexcron import Outcome, RunRecord, default_registry
 from mutexcron.cron import resolve_timezone
 from mutexcron.errors import ControlNotSupported, LockBusy, StoreUnavailable, UnknownJobError
-from mutexcron.listing import listing_json, listing_text, read_listing
+from mutexcron.ops.listing import listing_json, listing_text, read_listing
 from mutexcron.stores import LockStore, require_control
 
 from ... import history, runtime

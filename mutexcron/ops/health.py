@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from .errors import StoreUnavailable
+from ..errors import StoreUnavailable
 
 __all__ = ["StoreHealth"]
 

@@ -1,12 +1,12 @@
 """Dead man's switch pings (healthchecks.io, Cronitor): after each run this instance ran, GET the job's
-``ping_url`` on success and the URL with ``/fail`` after its path on failure (:func:`~mutexcron.ping_urls.ping_target`),
+``ping_url`` on success and the URL with ``/fail`` after its path on failure (:func:`~.ping_urls.ping_target`),
 from background threads, so that a slow or dead ping server never delays a run or the lock's release.
 
 Nothing here is unbounded: each ping has a total deadline (``Scheduler(ping_timeout=...)``, name resolution and
-redirects included: :mod:`mutexcron.ping_http`); each host has a queue of at most :data:`MAX_QUEUED` pings, the
+redirects included: :mod:`mutexcron.ops.ping_http`); each host has a queue of at most :data:`MAX_QUEUED` pings, the
 oldest dropped first; pings of different hosts go out side by side, one sender thread per host and at most
 :data:`MAX_SENDERS`, so that one slow endpoint holds only its own pings. Failures are logged once per outage of
-a host, drops once per incident, URLs always masked (:func:`~mutexcron.ping_urls.mask_ping_url`).
+a host, drops once per incident, URLs always masked (:func:`~mutexcron.ops.ping_urls.mask_ping_url`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..records import Outcome, RunRecord
 from .ping_http import PingRequest
 from .ping_urls import PingKind, mask_ping_url, ping_origin, ping_target
-from .records import Outcome, RunRecord
 
 __all__ = ["MAX_QUEUED", "MAX_SENDERS", "PING_TIMEOUT", "Pings"]
 

@@ -13,14 +13,14 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from itertools import takewhile
 from typing import TYPE_CHECKING
 
-from .cron import CronTrigger, iter_fire_times, parse_cron, resolve_timezone
-from .cron_intervals import check_jitter
-from .errors import CronSpecError, UnknownJobError
-from .stores.base import require_control
+from ..cron import CronTrigger, iter_fire_times, parse_cron, resolve_timezone
+from ..cron_intervals import check_jitter
+from ..errors import CronSpecError, UnknownJobError
+from ..stores.base import require_control
 
 if TYPE_CHECKING:
-    from .registry import Job, Registry
-    from .stores import LockState, LockStore
+    from ..registry import Job, Registry
+    from ..stores import LockState, LockStore
 
 __all__ = ["checked_override", "effective_trigger", "jitter_delay", "missed_ticks", "pause", "resume",
            "set_schedule", "zone_name"]

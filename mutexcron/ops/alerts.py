@@ -27,14 +27,14 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
+from ..errors import StoreUnavailable
+from ..stores.base import ControlStore
 from .control import jitter_delay
-from .errors import StoreUnavailable
-from .stores.base import ControlStore
 
 if TYPE_CHECKING:
-    from .cron import CronTrigger
-    from .registry import Job
-    from .stores import LockState, LockStore
+    from ..cron import CronTrigger
+    from ..registry import Job
+    from ..stores import LockState, LockStore
 
 __all__ = ["ALERT_EVENTS", "Alert", "Alerts", "Problem", "alert_delay", "job_problems"]
 

@@ -1,6 +1,6 @@
 """The fleet's health in one store read, for ``manage.py mutexcron health``, its ``health/`` view, ``check
 --deploy`` and ``python -m mutexcron health``: healthy when the store answers and no declared job is overdue
-or failing (:mod:`mutexcron.alerts` decides both, as the running schedulers do)."""
+or failing (:mod:`mutexcron.ops.alerts` decides both, as the running schedulers do)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
+from ..errors import CronSpecError, StoreUnavailable
+from ..registry import Registry
+from ..stores import LockStore, require_control
 from .alerts import Problem, job_problems
 from .control import effective_trigger
-from .errors import CronSpecError, StoreUnavailable
-from .registry import Registry
-from .stores import LockStore, require_control
 
 __all__ = ["DEFAULT_MISFIRE_GRACE_TIME", "HealthReport", "check_health"]
 

@@ -7,10 +7,10 @@ import threading
 import time
 from dataclasses import dataclass
 
-from .errors import StoreUnavailable
-from .records import JobContext
-from .registry import Job
-from .stores import LockStore
+from ..errors import StoreUnavailable
+from ..records import JobContext
+from ..registry import Job
+from ..stores import LockStore
 
 __all__ = ["Beat", "Heartbeats"]
 

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
+from ..cron import iter_fire_times
+from ..errors import StoreUnavailable
+from ..registry import Job, Registry
+from ..stores import LockState, LockStore, require_control
 from .control import effective_trigger
-from .cron import iter_fire_times
-from .errors import StoreUnavailable
-from .registry import Job, Registry
-from .stores import LockState, LockStore, require_control
 
 __all__ = ["JobLine", "Listing", "iso", "listing_json", "listing_text", "lock_state", "read_listing", "table",
            "when"]
