@@ -32,7 +32,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
         return HttpResponse("mutexcron metrics are off: set MUTEXCRON['METRICS'] = True\n", status=404,
                             content_type=_TEXT)
     try:
-        from mutexcron.metrics import render
+        from mutexcron.telemetry.metrics import render
     except ImportError as missing:
         logger.error("mutexcron metrics view: %s", missing)
         return HttpResponse(NEEDS_EXTRA, status=503, content_type=_TEXT)
@@ -43,7 +43,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
 
 def _has_the_extra() -> bool:
     try:
-        import mutexcron.metrics  # noqa: F401
+        import mutexcron.telemetry.metrics  # noqa: F401
     except ImportError:
         return False
     return True

@@ -1,4 +1,5 @@
-"""Prometheus metrics (Scheduler(metrics=True), mutexcron.metrics) read back from prometheus-client's REGISTRY.
+"""Prometheus metrics (Scheduler(metrics=True), mutexcron.telemetry.metrics) read back from
+prometheus-client's REGISTRY.
 
 Every test uses job and task-type names of its own: the registry is the process's, shared by all tests.
 The gunicorn multiprocess test is tests/django/test_metrics_gunicorn.py.
@@ -17,9 +18,16 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from mutexcron import Outcome, Registry, Scheduler, SchedulerConfigError, mutex_cron
-from mutexcron.metrics import JobMetrics, PendingTasksCollector, render, task_finished, unwatch_pending, watch_pending
 from mutexcron.ops.pings import MAX_QUEUED
 from mutexcron.stores import LockStore, MemoryLockStore
+from mutexcron.telemetry.metrics import (
+    JobMetrics,
+    PendingTasksCollector,
+    render,
+    task_finished,
+    unwatch_pending,
+    watch_pending,
+)
 from tests.support import declare_job, unique_name, wait_until
 from tests.support.ping_servers import PingServer, serving
 

@@ -1,4 +1,5 @@
-"""OpenTelemetry spans (Scheduler(tracing=True), mutexcron.tracing) read back through the SDK's in-memory exporter.
+"""OpenTelemetry spans (Scheduler(tracing=True), mutexcron.telemetry.tracing) read back through
+the SDK's in-memory exporter.
 
 The SDK's tracer provider is global and set once per process (the first test that needs it sets it); every
 test uses job and task-type names of its own and reads only its own spans.
@@ -20,7 +21,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from mutexcron import Outcome, Registry, Scheduler, mutex_cron
 from mutexcron.stores import LockStore
-from mutexcron.tracing import inject_trace_context, task_span
+from mutexcron.telemetry.tracing import inject_trace_context, task_span
 from tests.support import declare_job, span_exporter, unique_name, wait_until
 
 EVERY_SECOND = "* * * * * *"
@@ -177,7 +178,7 @@ def test_inject_adds_to_a_carrier_it_is_given(exporter: InMemorySpanExporter) ->
 _NO_SDK = """
 from opentelemetry import trace
 from mutexcron import Registry, Scheduler, mutex_cron
-from mutexcron.tracing import task_span
+from mutexcron.telemetry.tracing import task_span
 
 registry, seen = Registry(), []
 mutex_cron("0 6 * * *", name="quiet", registry=registry)(lambda: seen.append(trace.get_current_span()))

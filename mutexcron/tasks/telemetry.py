@@ -2,8 +2,8 @@
 
 Tracing: ``schedule()`` carries the current W3C trace context with the task (``NewTask.trace_context``, kept by
 every backend) and the worker runs the handler in ``mutexcron.task <type>``, a child of the span current at
-``schedule()`` (:func:`mutexcron.tracing.task_span`). Metrics: every attempt a worker ends is counted with its
-lateness and duration (:func:`mutexcron.metrics.task_finished`), and the backend's
+``schedule()`` (:func:`mutexcron.telemetry.tracing.task_span`). Metrics: every attempt a worker ends is counted with its
+lateness and duration (:func:`mutexcron.telemetry.metrics.task_finished`), and the backend's
 :meth:`~mutexcron.tasks.backends.base.TaskBackend.pending_counts` is served as ``mutexcron_tasks_pending``.
 The libraries are loaded, and a missing extra named, as for the Scheduler (:func:`mutexcron.telemetry.load_part`).
 """

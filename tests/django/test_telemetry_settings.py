@@ -37,8 +37,9 @@ def test_only_a_boolean(key: str, value: object) -> None:
     assert str(raised.value).startswith(f"MUTEXCRON[{key!r}] must be True or False, not {value!r}")
 
 
-@pytest.mark.parametrize(("key", "module", "extra"), [("METRICS", "mutexcron.metrics", "mutexcron[prometheus]"),
-                                                      ("TRACING", "mutexcron.tracing", "mutexcron[otel]")])
+@pytest.mark.parametrize(("key", "module", "extra"),
+                         [("METRICS", "mutexcron.telemetry.metrics", "mutexcron[prometheus]"),
+                          ("TRACING", "mutexcron.telemetry.tracing", "mutexcron[otel]")])
 def test_on_without_its_extra_names_the_extra(monkeypatch: pytest.MonkeyPatch, key: str, module: str,
                                               extra: str) -> None:
     monkeypatch.setitem(sys.modules, module, None)  # the import fails as without the extra's library
@@ -76,7 +77,7 @@ def test_the_apps_task_queue_gets_metrics_and_tracing(on: bool) -> None:
 
 
 def test_the_view_serves_the_registry(client: Client) -> None:
-    from mutexcron.metrics import task_finished
+    from mutexcron.telemetry.metrics import task_finished
 
     kind = f"view.{uuid.uuid4().hex[:8]}"
     task_finished(kind, "succeeded")
@@ -131,7 +132,7 @@ def test_the_view_is_404_while_metrics_are_off(client: Client) -> None:
 
 
 def test_the_view_is_503_without_the_extra(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "mutexcron.metrics", None)
+    monkeypatch.setitem(sys.modules, "mutexcron.telemetry.metrics", None)
     with override_settings(MUTEXCRON={"AUTOSTART": False, "METRICS": True}):
         response = client.get("/mutexcron/metrics/")
     assert response.status_code == 503

@@ -25,12 +25,12 @@ from opentelemetry import propagate, trace
 from opentelemetry.context import Context, attach, detach
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from . import __version__
-from .telemetry import Telemetry
+from .. import __version__
+from . import Telemetry
 
 if TYPE_CHECKING:
-    from .records import JobContext
-    from .registry import Job
+    from ..records import JobContext
+    from ..registry import Job
 
 __all__ = [
     "ATTR_CATCH_UP",

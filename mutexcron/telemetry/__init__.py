@@ -1,5 +1,5 @@
-"""What a scheduler tells its telemetry: the hooks that metrics (:mod:`mutexcron.metrics`) and traces
-(:mod:`mutexcron.tracing`) implement, and the composite a scheduler calls. Telemetry never breaks a run: a
+"""What a scheduler tells its telemetry: the hooks that metrics (:mod:`mutexcron.telemetry.metrics`) and traces
+(:mod:`mutexcron.telemetry.tracing`) implement, and the composite a scheduler calls. Telemetry never breaks a run: a
 failing hook is logged and the run goes on."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from contextlib import AbstractContextManager, nullcontext
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from .errors import SchedulerConfigError
+from ..errors import SchedulerConfigError
 
 if TYPE_CHECKING:
-    from .records import JobContext, RunRecord
-    from .registry import Job
+    from ..records import JobContext, RunRecord
+    from ..registry import Job
 
 __all__ = ["Telemetry", "build_telemetry", "check_flags", "load_part"]
 
@@ -108,8 +108,8 @@ _NOTHING = nullcontext()
 
 # option -> (module, class, what it needs, the extra that installs it)
 _PARTS = {
-    "metrics": ("mutexcron.metrics", "JobMetrics", "prometheus-client", "prometheus"),
-    "tracing": ("mutexcron.tracing", "JobTracing", "opentelemetry-api", "otel"),
+    "metrics": ("mutexcron.telemetry.metrics", "JobMetrics", "prometheus-client", "prometheus"),
+    "tracing": ("mutexcron.telemetry.tracing", "JobTracing", "opentelemetry-api", "otel"),
 }
 
 

@@ -39,12 +39,12 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from .records import Outcome
-from .telemetry import Telemetry
+from ..records import Outcome
+from . import Telemetry
 
 if TYPE_CHECKING:
-    from .records import JobContext, RunRecord
-    from .registry import Job
+    from ..records import JobContext, RunRecord
+    from ..registry import Job
 
 __all__ = [
     "DURATION_BUCKETS",
