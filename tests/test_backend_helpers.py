@@ -1,4 +1,4 @@
-"""The public helpers for backend authors: ``mutexcron.backends`` and ``mutexcron.urls.seconds_option``."""
+"""The public helpers for backend authors: ``mutexcron.backend_helpers`` and ``mutexcron.urls.seconds_option``."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-import mutexcron.backends
+import mutexcron.backend_helpers
 from mutexcron import StoreConfigError, _common, _options, _signals
-from mutexcron.backends import as_utc
+from mutexcron.backend_helpers import as_utc
 from mutexcron.tasks.records.base import DEFAULT_RETENTION, retention_option
 from mutexcron.urls import seconds_option
 
@@ -17,9 +17,9 @@ URL = "redis://:s3cret@127.0.0.1:6379/0?retention=x"
 
 def test_the_backend_helpers_are_the_private_modules_own() -> None:
     """One implementation: the public names are the very objects the built-in backends use."""
-    for name in mutexcron.backends.__all__:
+    for name in mutexcron.backend_helpers.__all__:
         source = next(m for m in (_common, _options, _signals) if hasattr(m, name))
-        assert getattr(mutexcron.backends, name) is getattr(source, name), name
+        assert getattr(mutexcron.backend_helpers, name) is getattr(source, name), name
 
 
 @pytest.mark.parametrize(("value", "expected"), [("1", timedelta(seconds=1)), ("0.25", timedelta(milliseconds=250)),

@@ -59,11 +59,11 @@ def test_the_django_app_plugs_in_django_urls_through_entry_points() -> None:
 
 
 def test_the_public_names_stay_where_they_are() -> None:
-    """Users' names in mutexcron.tasks, backend authors' in mutexcron.tasks.backends and mutexcron.backends, the
+    """Users' names in mutexcron.tasks, backend authors' in mutexcron.tasks.backends and mutexcron.backend_helpers, the
     URL helpers and the registry in their modules: a change to these lists is a change to the public API."""
     import mutexcron.tasks
     import mutexcron.tasks.backends
-    from mutexcron import backends, plugins, urls
+    from mutexcron import backend_helpers, plugins, urls
     from mutexcron.tasks.records import base as cancel_marks
 
     assert sorted(mutexcron.tasks.__all__) == [
@@ -81,12 +81,12 @@ def test_the_public_names_stay_where_they_are() -> None:
         "MASK", "check_host_and_port", "check_userinfo", "mask_url", "pop_query_options", "scrub", "seconds_option",
         "shown", "url_scheme", "url_secrets",
     ]
-    assert sorted(backends.__all__) == [
+    assert sorted(backend_helpers.__all__) == [
         "MAX_ERROR_CHARS", "SignalFlag", "as_utc", "clip_error", "duration_ms", "epoch_ms", "ms_to_datetime",
         "positive_duration", "store_errors", "unavailable",
     ]
     assert {"ENTRY_POINT_GROUP", "KINDS", "register", "schemes"} <= set(plugins.__all__)
-    for module in (mutexcron.tasks, mutexcron.tasks.backends, urls, plugins, backends):
+    for module in (mutexcron.tasks, mutexcron.tasks.backends, urls, plugins, backend_helpers):
         assert [name for name in module.__all__ if not hasattr(module, name)] == []
     assert mutexcron.tasks.backends.TaskRecordStore is cancel_marks.TaskRecordStore
     assert mutexcron.tasks.Delivery is mutexcron.tasks.backends.Delivery

@@ -18,7 +18,7 @@ from django.db.models import DateTimeField, DurationField, Expression, Expressio
 from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Now
 
-from mutexcron.backends import as_utc
+from mutexcron.backend_helpers import as_utc
 
 __all__ = ["AsUTC", "DbNow", "Interval", "aware", "db_now", "now_minus", "now_plus", "now_sql", "plus", "utc_sql"]
 

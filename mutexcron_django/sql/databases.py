@@ -10,7 +10,7 @@ from urllib.parse import unquote, urlsplit
 from django.db import Error, connections, router
 from django.db.models import Model
 
-from mutexcron.backends import store_errors
+from mutexcron.backend_helpers import store_errors
 from mutexcron.errors import StoreConfigError
 from mutexcron.urls import mask_url, pop_query_options, shown
 

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from mutexcron.backends import as_utc
+from mutexcron.backend_helpers import as_utc
 from mutexcron.tasks import NewTask, PayloadError, TaskBackend, TaskQueue, TaskStatus, task_handler
 
 from .queue import get_task_queue

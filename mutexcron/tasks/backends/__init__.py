@@ -5,7 +5,8 @@ backend, which cannot look a task up, keeps its records in a :class:`TaskRecordS
 (:class:`ClaimingConsumer`, :class:`ClaimedDelivery`, :class:`ClaimHeartbeat`, ...) serve backends that claim due
 tasks with a visibility deadline (Redis, SQL). The backends themselves (``redis``, ``rabbitmq``) are submodules,
 imported only when used, so their client libraries are needed only then. Users import from :mod:`mutexcron.tasks`;
-the helpers every kind of backend shares (client errors, clipped tracebacks, times) are in :mod:`mutexcron.backends`.
+the helpers every kind of backend shares (client errors, clipped tracebacks, times) are in
+:mod:`mutexcron.backend_helpers`.
 """
 
 from ..model import NewTask, TaskInfo, TaskStatus

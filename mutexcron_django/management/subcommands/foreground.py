@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
-from mutexcron.backends import SignalFlag
+from mutexcron.backend_helpers import SignalFlag
 from mutexcron.errors import MutexcronError
 from mutexcron.urls import scrub
 

@@ -16,7 +16,7 @@ from typing import ParamSpec, TypeVar
 from django.db import connections, transaction
 from django.db.models import Count, QuerySet
 
-from mutexcron.backends import epoch_ms, positive_duration
+from mutexcron.backend_helpers import epoch_ms, positive_duration
 from mutexcron.errors import StoreConfigError
 from mutexcron.tasks.backends.base import ClaimingBackend, ConsumeRequest
 from mutexcron.tasks.model import NewTask, TaskInfo, decode_trace_context, stored_payload, stored_status

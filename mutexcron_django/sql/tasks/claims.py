@@ -18,7 +18,7 @@ from django.db import Error, connections, transaction
 from django.db.models import Case, CharField, DateTimeField, F, QuerySet, Value, When
 from django.db.models.functions import Cast, Coalesce, Concat
 
-from mutexcron.backends import epoch_ms
+from mutexcron.backend_helpers import epoch_ms
 
 from ...models import ScheduledTask
 from ..clock import AsUTC, DbNow, aware, now_plus, now_sql, utc_sql

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from django.db import Error, close_old_connections, connections
 
-from mutexcron.backends import clip_error, epoch_ms
+from mutexcron.backend_helpers import clip_error, epoch_ms
 from mutexcron.errors import StoreUnavailable
 from mutexcron.tasks.backends.base import (
     ClaimedDelivery,

@@ -18,7 +18,7 @@ from django.db import DatabaseError, DataError, OperationalError, connections, t
 from django.db.models import Count, ExpressionWrapper, F, Q, QuerySet
 from django.db.models.expressions import CombinedExpression
 
-from mutexcron.backends import clip_error
+from mutexcron.backend_helpers import clip_error
 from mutexcron.errors import StoreUnavailable
 from mutexcron.tasks.model import NewTask, TaskStatus, stored_status
 from mutexcron.tasks.records.base import (
