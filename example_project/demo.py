@@ -329,7 +329,7 @@ def health_status(instance: Instance) -> int:
 def missed_tick(instances: list[Instance], stop: SignalFlag) -> bool:
     """A deliberately missed tick: hold the tick job's lock as a hung instance would, until the fleet raises
     the job's overdue alert (red on the Locks page), then let go and see it recover (green). True if both."""
-    from mutexcron_django.store import DjangoLockStore
+    from mutexcron_django.sql.store import DjangoLockStore
 
     store = DjangoLockStore()
     print(f"\nA deliberately missed tick: this script now holds {TICK_JOB}'s lock, as a hung instance would, so "

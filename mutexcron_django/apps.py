@@ -15,7 +15,7 @@ logger = logging.getLogger("mutexcron.django")
 # What this app adds to the core's registry of backends: the same table as the "mutexcron.backends" entry
 # points in pyproject.toml, registered again at start-up for a checkout that runs without being installed.
 BACKENDS: dict[Kind, str] = {
-    "lock_store": "mutexcron_django.store:DjangoLockStore",
+    "lock_store": "mutexcron_django.sql.store:DjangoLockStore",
     "task_backend": "mutexcron_django.sql.tasks.backend:DjangoTaskBackend",
     "record_store": "mutexcron_django.sql.tasks.records:DjangoTaskRecords",
 }

@@ -20,7 +20,7 @@ from django.utils import timezone
 from mutexcron import default_registry, mutex_cron, next_fire_times
 from mutexcron.stores import LockStore, store_from_url
 from mutexcron_django.models import JobRun, Lock
-from mutexcron_django.store import DjangoLockStore
+from mutexcron_django.sql.store import DjangoLockStore
 from tests.django.session_zone import session_time_zone
 
 LOCKS_URL = "/admin/mutexcron/lock/"

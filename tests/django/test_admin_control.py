@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from mutexcron import next_fire_times
 from mutexcron.stores import LockState, LockStore
-from mutexcron_django.store import DjangoLockStore
+from mutexcron_django.sql.store import DjangoLockStore
 from tests.django.jobhelpers import Declarations
 from tests.django.test_admin import redis_store  # noqa: F401  (a fixture)
 from tests.support import wait_until

@@ -20,7 +20,7 @@ from django.test import Client
 from mutexcron import Outcome
 from mutexcron_django import history
 from mutexcron_django.models import JobRun, Lock, PauseSpan
-from mutexcron_django.store import DjangoLockStore
+from mutexcron_django.sql.store import DjangoLockStore
 from tests.django.jobhelpers import Declarations
 from tests.django.session_zone import session_time_zone
 from tests.django.timeline_history import EXPECTED, JOB, duration, fire, known_history

@@ -19,7 +19,7 @@ from mutexcron import default_registry
 from mutexcron.stores import store_from_url
 from mutexcron_django import checks
 from mutexcron_django.discovery import declaration_errors
-from mutexcron_django.store import DjangoLockStore
+from mutexcron_django.sql.store import DjangoLockStore
 from tests.django.jobhelpers import Declarations
 from tests.support.servers import PrivateRedis
 

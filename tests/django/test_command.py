@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from mutexcron import JobContext, default_registry, next_fire_times
 from mutexcron_django.models import JobRun, Lock
-from mutexcron_django.store import DjangoLockStore
+from mutexcron_django.sql.store import DjangoLockStore
 from tests.django.jobhelpers import CommandProcess, Declarations, wait_for
 
 UNREACHABLE = "redis://:s3cret-pw@127.0.0.1:1/0"  # nothing listens on port 1: connection refused at once

@@ -10,7 +10,7 @@ from django.test import override_settings
 
 from mutexcron.stores import MemoryLockStore
 from mutexcron_django.conf import get_settings
-from mutexcron_django.store import DjangoLockStore
+from mutexcron_django.sql.store import DjangoLockStore
 
 
 def read(**mutexcron: object):  # type: ignore[no-untyped-def]

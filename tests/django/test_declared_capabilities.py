@@ -23,8 +23,8 @@ from mutexcron.tasks.records.redis import RedisTaskRecords
 from mutexcron_django.admin.task_admin import _task_backend_alias
 from mutexcron_django.apps import seed_after_migrate
 from mutexcron_django.conf import get_settings
+from mutexcron_django.sql.store import DjangoLockStore
 from mutexcron_django.sql.tasks.backend import DjangoTaskBackend
-from mutexcron_django.store import DjangoLockStore
 from tests.django.jobhelpers import Declarations
 
 SCHEME = "capabilitybroker"  # a task backend scheme of "another package", registered for these tests only

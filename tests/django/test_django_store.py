@@ -10,7 +10,7 @@ from django.db import connections
 
 from mutexcron.stores import AcquireStatus, store_from_url
 from mutexcron_django.models import Lock
-from mutexcron_django.store import DjangoLockStore
+from mutexcron_django.sql.store import DjangoLockStore
 from tests.contract import FIRE_1, FIRE_2, LockStoreContract
 from tests.django.session_zone import InSessionZone, session_time_zone, set_session_zone
 

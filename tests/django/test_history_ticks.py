@@ -253,7 +253,7 @@ def _fresh_prune_clock() -> Iterator[None]:
 @pytest.mark.django_db
 def test_the_runtime_listener_writes_a_pause_span_for_paused_fires(declare: Any) -> None:
     from mutexcron_django import testing
-    from mutexcron_django.store import DjangoLockStore
+    from mutexcron_django.sql.store import DjangoLockStore
 
     declare("@hourly", name=JOB)
     store = DjangoLockStore()

@@ -19,7 +19,7 @@ from django.utils import timezone
 from mutexcron import JobContext, Outcome, RunRecord, Scheduler
 from mutexcron_django import runtime, signals, testing
 from mutexcron_django.models import JobRun, Lock
-from mutexcron_django.store import DjangoLockStore
+from mutexcron_django.sql.store import DjangoLockStore
 from tests.django.jobhelpers import Declarations, wait_for
 
 UNREACHABLE = "redis://:s3cret-pw@127.0.0.1:1/0"

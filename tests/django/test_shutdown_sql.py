@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from mutexcron_django.runtime import fresh_connections
-from mutexcron_django.store import DjangoLockStore
+from mutexcron_django.sql.store import DjangoLockStore
 from tests.test_shutdown import SlowStore, shut_down_many_times
 
 

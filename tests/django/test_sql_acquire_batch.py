@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from mutexcron.errors import StoreUnavailable
 from mutexcron.stores import AcquireRequest, AcquireStatus, Acquisition
 from mutexcron_django.models import Lock
-from mutexcron_django.store import BATCH_LOCK_TIMEOUT, DjangoLockStore
+from mutexcron_django.sql.store import BATCH_LOCK_TIMEOUT, DjangoLockStore
 
 TICK = datetime(2026, 3, 1, 6, 0, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=30)

@@ -14,9 +14,9 @@ from mutexcron.errors import StoreUnavailable
 from mutexcron.stores import store_from_url
 from mutexcron.tasks import TaskQueue
 from mutexcron_django.sql.databases import sql_errors
+from mutexcron_django.sql.store import DjangoLockStore
 from mutexcron_django.sql.tasks.backend import DjangoTaskBackend
 from mutexcron_django.sql.tasks.records import DjangoTaskRecords
-from mutexcron_django.store import DjangoLockStore
 
 BUILDERS: dict[str, Callable[[str], object]] = {
     "lock store": store_from_url,

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from mutexcron import Outcome, RunRecord
 from mutexcron_django import history
 from mutexcron_django.models import Lock
-from mutexcron_django.store import DjangoLockStore
+from mutexcron_django.sql.store import DjangoLockStore
 from tests.django.jobhelpers import Declarations
 
 JOB = "timeline.hourly_report"

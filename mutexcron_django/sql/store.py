@@ -27,9 +27,9 @@ from mutexcron.stores.base import (
     check_outcome,
 )
 
-from .models import Lock
-from .sql.clock import AsUTC, DbNow, aware, db_now, now_minus, now_plus, plus
-from .sql.databases import checked_alias, parse_django_url, sql_errors
+from ..models import Lock
+from .clock import AsUTC, DbNow, aware, db_now, now_minus, now_plus, plus
+from .databases import checked_alias, parse_django_url, sql_errors
 
 P = ParamSpec("P")
 T = TypeVar("T")
