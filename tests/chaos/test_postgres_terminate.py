@@ -23,10 +23,10 @@ from mutexcron.tasks import TaskQueue
 from tests.chaos.faults import BACK, UNREACHABLE, log_lines, terminate_backends
 from tests.chaos.fleets import RAN, assert_every_body_ran_under_its_own_lock, assert_no_tick_ran_twice, first_run_after
 from tests.django.fleet_support import Database
+from tests.ops.test_fleet_control import ControlFleet, Store, at_fraction, now
 from tests.support import next_whole_second_after, wait_until, whole_seconds
 from tests.tasks.test_task_workers import TASK_TYPE, WorkerBackend
 from tests.tasks.test_task_workers import Fleet as Workers
-from tests.test_fleet_control import ControlFleet, Store, at_fraction, now
 
 pytestmark = [pytest.mark.chaos, pytest.mark.fleet]
 

@@ -32,10 +32,10 @@ from typing import Any
 import pytest
 
 from tests.chaos.fleets import RAN, assert_every_body_ran_under_its_own_lock, assert_no_tick_ran_twice
+from tests.ops.test_fleet_control import at_fraction
 from tests.support import wait_until
 from tests.support.scale_out import PrivateCluster, PrivateSentinel, _command
 from tests.test_fleet import Fleet
-from tests.test_fleet_control import at_fraction
 
 pytestmark = [pytest.mark.chaos, pytest.mark.fleet]
 

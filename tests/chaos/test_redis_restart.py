@@ -25,11 +25,11 @@ from tests.chaos.fleets import (
     assert_no_tick_ran_twice,
     first_run_after,
 )
+from tests.ops.test_fleet_control import at_fraction
 from tests.support import next_whole_second_after, wait_until
 from tests.tasks.test_task_workers import TASK_TYPE, WorkerBackend
 from tests.tasks.test_task_workers import Fleet as Workers
 from tests.test_fleet import Fleet
-from tests.test_fleet_control import at_fraction
 
 pytestmark = [pytest.mark.chaos, pytest.mark.fleet]
 

@@ -19,10 +19,10 @@ import pytest
 
 from tests.chaos.faults import BACK, UNREACHABLE, log_lines, redis_server
 from tests.chaos.fleets import RAN, assert_every_body_ran_under_its_own_lock, assert_no_tick_ran_twice, first_run_after
+from tests.ops.test_fleet_control import at_fraction
 from tests.support import next_whole_second_after, wait_until, whole_seconds
 from tests.support.tcp_proxy import ProxyProcess
 from tests.test_fleet import Fleet, now
-from tests.test_fleet_control import at_fraction
 
 pytestmark = [pytest.mark.chaos, pytest.mark.fleet]
 

@@ -1,4 +1,4 @@
-"""Scheduler.shutdown() at random moments on the SQL lock store (PostgreSQL), as tests/test_shutdown.py does
+"""Scheduler.shutdown() at random moments on the SQL lock store (PostgreSQL), as tests/scheduling/test_shutdown.py does
 on the other stores: the store the issue's hang was seen on."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from mutexcron_django.runtime import fresh_connections
 from mutexcron_django.sql.store import DjangoLockStore
-from tests.test_shutdown import SlowStore, shut_down_many_times
+from tests.scheduling.test_shutdown import SlowStore, shut_down_many_times
 
 
 @pytest.mark.django_db(transaction=True, databases=["postgres"])

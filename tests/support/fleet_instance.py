@@ -1,4 +1,4 @@
-"""One instance of a fleet, run as its own OS process by tests/test_fleet.py and tests/test_fleet_control.py.
+"""One instance of a fleet, run as its own OS process by tests/test_fleet.py and tests/ops/test_fleet_control.py.
 
     python tests/support/fleet_instance.py --store URL --instance NAME --ledger PATH
         [--spec "* * * * * *"] [--lease SECONDS] [--clock-skew SECONDS] [--body-seconds SECONDS] [--hang-first]

@@ -1,4 +1,4 @@
-"""Local HTTP(S) servers for the ping tests (tests/test_pings.py, tests/test_ping_redirects.py): real sockets on
+"""Local HTTP(S) servers for the ping tests (tests/ops/test_pings.py, tests/ops/test_ping_redirects.py): real sockets on
 127.0.0.1, port 0. Every wait in them is bounded, so that a server stops by itself whatever the client does."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """``TaskQueue(metrics=, tracing=)``: its options and the trace context a task carries (checked and bounded).
-A missing extra: tests/test_metrics.py; what every backend does with them: tests/tasks/telemetry_contract.py."""
+A missing extra: tests/telemetry/test_metrics.py; what every backend does with them:
+tests/tasks/telemetry_contract.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """ping_url: a healthchecks.io/Cronitor-style dead man's switch, against real local HTTP servers
-(tests/support/ping_servers.py). Redirects are in tests/test_ping_redirects.py."""
+(tests/support/ping_servers.py). Redirects are in tests/ops/test_ping_redirects.py."""
 
 from __future__ import annotations
 

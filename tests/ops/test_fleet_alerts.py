@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.ops.test_fleet_control import ControlFleet, fleet, postgres_store, store  # noqa: F401  (fixtures)
 from tests.support import wait_until
-from tests.test_fleet_control import ControlFleet, fleet, postgres_store, store  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.fleet
 

@@ -1,5 +1,5 @@
 """Run-time control in one process: pause and resume, schedule overrides, catch-up and jitter, each rule on
-its own. tests/test_fleet_control.py proves the same with several processes on real stores."""
+its own. tests/ops/test_fleet_control.py proves the same with several processes on real stores."""
 
 from __future__ import annotations
 
