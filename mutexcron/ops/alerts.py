@@ -4,7 +4,7 @@ A job is *overdue* when a nominal tick of its effective schedule (not paused) is
 ``alert_after`` (default: one lease plus the scheduler's misfire grace, plus the tick's jitter) and no
 instance ran that tick or a later one; it is *failing* when its latest run failed. Every running scheduler
 judges its jobs from the lock documents it already reads at each schedule sync (no extra store read); the
-first instance to see a problem opens the incident in the store (:meth:`LockStore.open_incident`, atomic), so
+first instance to see a problem opens the incident in the store (:meth:`ControlStore.open_incident`, atomic), so
 one ERROR and one ``"overdue"`` (or ``"failing"``) event go out per incident.
 
 A job has one incident, which names its latest condition: ``"failing"`` while its latest run failed (if
@@ -72,7 +72,12 @@ class Alert:
 
     @property
     def kind(self) -> str:
-        return self.incident.split(" ", 1)[0]
+        return incident_kind(self.incident)
+
+
+def incident_kind(incident: str) -> str:
+    """The kind an incident's text names (``"overdue"`` or ``"failing"``): its first word, as Problem writes it."""
+    return incident.split(" ", 1)[0]
 
 
 def alert_delay(job: Job, misfire_grace_time: timedelta) -> timedelta | None:
@@ -195,7 +200,7 @@ class Alerts:
             incident = self._open_incident(problem, now)
         elif incident is not None and problem is None and recovered(state):
             incident = None if self._close(job_name, incident, now) else incident
-        elif incident is not None and problem is not None and incident.split(" ", 1)[0] != problem.kind:
+        elif incident is not None and problem is not None and incident_kind(incident) != problem.kind:
             incident = self._open_incident(problem, now, replacing=incident)
         with self._lock:
             if incident is None:
