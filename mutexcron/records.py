@@ -19,6 +19,7 @@ class Outcome(StrEnum):
     SKIPPED_STORE_ERROR = "skipped_store_error"
     SKIPPED_PAUSED = "skipped_paused"  # an operator paused the job (not written to the Django history)
     SKIPPED_STALE_SCHEDULE = "skipped_stale_schedule"  # a tick of a schedule an operator just replaced
+    ENQUEUED = "enqueued"  # won, and the body handed to a task worker (run_on="tasks"): the record has its task_id
 
     @property
     def ran(self) -> bool:
@@ -64,3 +65,4 @@ class RunRecord:
     lock_lost: bool = False
     manual: bool = False  # True for run_now()
     catch_up: bool = False  # True for a missed tick run late (the job's catch_up option)
+    task_id: str | None = None  # the task that runs the body (run_on="tasks"): on the enqueued record and the run's

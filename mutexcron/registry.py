@@ -19,13 +19,15 @@ from .cron_intervals import check_jitter
 from .errors import DuplicateJobError, JobDefinitionError, UnknownJobError
 from .records import JobContext
 
-__all__ = ["BUSY_POLICIES", "CATCH_UP_POLICIES", "BusyPolicy", "CatchUp", "Job", "Registry", "default_registry",
-           "mutex_cron", "validate_job_name"]
+__all__ = ["BUSY_POLICIES", "CATCH_UP_POLICIES", "RUN_ON", "BusyPolicy", "CatchUp", "Job", "Registry", "RunOn",
+           "check_run_on", "default_registry", "mutex_cron", "validate_job_name"]
 
 BusyPolicy = Literal["skip", "wait", "raise"]
 BUSY_POLICIES: tuple[str, ...] = ("skip", "wait", "raise")
 CatchUp = Literal["skip", "latest", "all"]
 CATCH_UP_POLICIES: tuple[str, ...] = ("skip", "latest", "all")
+RunOn = Literal["here", "tasks"]
+RUN_ON: tuple[str, ...] = ("here", "tasks")
 MAX_NAME_LENGTH = 200
 # Letters (any script), digits and a few separators. No spaces, quotes, "$" or braces: the name is a
 # Redis key part (braces would change its Cluster hash tag), a Mongo _id and a SQL primary key.
@@ -71,6 +73,7 @@ class Job:
     # of one lease plus the scheduler's misfire grace; False: no alerts); see mutexcron.ops.alerts
     ping_url: str | None = None  # GET after each run this instance ran ("/fail" after the path on failure);
     # a PingURL, whose repr is masked (mutexcron.ops.pings)
+    run_on: RunOn = "here"  # "tasks": the lock winner enqueues the body on the scheduler's TaskQueue (docs/jobs.md)
 
     def trigger(self, default_timezone: tzinfo) -> CronTrigger:
         return CronTrigger(self.spec, self.timezone or default_timezone)
@@ -162,6 +165,13 @@ class Registry:
 default_registry = Registry()
 
 
+def check_run_on(run_on: object, job_name: str) -> RunOn:
+    """``run_on`` if it is ``"here"`` or ``"tasks"``; JobDefinitionError naming the job and the value otherwise."""
+    if run_on == "here" or run_on == "tasks":
+        return run_on
+    raise JobDefinitionError(f"job {job_name!r}: run_on must be one of {RUN_ON}, not {shown(run_on)}")
+
+
 def check_registry(value: object, *, what: str, error: type[Exception]) -> Registry | None:
     """``value`` if it is a Registry (or None, the default registry)."""
     if value is not None and not isinstance(value, Registry):
@@ -183,6 +193,7 @@ def mutex_cron(
     jitter: timedelta | float = timedelta(0),
     alert_after: timedelta | float | bool | None = None,
     ping_url: str | None = None,
+    run_on: RunOn = "here",
 ) -> Callable[[F], F]:
     """Declare ``func`` as a job that fires on every instance at ``spec`` and runs on one.
 
@@ -194,7 +205,8 @@ def mutex_cron(
     between its ticks, or a tick could run after the next one and be lost). ``alert_after``: how long
     after a tick that no instance ran the job is overdue (None: one lease plus the misfire grace; False:
     never); ``ping_url``: a dead man's switch GET after each run (``/fail`` after its path, before its query, on
-    failure).
+    failure). ``run_on="tasks"``: the instance that wins a tick's lock does not run the body but enqueues one task
+    for it on the scheduler's TaskQueue, which a task worker runs under the same lock (docs/jobs.md).
     """
 
     def decorate(func: F) -> F:
@@ -221,8 +233,9 @@ def mutex_cron(
         check_jitter(job_name, parsed, spread, error=JobDefinitionError)
         alert = check_alert_after(alert_after, what=f"job {job_name!r}: alert_after", error=JobDefinitionError)
         ping = http_url(ping_url, what=f"job {job_name!r}: ping_url", error=JobDefinitionError)
+        where = check_run_on(run_on, job_name)
         job = Job(job_name, func, parsed, lease_duration, hold, zone, on_busy, _takes_context(func, job_name),
-                  catch_up, window, spread, alert, ping)
+                  catch_up, window, spread, alert, ping, where)
         (registry if registry is not None else default_registry).add(job)
         return func
 

@@ -19,6 +19,7 @@ from ..ops.control import missed_ticks
 from ..records import JobContext, Outcome, RunRecord
 from ..stores import AcquireStatus, Acquisition, LockStore, require_control
 from .fires import Fire, HandOff
+from .offload import Offload
 
 if TYPE_CHECKING:
     from ..listeners import Listeners
@@ -75,6 +76,7 @@ class Runs:
                  reports: Reports) -> None:
         self.store, self.options, self.schedules, self.health = store, options, schedules, health
         self.reports = reports
+        self.offload = Offload(None)  # where run_on="tasks" bodies go: the Scheduler's tasks= option
 
     def execute(self, fire: Fire) -> RunRecord | None:
         """Acquire, run, release, report; None for a lock won after shutdown began (released unrun)."""
@@ -233,7 +235,20 @@ class Runs:
         if not fire.life.admit(ctx):
             self._release_unrun(fire, ctx)
             return None
+        if job.run_on == "tasks":
+            return self._hand_over(fire, ctx, started_at)
         return self._run_body(fire, ctx, started_at)
+
+    def _hand_over(self, fire: Fire, ctx: JobContext, started_at: datetime) -> RunRecord:
+        """A ``run_on="tasks"`` body enqueued, its lock kept for the worker (:mod:`.offload`); released as failed
+        if the enqueue failed."""
+        try:
+            record, enqueued = self.offload.hand_over(fire, ctx, started_at)
+        finally:
+            fire.life.done(ctx)
+        if not enqueued:
+            self._release(fire.job, ctx.token, Outcome.FAILED, record.error)
+        return self._finish(record)
 
     def _stale(self, fire: Fire, skipped: Callable[[Outcome, str], RunRecord]) -> RunRecord | None:
         """The store's schedule changed since this instance last read it: follow it now, and run the tick

@@ -29,6 +29,7 @@ from .catchup import CatchUps
 from .executor import LockingExecutor, run_by_locking_executor
 from .fires import Fire
 from .lifecycle import Generation
+from .offload import Offload, TasksOption
 from .options import SchedulerOptions
 from .runs import Reports, Runs
 from .schedules import Schedules, ScheduleSync
@@ -54,6 +55,8 @@ class Scheduler:
     and judges overdue and failing jobs). ``metrics`` / ``tracing``: Prometheus metrics and OpenTelemetry
     spans of the runs (the ``prometheus`` and ``otel`` extras; :mod:`mutexcron.telemetry`). ``ping_timeout``:
     the deadline of each ``ping_url`` ping, name resolution and redirects included (:mod:`mutexcron.ops.pings`).
+    ``tasks``: where ``run_on="tasks"`` jobs' bodies are enqueued: a task backend URL, a
+    :class:`~mutexcron.tasks.TaskQueue`, or a callable returning one (:mod:`mutexcron.scheduling.offload`).
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class Scheduler:
         metrics: bool = False,
         tracing: bool = False,
         ping_timeout: timedelta | float = PING_TIMEOUT,
+        tasks: TasksOption = None,
     ) -> None:
         # Every option is checked before the store is built.
         self.options = options = SchedulerOptions.checked(dict(
@@ -80,6 +84,7 @@ class Scheduler:
             max_workers=max_workers, shutdown_timeout=shutdown_timeout, clock_skew=clock_skew,
             fire_context=fire_context, busy_grace=busy_grace, sync_interval=sync_interval, ping_timeout=ping_timeout))
         self._telemetry = build_telemetry(metrics=metrics, tracing=tracing, error=SchedulerConfigError)
+        offload = Offload(tasks)
         self.registry, self.timezone, self.fire_context = options.registry, options.timezone, options.fire_context
         self.misfire_grace_time, self.shutdown_timeout = options.misfire_grace_time, options.shutdown_timeout
         self.max_workers, self.clock_skew, self.busy_grace = options.max_workers, options.clock_skew, options.busy_grace
@@ -97,6 +102,7 @@ class Scheduler:
                               notify=self._listeners.notify, overdue=self._telemetry.overdue)
         self._runs = Runs(self.store, options, self._schedules, self._health, Reports(
             self._listeners, self._telemetry, lambda name: self._alerts.succeeded(name, options.now())))
+        self._runs.offload = offload
         self._catch_ups = CatchUps(self._runs.run_missed, self._runs.execute)
 
     # -- public API ---------------------------------------------------------------------------
@@ -125,6 +131,7 @@ class Scheduler:
         if self._aps is not None:
             raise RuntimeError("scheduler is already running")
         jobs = list(self.registry)
+        self._runs.offload.check(self.registry)
         if self._life.closing.is_set():
             self._life = self._new_generation()  # a fire left over from the last run keeps the old one
         life = self._life
@@ -259,8 +266,14 @@ class Scheduler:
     # -- firing -----------------------------------------------------------------------------------
 
     def _new_generation(self) -> Generation:
-        return Generation(Heartbeats(self.store), self.store.close if self._owns_store else None,
+        return Generation(Heartbeats(self.store), self._close_connections,
                           Pings(self.ping_timeout.total_seconds(), dropped=self._telemetry.ping_dropped))
+
+    def _close_connections(self) -> None:
+        """At the end of a generation: the store (if this scheduler built it) and a task queue it built."""
+        self._runs.offload.close()
+        if self._owns_store:
+            self.store.close()
 
     def _execute_now(self, job: Job, fire_time: datetime, *, manual: bool, version: int | None = None) -> RunRecord:
         """A run in the caller's thread (run_now, run_tick): one more fire in flight for shutdown."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import traceback
@@ -21,11 +22,13 @@ from .handlers import HandlerRegistry, default_handlers, validate_task_type
 from .model import NewTask, PayloadError, TaskInfo, TaskStatus, UnknownTaskType
 from .telemetry import TaskTelemetry
 
-__all__ = ["TaskQueue", "backend_from_url"]
+__all__ = ["TaskQueue", "backend_from_url", "check_task_id"]
 
 logger = logging.getLogger("mutexcron.tasks")
 
 UNKNOWN_TYPE_RETRY = timedelta(minutes=1)
+SCHEDULE_OPTIONS = frozenset({"run_at", "delay", "task_id"})
+_TASK_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 UNKNOWN_TYPE_ATTEMPTS = 5
 
 # scheme -> dotted path of the backend class (imported on first use); other packages add theirs (mutexcron.plugins)
@@ -41,6 +44,15 @@ def backend_from_url(url: str | TaskBackend, *, cancel_store: str | None = None)
     options = {} if cancel_store is None else {"cancel_store": cancel_store}
     backend: TaskBackend = build_from_url(url, BACKENDS, TaskBackend, Wording("task backend"), **options)
     return backend
+
+
+def check_task_id(task_type: str, task_id: object) -> str:
+    """``task_id`` if it is a usable id for a caller to give a task: 1-64 letters, digits and ``_ . : -``,
+    starting with a letter or digit (a key part in Redis, a primary key in SQL); PayloadError otherwise."""
+    if not isinstance(task_id, str) or not _TASK_ID_RE.fullmatch(task_id):
+        raise PayloadError(f"task {task_type!r}: task_id={task_id!r:.80} is invalid: use 1-64 characters of "
+                           "letters, digits and _ . : - (starting with a letter or digit)")
+    return task_id
 
 
 def _encode(task_type: str, payload: Any) -> str:
@@ -110,41 +122,53 @@ class TaskQueue:
     # -- producing -------------------------------------------------------------------------------
 
     def schedule(
-        self, task_type: str, payload: Any = None, *, run_at: datetime | None = None, delay: timedelta | None = None
+        self, task_type: str, payload: Any = None, *, run_at: datetime | None = None, delay: timedelta | None = None,
+        task_id: str | None = None,
     ) -> str:
-        """Store a task due at ``run_at`` (aware) or after ``delay`` (default: now); returns its id."""
-        (task_id,) = self.schedule_many([(task_type, payload, {"run_at": run_at, "delay": delay})])
-        return task_id
+        """Store a task due at ``run_at`` (aware) or after ``delay`` (default: now); returns its id.
+
+        ``task_id``: the caller's id for it (see :func:`check_task_id`), which makes scheduling idempotent: if a
+        task of that id exists already, nothing is stored and the id is returned (that task runs, once)."""
+        (scheduled,) = self.schedule_many([(task_type, payload, {"run_at": run_at, "delay": delay,
+                                                                 "task_id": task_id})])
+        return scheduled
 
     def schedule_many(self, tasks: Iterable[tuple[str, Any] | tuple[str, Any, dict[str, Any]]]) -> list[str]:
         """Schedule many tasks in few round trips: ``[(type, payload), (type, payload, {"delay": …}), …]``.
 
-        Every task is checked (type, JSON payload, aware time) before any is stored.
+        Options: ``run_at``, ``delay``, ``task_id`` (as :meth:`schedule`'s). Every task is checked (type, JSON
+        payload, aware time, id) before any is stored; a task whose id comes again in the batch is stored once.
         """
         now = datetime.now(UTC)
         trace_context = self.trace_context()
-        prepared: list[NewTask] = []
+        prepared: dict[str, NewTask] = {}
+        ids: list[str] = []
         for entry in tasks:
             if not isinstance(entry, tuple | list) or not 2 <= len(entry) <= 3:
                 raise PayloadError(f"schedule_many: each task must be (type, payload[, options]), not {entry!r}")
             task_type, payload, *rest = entry
             options = rest[0] if rest else {}
             if not isinstance(options, dict):
-                raise PayloadError(f"task {task_type!r}: options must be a dict (run_at, delay), not {options!r}")
-            unknown = set(options) - {"run_at", "delay"}
+                raise PayloadError(f"task {task_type!r}: options must be a dict (run_at, delay, task_id), "
+                                   f"not {options!r}")
+            unknown = set(options) - SCHEDULE_OPTIONS
             if unknown:
-                raise PayloadError(f"task {task_type!r}: unknown option(s) {sorted(unknown)}; use run_at or delay")
+                raise PayloadError(f"task {task_type!r}: unknown option(s) {sorted(unknown)}; use run_at, delay "
+                                   "or task_id")
             validate_task_type(task_type)
-            prepared.append(NewTask(
-                id=uuid.uuid4().hex,
+            given = options.get("task_id")
+            task = NewTask(
+                id=uuid.uuid4().hex if given is None else check_task_id(task_type, given),
                 task_type=task_type,
                 payload=_encode(task_type, payload),
                 run_at=_due(task_type, options.get("run_at"), options.get("delay"), now),
                 trace_context=trace_context,
-            ))
+            )
+            prepared.setdefault(task.id, task)
+            ids.append(task.id)
         if prepared:
-            self.backend.enqueue(prepared)
-        return [task.id for task in prepared]
+            self.backend.enqueue(list(prepared.values()))
+        return ids
 
     def trace_context(self) -> str | None:
         """What a task scheduled now carries of the current trace (``NewTask.trace_context``): None unless

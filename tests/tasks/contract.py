@@ -36,6 +36,7 @@ from mutexcron.errors import StoreUnavailable
 from mutexcron.tasks import HandlerRegistry, NewTask, PayloadError, TaskQueue, TaskStatus, UnknownTaskType, task_handler
 from mutexcron.tasks.records.base import Claim, RecordDataError, TaskRecordStore, Verdict
 from tests.support import wait_until
+from tests.tasks.task_id_contract import RecordIdContract, TaskIdContract
 from tests.tasks.telemetry_contract import RecordStoreTelemetryContract, TaskTelemetryContract
 
 T = TypeVar("T")
@@ -122,8 +123,9 @@ class Recorder:
         return self.wait_for(payload, timeout=timeout)[0].at
 
 
-class TaskQueueContract(TaskTelemetryContract):
-    """Behaviour shared by every task backend (with its telemetry: :mod:`tests.tasks.telemetry_contract`).
+class TaskQueueContract(TaskIdContract, TaskTelemetryContract):
+    """Behaviour shared by every task backend (with its telemetry: :mod:`tests.tasks.telemetry_contract`, and
+    the caller's task ids: :mod:`tests.tasks.task_id_contract`).
     The subclass provides the ``queue_url`` fixture."""
 
     handlers: HandlerRegistry
@@ -646,7 +648,7 @@ def kept_or_refused(call: Callable[[], T], task_id: str) -> T | RecordDataError:
         return error
 
 
-class TaskRecordStoreContract(RecordStoreTelemetryContract):
+class TaskRecordStoreContract(RecordIdContract, RecordStoreTelemetryContract):
     """What every task record store (the RabbitMQ backend's records: Redis, SQL, memory) decides when a message
     arrives, and how it keeps a task's result and trace context; a subclass provides the ``marks`` fixture."""
 

@@ -176,9 +176,9 @@ class RecordStoreTelemetryContract:
         traced, plain = marks.get("traced"), marks.get("plain")
         assert traced is not None and traced.trace_context == TRACE
         assert plain is not None and plain.trace_context is None
-        marks.create([NewTask("traced", "t", '"p"', datetime.now(UTC))])  # an old record overwritten: none kept
+        assert marks.create([NewTask("traced", "t", '"p"', datetime.now(UTC))]) == set()  # a live record is kept
         again = marks.get("traced")
-        assert again is not None and again.trace_context is None
+        assert again is not None and again.trace_context == TRACE
 
     def test_pending_counts_count_the_scheduled_records_per_type(self, marks: TaskRecordStore) -> None:
         first, second = unique_name("records.first"), unique_name("records.second")

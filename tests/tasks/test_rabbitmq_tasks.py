@@ -1132,9 +1132,9 @@ def test_a_failed_publish_leaves_no_scheduled_record(amqp_url: str, redis_url: s
         created: list[str] = []
         original = redis_records.create
 
-        def spy(tasks: Any) -> None:
+        def spy(tasks: Any) -> set[str]:
             created.extend(task.id for task in tasks)
-            original(tasks)
+            return original(tasks)
 
         backend_of(queue).marks.create = spy  # type: ignore[method-assign]
         with pytest.raises(StoreUnavailable):

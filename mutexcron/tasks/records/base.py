@@ -96,8 +96,10 @@ class TaskRecordStore(ABC):
     retention: timedelta = DEFAULT_RETENTION
 
     @abstractmethod
-    def create(self, tasks: Sequence[NewTask]) -> None:
-        """Write ``scheduled`` records (generation 1, no attempts) before their messages are published."""
+    def create(self, tasks: Sequence[NewTask]) -> set[str]:
+        """Write ``scheduled`` records (generation 1, no attempts) before their messages are published; returns
+        the ids written. A live record of the same id is kept as it is (not written, not returned): its message
+        is on its way, so scheduling a caller's id twice publishes one message. An expired one is overwritten."""
 
     @abstractmethod
     def discard(self, task_ids: Sequence[str]) -> None:

@@ -49,13 +49,17 @@ class MemoryTaskRecords(TaskRecordStore):
     def _expiry(self) -> float:
         return time.monotonic() + self.retention.total_seconds()
 
-    def create(self, tasks: Sequence[NewTask]) -> None:
+    def create(self, tasks: Sequence[NewTask]) -> set[str]:
+        created: set[str] = set()
         with self._lock:
             for task in tasks:
+                if self._live(task.id) is not None:
+                    continue  # a live record of this id is kept (an expired one was dropped just now)
                 record = TaskRecord(id=task.id, task_type=task.task_type, payload=task.payload, run_at=task.run_at,
                                     status=TaskStatus.SCHEDULED, attempts=0, gen=1, trace_context=task.trace_context)
-                old = self._live(task.id)  # as in Redis and SQL: an old record is overwritten, not its result
-                self._entries[task.id] = _Entry(record, result=old.result if old is not None else None)
+                self._entries[task.id] = _Entry(record)
+                created.add(task.id)
+        return created
 
     def discard(self, task_ids: Sequence[str]) -> None:
         with self._lock:

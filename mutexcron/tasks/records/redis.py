@@ -36,8 +36,10 @@ RESULT_FIELD = "django_result"
 
 # -- Redis ------------------------------------------------------------------------------------------
 
-# ARGV: type, payload, run_at_ms, trace context ('' for none) (no expiry until the message arrives)
+# ARGV: type, payload, run_at_ms, trace context ('' for none) (no expiry until the message arrives).
+# A live record (the key exists: an expired one is gone) is kept: 0.
 _CREATE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'type', ARGV[1], 'payload', ARGV[2], 'run_at', ARGV[3], 'status', 'scheduled',
            'attempts', '0', 'gen', '1', 'error', '')
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'trace_context', ARGV[4])
@@ -191,13 +193,14 @@ class RedisTaskRecords(RedisClient, TaskRecordStore):
         """Milliseconds until ``run_at`` plus the retention: how long a record whose message came lives."""
         return max(1, duration_ms(max(run_at - datetime.now(UTC), timedelta(0)) + self.retention))
 
-    def create(self, tasks: Sequence[NewTask]) -> None:
+    def create(self, tasks: Sequence[NewTask]) -> set[str]:
         if not tasks:
-            return
+            return set()
         calls = [([self.key(task.id)], [task.task_type, task.payload, epoch_ms(task.run_at), task.trace_context or ""])
                  for task in tasks]
         with self.errors():
-            run_batch(self.client, self._create, calls)  # on a cluster, one pipeline per node
+            written = run_batch(self.client, self._create, calls)  # on a cluster, one pipeline per node
+        return {task.id for task, done in zip(tasks, written, strict=True) if int(done)}
 
     def discard(self, task_ids: Sequence[str]) -> None:
         if task_ids:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, TypedDict, TypeVar
 
-from django.db import DatabaseError, DataError, OperationalError, connections, transaction
+from django.db import DatabaseError, DataError, IntegrityError, OperationalError, connections, transaction
 from django.db.models import Count, ExpressionWrapper, F, Q, QuerySet
 from django.db.models.expressions import CombinedExpression
 
@@ -102,28 +102,39 @@ class DjangoTaskRecords(TaskRecordStore):
 
     # -- the interface ------------------------------------------------------------------------------
 
-    def create(self, tasks: Sequence[NewTask]) -> None:
+    def create(self, tasks: Sequence[NewTask]) -> set[str]:
+        """One INSERT of every row; if an id is taken (a caller's id scheduled again, or an expired row), the
+        expired rows of these ids are deleted and each row is inserted in its own savepoint, a live one kept."""
         if not tasks:
-            return
-        features = connections[self.using].features
+            return set()
+        ids = [task.id for task in tasks]
 
-        def run() -> None:
-            rows = [
-                TaskMark(id=task.id, task_type=task.task_type, payload=task.payload, run_at=task.run_at,
-                         status=TaskStatus.SCHEDULED.value, attempts=0, gen=1, error=None,
-                         trace_context=task.trace_context, expires_at=None, updated_at=DbNow())
-                for task in tasks
-            ]
-            # Like the Redis store: a record of the same id (an expired one) is overwritten.
-            self._marks.bulk_create(
-                rows, batch_size=500, update_conflicts=True,
-                unique_fields=["id"] if features.supports_update_conflicts_with_target else None,
-                update_fields=["task_type", "payload", "run_at", "status", "attempts", "gen", "error",
-                               "trace_context", "expires_at", "updated_at"],
-            )
+        def row(task: NewTask) -> TaskMark:
+            return TaskMark(id=task.id, task_type=task.task_type, payload=task.payload, run_at=task.run_at,
+                            status=TaskStatus.SCHEDULED.value, attempts=0, gen=1, error=None,
+                            trace_context=task.trace_context, expires_at=None, updated_at=DbNow())
 
-        self._call(run, [task.id for task in tasks])
+        def run() -> set[str]:
+            try:
+                with transaction.atomic(using=self.using):
+                    self._marks.bulk_create([row(task) for task in tasks], batch_size=500)
+                return set(ids)
+            except IntegrityError:
+                pass
+            self._marks.filter(pk__in=ids).exclude(_live()).delete()
+            created: set[str] = set()
+            for task in tasks:
+                try:
+                    with transaction.atomic(using=self.using):
+                        self._marks.bulk_create([row(task)])
+                    created.add(task.id)
+                except IntegrityError:
+                    continue  # a live record of this id: kept
+            return created
+
+        created = self._call(run, ids)
         self._maybe_prune()
+        return created
 
     def discard(self, task_ids: Sequence[str]) -> None:
         if task_ids:

@@ -109,12 +109,18 @@ class RabbitMQTaskBackend(BrokerConnection, TaskBackend):
         return cls(parameters, marks, topology=topology, url=cleaned, heartbeat=heartbeat)
 
     def enqueue(self, tasks: Sequence[NewTask]) -> None:
-        """Write the records, then publish with confirms; the records of messages not confirmed are discarded."""
+        """Write the records, then publish with confirms; the records of messages not confirmed are discarded.
+
+        The record store claims each id first: a task whose id has a live record (a caller's id scheduled
+        again) is not published again, so it is delivered once."""
         if not tasks:
             return
         for task in tasks:
             _check_type(task.task_type)
-        self.marks.create(tasks)
+        created = self.marks.create(tasks)  # an id whose record is live already has its message: not sent again
+        tasks = [task for task in tasks if task.id in created]
+        if not tasks:
+            return
         messages = [_Message(t.id, t.task_type, t.payload, epoch_ms(t.run_at), 1, 1, trace_context=t.trace_context)
                     for t in tasks]
         due = {t.id: t.run_at for t in tasks}

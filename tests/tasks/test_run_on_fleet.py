@@ -1,0 +1,133 @@
+"""``run_on="tasks"`` with real OS processes on Redis: three scheduler instances and two task workers
+(tests/tasks/run_on_process.py). Every second one instance wins the tick's lock and enqueues its task; a worker
+runs the body. One body (the first to start once the test drops the hold marker) blocks, and the test SIGKILLs its
+worker: the task comes back after its visibility timeout, the other worker runs the body again with the same
+fire time and token, and every tick's body completes exactly once. (The same on PostgreSQL with the Django
+commands: tests/django/test_run_on_fleet_django.py.)"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import LedgerProcess, wait_until
+from tests.support.held_body import HOLD_MARKER
+
+pytestmark = pytest.mark.fleet
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "tests" / "tasks" / "run_on_process.py"
+VISIBILITY = 2.0  # seconds: the worker's visibility timeout of the job task type
+BEFORE, AFTER = 3, 3  # bodies completed before the hold, and after the held tick's retry
+
+
+class OffloadFleet:
+    """The processes of one test: schedulers and workers, each with its ledger and log in ``directory``."""
+
+    def __init__(self, directory: Path, store: str, tasks: str) -> None:
+        self.directory, self.store, self.tasks = directory, store, tasks
+        self.procs: dict[str, LedgerProcess] = {}
+
+    def start(self, role: str, name: str) -> LedgerProcess:
+        ledger, log = self.directory / f"{name}.jsonl", self.directory / f"{name}.log"
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        command = [sys.executable, str(SCRIPT), "--role", role, "--name", name, "--ledger", str(ledger),
+                   "--store", self.store, "--tasks", self.tasks, "--visibility-timeout", str(VISIBILITY)]
+        with log.open("wb") as output:
+            process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)
+        self.procs[name] = proc = LedgerProcess(name, process, ledger, log)
+        return proc
+
+    def entries(self, event: str, prefix: str = "") -> list[dict[str, Any]]:
+        return [entry for name, proc in self.procs.items() if name.startswith(prefix) for entry in proc.entries(event)]
+
+    def wait_ready(self) -> None:
+        def ready() -> bool:
+            for proc in self.procs.values():
+                assert proc.process.poll() is None, f"{proc.name} exited:\n{proc.log_tail()}"
+            return all(proc.entries("ready") for proc in self.procs.values())
+
+        wait_until(ready, 30, "every process to start")
+
+    def stop(self, prefix: str) -> None:
+        stopping = [proc for name, proc in self.procs.items()
+                    if name.startswith(prefix) and proc.process.poll() is None]
+        for proc in stopping:
+            proc.process.send_signal(signal.SIGTERM)
+        for proc in stopping:
+            assert proc.process.wait(20) == 0, f"{proc.name} did not stop cleanly:\n{proc.log_tail()}"
+
+    def kill_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.process.poll() is None:
+                proc.process.kill()
+                proc.process.wait()
+
+    def report(self) -> str:
+        return "\n".join(f"--- {p.name} (exit {p.process.poll()}):\n{p.log_tail()}" for p in self.procs.values())
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, redis_url: str, redis_tasks_url: str) -> Iterator[OffloadFleet]:
+    fleet = OffloadFleet(tmp_path, redis_url, redis_tasks_url)
+    try:
+        yield fleet
+    finally:
+        fleet.kill_all()
+        print(fleet.report())  # shown by pytest only if the test failed
+
+
+def test_each_tick_runs_once_on_the_workers_even_when_one_is_killed_mid_body(fleet: OffloadFleet) -> None:
+    workers = [fleet.start("worker", f"worker-{n}") for n in range(2)]
+    for n in range(3):
+        fleet.start("scheduler", f"scheduler-{n}")
+    fleet.wait_ready()
+    held = hold_and_kill_a_worker(fleet, workers)
+    judge_the_run(fleet, held)
+
+
+def hold_and_kill_a_worker(fleet: OffloadFleet, workers: list[LedgerProcess]) -> dict[str, Any]:
+    """Once BEFORE bodies completed, let the next body hold, SIGKILL its worker, and wait for the held tick's
+    body to complete on the other worker, then for AFTER more; returns the holding entry."""
+    wait_until(lambda: len(fleet.entries("body")) >= BEFORE, 20, f"{BEFORE} bodies to complete")
+    (fleet.directory / HOLD_MARKER).touch()
+    holder = wait_until(lambda: next((w for w in workers if w.entries("holding")), None), 10, "a body to hold")
+    (held,) = holder.entries("holding")
+    holder.process.send_signal(signal.SIGKILL)
+    holder.process.wait(10)
+    (survivor,) = [w for w in workers if w is not holder]
+    completed = wait_until(lambda: [e for e in survivor.entries("body") if e["fire_time"] == held["fire_time"]],
+                           VISIBILITY + 15, "the held tick to run again on the other worker")
+    assert [(e["token"], e["catch_up"]) for e in completed] == [(held["token"], held["catch_up"])]
+    after = len(fleet.entries("body"))
+    wait_until(lambda: len(fleet.entries("body")) >= after + AFTER, 20, f"{AFTER} more bodies")
+    return held
+
+
+def judge_the_run(fleet: OffloadFleet, held: dict[str, Any]) -> None:
+    """Schedulers stopped, every enqueued tick's body is awaited; then each ran exactly once."""
+    fleet.stop("scheduler")
+    enqueued = {e["fire_time"]: e for e in fleet.entries("record", "scheduler") if e["outcome"] == "enqueued"}
+    wait_until(lambda: set(enqueued) <= {e["fire_time"] for e in fleet.entries("body")}, 20,
+               "every enqueued tick's body to complete")
+    fleet.stop("worker")
+    winners = Counter(e["fire_time"] for e in fleet.entries("record", "scheduler") if e["outcome"] == "enqueued")
+    assert [tick for tick, count in winners.items() if count > 1] == [], "a tick enqueued twice"
+    bodies = Counter(e["fire_time"] for e in fleet.entries("body"))
+    assert [tick for tick, count in bodies.items() if count > 1] == [], "a tick's body completed twice"
+    assert set(bodies) == set(enqueued)
+    runs = {e["fire_time"]: e for e in fleet.entries("record", "worker") if e["outcome"] == "succeeded"}
+    assert {tick: runs[tick]["task_id"] for tick in enqueued} == {t: e["task_id"] for t, e in enqueued.items()}
+    started = Counter(e["fire_time"] for e in fleet.entries("started"))
+    assert started[held["fire_time"]] == 2, "the held tick ran once more than once"
+    print(f"{len(enqueued)} ticks enqueued and run once each; the held tick {held['fire_time']} (token "
+          f"{held['token']}) ran again after its worker was killed")
