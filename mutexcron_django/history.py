@@ -8,6 +8,10 @@ the others fold into it with one UPDATE each (``fired_count + 1``, ``fired_by ||
 so concurrent writers in other processes lose nothing, and an insert that loses the race (IntegrityError on
 ``tick_key``) folds instead. The run's own write upgrades a skipper's placeholder row to the run.
 
+A ``run_on="tasks"`` tick's winner writes ``enqueued`` (with the task id) as the tick's run; the worker's run of
+the body, when the worker writes history (``manage.py mutexcron worker`` does), takes that row over (its outcome,
+instance, times and error), leaving the fires folded into it as they are.
+
 Manual runs and fires skipped for another reason (busy, store error, stale schedule) keep a row of their own.
 Fires skipped by an operator's pause are no rows: each pause episode is one :class:`PauseSpan`, whose end
 later paused fires move. Every statement is its own transaction (a savepoint inside a caller's), so no
@@ -29,9 +33,10 @@ from mutexcron import Outcome, RunRecord
 
 from .models import JobRun, PauseSpan
 
-__all__ = ["PRUNE_BATCH", "Pruned", "fire_entry", "fold", "note_pause", "prune", "tick_key", "write"]
+__all__ = ["PRUNE_BATCH", "Pruned", "fire_entry", "fold", "note_pause", "prune", "take_over", "tick_key", "write"]
 
-FOLDED = (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.SKIPPED_ALREADY_RAN)
+FOLDED = (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.SKIPPED_ALREADY_RAN, Outcome.ENQUEUED)
+WORKER_RAN = (Outcome.SUCCEEDED, Outcome.FAILED)  # with a task id: a worker's run of an enqueued body
 PLACEHOLDER = Outcome.SKIPPED_ALREADY_RAN  # a tick row that no run has upgraded (yet)
 ATTEMPTS = 3  # update-or-insert rounds before a run is kept apart (its tick's row holds a run already)
 PRUNE_BATCH = 1000  # ids per DELETE: each statement locks few rows, briefly
@@ -56,7 +61,8 @@ def _fields(record: RunRecord) -> dict[str, Any]:
 def _run_fields(record: RunRecord) -> dict[str, Any]:
     return {"instance_id": record.instance_id, "outcome": str(record.outcome), "started_at": record.started_at,
             "finished_at": record.finished_at, "error": record.error or "", "token": record.token,
-            "lock_lost": record.lock_lost, "manual": record.manual, "catch_up": record.catch_up}
+            "lock_lost": record.lock_lost, "manual": record.manual, "catch_up": record.catch_up,
+            "task_id": record.task_id}
 
 
 def write(record: RunRecord, *, using: str | None = None) -> None:
@@ -66,6 +72,9 @@ def write(record: RunRecord, *, using: str | None = None) -> None:
     if record.outcome is Outcome.SKIPPED_PAUSED:
         if not record.manual:
             note_pause(record.job_name, record.fire_time, using=alias)
+        return
+    if record.task_id is not None and record.outcome in WORKER_RAN:
+        take_over(record, using=alias)
         return
     if record.manual or record.outcome not in FOLDED:
         with transaction.atomic(using=alias):
@@ -89,6 +98,8 @@ def fold(record: RunRecord, *, using: str) -> JobRun | None:
                 updated = ticks.filter(outcome=PLACEHOLDER).update(**_run_fields(record), **folded)
             else:
                 updated = ticks.update(**folded)
+            if not updated and record.task_id is not None:  # its worker's run was written first: count the fire
+                updated = ticks.filter(task_id=record.task_id).update(**folded)
         if updated:
             return None
         try:
@@ -100,6 +111,29 @@ def fold(record: RunRecord, *, using: str) -> JobRun | None:
     # Only a run gets here: its tick's row holds a run already (a tick run twice). Keep this one apart.
     with transaction.atomic(using=using):
         return JobRun.objects.using(using).create(**_fields(record))
+
+
+def take_over(record: RunRecord, *, using: str) -> None:
+    """A worker's run of an enqueued body: it takes over the row of its task (``enqueued``), or the tick's placeholder,
+    or makes the tick's row (no fire folded in yet: the winner's ``enqueued`` fire folds into it when it comes)."""
+    rows = JobRun.objects.using(using)
+    fields = _run_fields(record)
+    key = None if record.manual else tick_key(record.job_name, record.fire_time)
+    for _ in range(ATTEMPTS):
+        with transaction.atomic(using=using):
+            updated = rows.filter(task_id=record.task_id, outcome=Outcome.ENQUEUED).update(**fields)
+            if not updated and key is not None:
+                updated = rows.filter(tick_key=key, outcome=PLACEHOLDER).update(**fields)
+        if updated:
+            return
+        try:
+            with transaction.atomic(using=using):
+                rows.create(tick_key=key, fired_count=0, fired_by="", **_fields(record))
+            return
+        except IntegrityError:
+            continue  # the tick's row was made meanwhile: take it over
+    with transaction.atomic(using=using):
+        rows.create(**_fields(record))
 
 
 def note_pause(job_name: str, tick: datetime, *, using: str | None = None) -> None:

@@ -65,6 +65,7 @@ class JobRun(models.Model):
         SKIPPED_STORE_ERROR = "skipped_store_error"
         SKIPPED_PAUSED = "skipped_paused"
         SKIPPED_STALE_SCHEDULE = "skipped_stale_schedule"
+        ENQUEUED = "enqueued"  # run_on="tasks": handed to a task worker, whose run then takes the row over
 
     job_name = models.CharField(max_length=200, db_index=True)
     fire_time = models.DateTimeField()
@@ -82,6 +83,8 @@ class JobRun(models.Model):
     tick_key = models.CharField(max_length=255, null=True, blank=True, unique=True)
     fired_count = models.PositiveIntegerField(default=1, help_text="how many fires of instances this row holds")
     fired_by = models.TextField(blank=True, default="", help_text="each fire: instance and lateness, one a line")
+    task_id = models.CharField(max_length=64, null=True, blank=True,
+                               help_text="the task that ran the body on a worker (run_on='tasks')")
 
     class Meta:
         verbose_name = "job run"

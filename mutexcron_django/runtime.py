@@ -12,9 +12,10 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 from django.utils import timezone
 
-from mutexcron import RunRecord, Scheduler, StoreConfigError, default_registry
+from mutexcron import Outcome, RunRecord, Scheduler, StoreConfigError, default_registry
 from mutexcron.ops.alerts import ALERT_EVENTS, Alert
 from mutexcron.registry import BusyPolicy
+from mutexcron.tasks import TaskQueue
 
 from . import history, signals
 from .conf import get_settings
@@ -46,6 +47,7 @@ def build_scheduler() -> Scheduler:
             max_workers=conf.max_workers,
             metrics=conf.metrics,
             tracing=conf.tracing,
+            tasks=_task_queue,  # run_on="tasks" bodies go to this process's queue (MUTEXCRON["TASKS"])
         )
     except StoreConfigError as error:
         raise ImproperlyConfigured(f"MUTEXCRON['STORE']: {error}") from None
@@ -53,6 +55,13 @@ def build_scheduler() -> Scheduler:
     scheduler.add_listener(send_alert_signal, events=ALERT_EVENTS)
     scheduler.add_listener(record_history)
     return scheduler
+
+
+def _task_queue() -> TaskQueue:
+    """This process's task queue, built from ``MUTEXCRON["TASKS"]`` at the first ``run_on="tasks"`` fire."""
+    from .tasks import get_task_queue
+
+    return get_task_queue()
 
 
 def run_now(name: str, *, on_busy: BusyPolicy | None = None) -> RunRecord:
@@ -105,6 +114,8 @@ def stop() -> None:
 def send_signal(record: RunRecord) -> None:
     if record.outcome is None:
         signal = signals.job_started
+    elif record.outcome is Outcome.ENQUEUED:
+        signal = signals.job_enqueued
     elif record.outcome.ran:
         signal = signals.job_finished
     else:

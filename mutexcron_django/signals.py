@@ -3,6 +3,8 @@
 - ``job_started``: a body is about to run (``record.outcome`` is None).
 - ``job_finished``: a body ran (``succeeded`` or ``failed``).
 - ``job_skipped``: this instance did not run the fire (``skipped_*``).
+- ``job_enqueued``: this instance won the fire of a ``run_on="tasks"`` job and enqueued its body
+  (``record.task_id``); the worker that runs it sends ``job_started`` and ``job_finished``.
 
 Once per incident across the fleet, on the instance that noticed it first, each carrying the
 :class:`mutexcron.ops.alerts.Alert` as ``alert``:
@@ -17,6 +19,7 @@ from django.dispatch import Signal
 job_started = Signal()
 job_finished = Signal()
 job_skipped = Signal()
+job_enqueued = Signal()
 job_overdue = Signal()
 job_failing = Signal()
 job_recovered = Signal()

@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
@@ -22,6 +23,9 @@ from mutexcron.urls import scrub
 
 from ... import runtime
 from ...conf import get_settings
+
+if TYPE_CHECKING:
+    from mutexcron.tasks import TaskQueue
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # how `run` and `worker` are stopped
 
@@ -103,13 +107,24 @@ def run_scheduler(command: BaseCommand, *, verbosity: int) -> None:
 def worker(command: BaseCommand, *, types: list[str] | None, prefetch: int, verbosity: int) -> None:
     """A task worker for ``types`` (default: every registered one) until a signal, which stops it after
     the task it is running."""
-    from ...tasks import get_task_queue  # the task side is imported only by the subcommand that uses it
+    from ...job_runs import install as install_job_runner  # the task side is imported only by the subcommand
+    from ...job_runs import runs_jobs
+    from ...tasks import get_task_queue
 
-    conf = get_settings().tasks
     try:
         queue = get_task_queue()
     except ImproperlyConfigured as error:
         raise CommandError(str(error)) from None
+    runner = install_job_runner(queue) if runs_jobs() else None  # the bodies of run_on="tasks" jobs
+    try:
+        _work(command, queue, types=types, prefetch=prefetch, verbosity=verbosity)
+    finally:
+        if runner is not None:
+            runner.close()
+
+
+def _work(command: BaseCommand, queue: TaskQueue, *, types: list[str] | None, prefetch: int, verbosity: int) -> None:
+    conf = get_settings().tasks
     registered = queue.handlers.types()
     if types is None:
         if not registered:
