@@ -39,6 +39,8 @@ TASKS_DEFAULTS: dict[str, Any] = {
     "BACKEND": "django",  # the project's own database; or "django://<alias>", "redis://…", "amqp://…"
     "CANCEL_STORE": None,  # amqp:// (a backend that needs_record_store) only, required there: "django" or "redis://…"
     "MODULES": ["tasks"],  # <app>.<module> files imported at start-up to find @task_handler handlers
+    # run_on="tasks" jobs: how soon the task of a worker that died mid-body runs again (timedelta or seconds)
+    "JOB_VISIBILITY_TIMEOUT": timedelta(minutes=5),
 }
 
 
@@ -55,6 +57,7 @@ class TasksSettings:
     backend: str | TaskBackend = "django://"
     cancel_store: str | None = None
     modules: tuple[str, ...] = ("tasks",)
+    job_visibility_timeout: timedelta = timedelta(minutes=5)
     metrics: bool = False  # MUTEXCRON["METRICS"] and ["TRACING"]: what the queue is built with
     tracing: bool = False
     __repr__ = _masked_repr
@@ -241,4 +244,6 @@ def _tasks_settings(tasks: object) -> TasksSettings:
     modules = values["MODULES"]
     if not isinstance(modules, list | tuple) or not all(isinstance(m, str) and m for m in modules):
         raise _task_fail("MODULES", f'must be a list of module names such as ["tasks"], not {modules!r}')
-    return TasksSettings(spec, cancel_store, tuple(modules))
+    visibility = _options.duration(values["JOB_VISIBILITY_TIMEOUT"], error=ImproperlyConfigured, allow_zero=False,
+                                   what="MUTEXCRON['TASKS']['JOB_VISIBILITY_TIMEOUT']")
+    return TasksSettings(spec, cancel_store, tuple(modules), visibility)

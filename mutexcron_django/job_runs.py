@@ -36,5 +36,5 @@ def install(queue: TaskQueue) -> JobRunner:
                        metrics=conf.metrics, tracing=conf.tracing)
     runner.add_listener(runtime.send_signal, events=("started", "finished"))
     runner.add_listener(runtime.record_history)
-    runner.register(queue)
+    runner.register(queue, visibility_timeout=conf.tasks.job_visibility_timeout)
     return runner

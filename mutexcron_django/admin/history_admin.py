@@ -25,12 +25,12 @@ class JobRunAdmin(WrittenByMutexcron, ModelAdmin[JobRun]):
     list_display = ("job_name", "fire_time_display", "instance_id", "outcome", "started_at_display",
                     "duration_display", "fired_count", "lock_lost", "manual")
     list_filter = ("job_name", "outcome", ("started_at", admin.DateFieldListFilter), "lock_lost", "manual")
-    search_fields = ("job_name", "instance_id", "error")
+    search_fields = ("job_name", "instance_id", "error", "task_id")
     date_hierarchy = "started_at"
     list_per_page = 100
     fields = ("job_name", "fire_time_display", "instance_id", "outcome", "started_at_display",
               "finished_at_display", "duration_display", "token", "lock_lost", "manual", "catch_up", "fired_count",
-              "fired_by_display", "error_display")
+              "fired_by_display", "task_id", "error_display")
     readonly_fields = fields
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[JobRun]:

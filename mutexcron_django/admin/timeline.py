@@ -4,7 +4,8 @@ from the history (one JobRun row per tick, :mod:`mutexcron_django.history`), the
 document:
 
 - ``succeeded``, ``failed``, ``caught_up``: the tick's run (a catch-up run that succeeded is ``caught_up``);
-- ``running``: its lock is held for it now; ``unrecorded``: it was taken but no outcome was written;
+- ``running``: its lock is held for it now (for a ``run_on="tasks"`` job, from its enqueue to its worker's release);
+  ``unrecorded``: it was taken but no outcome was written;
 - ``paused``: an operator's pause skipped it; ``skipped``: only busy, store-error or stale-schedule skips;
 - ``missed``: no instance ran it and it is past its alert delay (``mutexcron.ops.alerts.alert_delay``, plus its
   jitter); ``pending``: not yet.
@@ -44,6 +45,7 @@ MAX_TICKS = 200  # the Timeline page
 STRIP_TICKS = 30  # the Locks page
 RAN = (JobRun.Outcome.SUCCEEDED, JobRun.Outcome.FAILED)
 PLACEHOLDER = JobRun.Outcome.SKIPPED_ALREADY_RAN
+ENQUEUED = JobRun.Outcome.ENQUEUED  # run_on="tasks": the tick's row until its worker's run takes it over
 
 
 def recent_ticks(trigger: CronTrigger, *, now: datetime, limit: int, floor: datetime | None = None,
@@ -186,11 +188,14 @@ class _Judge:
         runs = sorted((row for row in rows if row.outcome in RAN), key=lambda row: row.tick_key is None)
         if runs:
             return self._ran(tick, when, runs[0], rows)
-        placeholder = next((row for row in rows if row.outcome == PLACEHOLDER), None)
+        placeholder = next((row for row in rows if row.outcome in (PLACEHOLDER, ENQUEUED)), None)
         if placeholder is not None or self.state.last_fire_time == tick:
             fires = placeholder.fires if placeholder is not None else []
             state = "running" if self.held_for(tick) else "unrecorded"
             told = "running now" if state == "running" else "taken, but no outcome was recorded"
+            if placeholder is not None and placeholder.outcome == ENQUEUED:
+                told = f"enqueued as task {placeholder.task_id}; " + (
+                    "waiting for or running on a worker" if state == "running" else "no run of it was recorded")
             return TickCell(tick, state, f"{when}: {told}{_fired(fires)}", fires=fires)
         if self.paused(tick):
             return TickCell(tick, "paused", f"{when}: paused (an operator's pause skipped it)")

@@ -9,6 +9,8 @@ Every value comes from the environment the test gives the process:
     FLEET_AUTOSTART   "0" turns MUTEXCRON["AUTOSTART"] off (default on)
     FLEET_METRICS     "1" turns MUTEXCRON["METRICS"] on (default off; /mutexcron/metrics/ serves them)
     FLEET_DB_POOL     PostgreSQL: the size of Django's connection pool (OPTIONS["pool"]; default: no pool)
+    FLEET_RUN_ON_TASKS  "1": the site's job runs on task workers (tests/django/fleet_tasks_app/cron.py) on the
+                      django:// task backend, a dead worker's task returning after 2 s
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ INSTALLED_APPS = [
     "mutexcron_django",
     "tests.django.fleet_app",
 ]
+RUN_ON_TASKS = os.environ.get("FLEET_RUN_ON_TASKS") == "1"
+if RUN_ON_TASKS:
+    INSTALLED_APPS[-1] = "tests.django.fleet_tasks_app"
 MIDDLEWARE: list[str] = []
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -56,6 +61,8 @@ MUTEXCRON = {
     "INSTANCE_ID": os.environ.get("FLEET_INSTANCE") or None,
     "METRICS": os.environ.get("FLEET_METRICS") == "1",
 }
+if RUN_ON_TASKS:
+    MUTEXCRON["TASKS"] = {"BACKEND": "django", "JOB_VISIBILITY_TIMEOUT": 2}
 
 # Every line names its process, so the tests can tell which process started a scheduler.
 LOGGING = {

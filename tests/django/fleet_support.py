@@ -271,6 +271,19 @@ class Site:
         return len({b["fire_time"] for b in self.bodies() if b["fire_time"] >= first})
 
 
+@contextmanager
+def postgres_site(directory: Path) -> Iterator[Site]:
+    """A Site on a fresh PostgreSQL database; its processes are stopped (and their logs printed, shown by pytest
+    if the test failed) and the database dropped afterwards."""
+    with postgres_database() as database:
+        site = Site(directory, database)
+        try:
+            yield site
+        finally:
+            site.stop_all()
+            print(site.report())
+
+
 def assert_each_tick_once(site: Site, window: list[datetime], instances: set[str]) -> dict[str, Any]:
     """Every tick in ``window``: one body run (ledgers) and ONE JobRun row (issue 10: the history grows with
     ticks, not instances), the run's, with every instance's fire folded into it (``fired_count`` and

@@ -35,6 +35,7 @@ from tests.django.fleet_support import (
     free_port,
     now,
     postgres_database,
+    postgres_site,
     sqlite_database,
 )
 from tests.support import next_whole_second_after, wait_until, whole_seconds
@@ -68,13 +69,8 @@ def test_every_tick_runs_exactly_once_across_three_django_processes(site: Site) 
 
 @pytest.fixture
 def pooled_site(tmp_path: Path) -> Iterator[Site]:
-    with postgres_database() as database:
-        site = Site(tmp_path, database)
-        try:
-            yield site
-        finally:
-            site.stop_all()
-            print(site.report())
+    with postgres_site(tmp_path) as site:
+        yield site
 
 
 POOL_SIZE = 4
