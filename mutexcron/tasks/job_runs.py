@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import socket
+import time
 import traceback
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from typing import Any
 from ..errors import StoreUnavailable
 from ..listeners import Listener, Listeners
 from ..ops.heartbeats import Heartbeats
+from ..ops.pings import Pings
 from ..records import JobContext, Outcome, RunRecord
 from ..registry import Job, default_registry
 from ..stores import LockStore, store_from_url
@@ -111,7 +113,10 @@ class JobRunner:
         self.telemetry = build_telemetry(metrics=metrics, tracing=tracing)
         self.listeners = Listeners()
         self._heartbeats = Heartbeats(self.store)
+        self._pings = Pings()  # the jobs' ping_url, after each body this worker ran
         self._results: TaskBackend | None = None
+        self._visibility = timedelta(minutes=5)
+        self._warned: set[str] = set()  # jobs whose lease was found shorter than the visibility timeout
 
     @property
     def instance_id(self) -> str:
@@ -127,10 +132,11 @@ class JobRunner:
         task of a worker that died mid-body runs again; ``max_attempts``: how many such deaths it survives."""
         queue.handlers.add(Handler(TASK_TYPE, self.run, max_attempts=max_attempts,
                                    visibility_timeout=visibility_timeout))
-        self._results = queue.backend
+        self._results, self._visibility = queue.backend, visibility_timeout
 
     def close(self) -> None:
         self._heartbeats.stop(timeout=5)
+        self._pings.stop(time.monotonic() + 5)
         if self._owns_store:
             self.store.close()
 
@@ -151,6 +157,7 @@ class JobRunner:
         except Exception as error:
             self._not_run(task, None, f"job {task.job_name!r} is not declared in worker {self.instance_id}: {error}")
             return
+        self._check_lease(job)
         started_at = datetime.now(UTC)
         if not self.store.renew(job.name, token=task.token, lease=job.lease):  # StoreUnavailable: tried again later
             self._not_run(task, job, f"the lock of job {job.name!r} is no longer held by tick "
@@ -184,7 +191,18 @@ class JobRunner:
                              lock_lost=ctx.lock_lost)
         if outcome is Outcome.SUCCEEDED:
             logger.info("job %r (tick %s) succeeded in task %s", job.name, task.fire_time.isoformat(), task.task_id)
+        self._pings.send(job.ping_url, record)
         self._finish(record)
+
+    def _check_lease(self, job: Job) -> None:
+        """Warn (once per job) when a dead worker's task would come back after the lock's lease ran out: another
+        tick may take the lock meanwhile, and the retry is then refused (the tick is not run)."""
+        if job.lease < self._visibility and job.name not in self._warned:
+            self._warned.add(job.name)
+            logger.warning("job %r: its lease (%s) is shorter than the workers' visibility timeout (%s): the task of a "
+                           "worker that dies mid-body comes back after the lock may have been taken by a later tick, "
+                           "and is then not run; give the job a lease of at least the visibility timeout",
+                           job.name, job.lease, self._visibility)
 
     def _not_run(self, task: JobTask, job: Job | None, why: str) -> None:
         """Fail closed: the body is not run; the reason is logged, kept as the task's result and recorded as a

@@ -1191,3 +1191,34 @@ def test_publish_and_drain_throughput(queues: Callable[..., TaskQueue], recorder
           f"one worker ran them from {(times[0] - due.timestamp()) * 1000:.0f} ms after their due time in "
           f"{drain:.2f}s = {count / drain:,.0f} tasks/s")
     assert sorted(recorder.payloads()) == list(range(count))
+
+
+def test_a_run_on_tasks_tick_enqueued_twice_is_delivered_and_run_once(amqp_url: str, redis_url: str) -> None:
+    """RabbitMQ cannot dedupe a message: the record store claims the tick's task id first, so a second enqueue of
+    the tick publishes nothing, and the JobRunner runs the body once with the tick's token."""
+    from mutexcron import JobContext, Registry, Scheduler, mutex_cron
+    from mutexcron.stores import MemoryLockStore
+    from mutexcron.tasks import HandlerRegistry
+    from mutexcron.tasks.job_runs import TASK_TYPE, JobRunner
+
+    registry, bodies, store = Registry(), list[JobContext](), MemoryLockStore()
+    mutex_cron("0 2 * * *", name="rabbit.job", registry=registry, run_on="tasks", lease=600)(bodies.append)
+    queue = TaskQueue(amqp_url, cancel_store=redis_url, handlers=HandlerRegistry())
+    scheduler = Scheduler(store, registry=registry, tasks=queue)
+    runner = JobRunner(store, lookup=registry.get)
+    runner.register(queue)
+    try:
+        record = scheduler.run_tick("rabbit.job", datetime(2026, 3, 1, 2, tzinfo=UTC))
+        task_id = record.task_id or ""
+        info = queue.info(task_id)
+        assert info is not None and queue.schedule(TASK_TYPE, info.payload, task_id=task_id) == task_id
+        queue.start()
+        wait_until(lambda: queue.status(task_id) == TaskStatus.SUCCEEDED, what="the tick's task to succeed")
+        time.sleep(0.5)  # a second message would have been delivered by now
+        succeeded = queue.info(task_id)
+        assert succeeded is not None and succeeded.attempts == 1
+        assert [(ctx.fire_time, ctx.token) for ctx in bodies] == [(record.fire_time, record.token)]
+    finally:
+        queue.close()
+        runner.close()
+        scheduler.shutdown()
