@@ -180,6 +180,9 @@ class LockAdmin(LockControlAdmin):
                 "(the traceback is in the run history).",
                 messages.ERROR,
             )
+        elif outcome is Outcome.ENQUEUED:
+            self.message_user(request, f"Job “{name}” was enqueued by {record.instance_id} as task {record.task_id}: "
+                              "a task worker runs it (its outcome is in the run history).", messages.SUCCESS)
         elif outcome is Outcome.SKIPPED_BUSY:
             self.message_user(request, f"Job “{name}” did not run: {record.error or 'its lock is busy'}.",
                               messages.WARNING)

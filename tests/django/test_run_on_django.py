@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from io import StringIO
 from typing import Any
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
-from django.test import override_settings
+from django.core.management import call_command
+from django.test import Client, override_settings
 
 from mutexcron import JobContext, Outcome, RunRecord
 from mutexcron_django import job_runs, runtime, signals
@@ -99,3 +101,21 @@ def test_a_bad_job_visibility_timeout_names_the_key(value: Any) -> None:
     with override_settings(MUTEXCRON={"AUTOSTART": False, "TASKS": {"JOB_VISIBILITY_TIMEOUT": value}}), \
             pytest.raises(ImproperlyConfigured, match=r"MUTEXCRON\['TASKS'\]\['JOB_VISIBILITY_TIMEOUT'\]"):
         get_settings()
+
+
+@pytest.mark.django_db
+def test_the_admins_run_now_enqueues_and_says_so(admin_client: Client, bodies: list[JobContext]) -> None:
+    response = admin_client.post("/admin/mutexcron/lock/run/", {"name": JOB}, follow=True)
+    page = response.content.decode()
+    assert f"Job “{JOB}” was enqueued by" in page and "a task worker runs it" in page
+    row = JobRun.objects.get(job_name=JOB)
+    assert (row.outcome, row.manual) == ("enqueued", True) and (row.task_id or "").endswith("-m")
+    assert ScheduledTask.objects.filter(pk=row.task_id).exists() and bodies == []
+
+
+@pytest.mark.django_db
+def test_the_trigger_command_enqueues_and_prints_the_task(bodies: list[JobContext]) -> None:
+    out = StringIO()
+    call_command("mutexcron", "trigger", JOB, stdout=out)
+    task_id = JobRun.objects.get(job_name=JOB).task_id
+    assert out.getvalue().startswith(f"job {JOB!r} enqueued on ") and f"as task {task_id} (token 1)" in out.getvalue()

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -129,5 +130,8 @@ def judge_the_run(fleet: OffloadFleet, held: dict[str, Any]) -> None:
     assert {tick: runs[tick]["task_id"] for tick in enqueued} == {t: e["task_id"] for t, e in enqueued.items()}
     started = Counter(e["fire_time"] for e in fleet.entries("started"))
     assert started[held["fire_time"]] == 2, "the held tick ran once more than once"
+    late = sorted(datetime.fromisoformat(e["at"]) - datetime.fromisoformat(e["fire_time"])
+                  for e in fleet.entries("started") if e["fire_time"] != held["fire_time"])
     print(f"{len(enqueued)} ticks enqueued and run once each; the held tick {held['fire_time']} (token "
-          f"{held['token']}) ran again after its worker was killed")
+          f"{held['token']}) ran again after its worker was killed; bodies started after their fire time: median "
+          f"{late[len(late) // 2].total_seconds() * 1000:.0f} ms, max {late[-1].total_seconds() * 1000:.0f} ms")

@@ -97,6 +97,10 @@ def _report(command: BaseCommand, record: RunRecord) -> None:
         lost = " (its lock was lost while it ran)" if record.lock_lost else ""
         command.stdout.write(f"job {record.job_name!r} succeeded in {took:.3f}s {where} (token {record.token}){lost}")
         return
+    if record.outcome is Outcome.ENQUEUED:
+        command.stdout.write(f"job {record.job_name!r} enqueued {where} as task {record.task_id} (token "
+                             f"{record.token}): a task worker runs it")
+        return
     if record.outcome is Outcome.FAILED:
         error = (record.error or "").rstrip()
         command.stderr.write(error)
