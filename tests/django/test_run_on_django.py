@@ -6,6 +6,7 @@ that row and sends the run's signals. The fleet of processes: tests/django/test_
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 from typing import Any
@@ -16,11 +17,16 @@ from django.core.management import call_command
 from django.test import Client, override_settings
 
 from mutexcron import JobContext, Outcome, RunRecord
-from mutexcron_django import job_runs, runtime, signals
+from mutexcron_django import history, job_runs, runtime, signals
 from mutexcron_django.conf import get_settings
 from mutexcron_django.models import JobRun, Lock, ScheduledTask
+from mutexcron_django.sql.store import DjangoLockStore
 from mutexcron_django.tasks import get_task_queue, reset_task_queue
 from tests.django.jobhelpers import Declarations
+from tests.django.test_admin_timeline import cells, page, section, timeline_url
+from tests.django.timeline_history import EXPECTED, known_history
+from tests.django.timeline_history import JOB as TIMELINE_JOB
+from tests.django.timeline_history import fire as timeline_fire
 
 JOB = "tests.run_on.report"
 FIRE = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
@@ -119,3 +125,17 @@ def test_the_trigger_command_enqueues_and_prints_the_task(bodies: list[JobContex
     call_command("mutexcron", "trigger", JOB, stdout=out)
     task_id = JobRun.objects.get(job_name=JOB).task_id
     assert out.getvalue().startswith(f"job {JOB!r} enqueued on ") and f"as task {task_id} (token 1)" in out.getvalue()
+
+
+@pytest.mark.django_db
+def test_the_timeline_shows_an_enqueued_tick_running_until_its_worker_releases_it(admin_client: Client,
+                                                                                    declare: Declarations) -> None:
+    latest = known_history(declare).ticks[-1]
+    acquired = DjangoLockStore().acquire(TIMELINE_JOB, owner="web-1", lease=timedelta(minutes=5), fire_time=latest)
+    assert acquired.acquired
+    history.write(replace(timeline_fire(latest, "web-1", Outcome.ENQUEUED), task_id="job-abc-1"))
+
+    found = cells(section(page(admin_client, timeline_url(TIMELINE_JOB)), 'id="mutexcron-timeline-strip"'))
+
+    assert [state for _, state, _ in found] == [*EXPECTED[:-1], "running"]
+    assert "enqueued as task job-abc-1; waiting for or running on a worker" in found[-1][2]
