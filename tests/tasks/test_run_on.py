@@ -255,3 +255,21 @@ def test_a_catch_up_tick_keeps_its_flag_on_the_worker(queue: TaskQueue, body: Bo
     task = JobTask(tick_task_id(JOB, TICK), JOB, TICK, acquired.token, catch_up=True, enqueued_by="web-1")
     runner.run(json.loads(json.dumps(task.payload())))
     assert [ctx.catch_up for ctx in body.contexts] == [True]
+
+
+def test_a_lease_shorter_than_the_visibility_timeout_is_warned_about_once(
+        scheduler: Scheduler, body: Body, queue: TaskQueue, store: MemoryLockStore, registry: Registry,
+        caplog: pytest.LogCaptureFixture) -> None:
+    runner = JobRunner(store, lookup=registry.get)
+    runner.register(queue, visibility_timeout=timedelta(minutes=2))  # the job's lease is 60 s
+    try:
+        with caplog.at_level(logging.WARNING, "mutexcron.tasks.jobs"):
+            for tick in (TICK, TICK + timedelta(days=1)):
+                enqueued = scheduler.run_tick(JOB, tick)
+                runner.run(payload_of(queue, enqueued.task_id or ""))
+    finally:
+        runner.close()
+    assert len(body.contexts) == 2
+    warnings = [text for text in (r.getMessage() for r in caplog.records)
+                if "shorter than the workers' visibility timeout" in text]
+    assert len(warnings) == 1 and f"job {JOB!r}: its lease (0:01:00)" in warnings[0]
