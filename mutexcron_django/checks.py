@@ -1,5 +1,6 @@
 """System checks: bad job declarations (errors), orphan locks, an unreachable store, a Redis eviction
-policy that may evict mutexcron's keys and overdue or failing jobs (warnings)."""
+policy that may evict mutexcron's keys, overdue or failing jobs and run_on="tasks" leases shorter than the
+workers' visibility timeout (warnings)."""
 
 from __future__ import annotations
 
@@ -154,3 +155,18 @@ def check_job_health(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
         obj=problem.job_name,
         id="mutexcron.W004",
     ) for problem in report.problems]
+
+
+@register(TAG)
+def check_job_leases_cover_the_visibility_timeout(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """mutexcron.W005: a ``run_on="tasks"`` job whose lease is shorter than ``JOB_VISIBILITY_TIMEOUT``: the task of
+    a worker that died mid-body would come back after a later tick may have taken the lock (and is then not run)."""
+    visibility = get_settings().tasks.job_visibility_timeout
+    return [Warning(
+        f"job {job.name!r} runs on tasks with a lease ({job.lease}) shorter than MUTEXCRON['TASKS']"
+        f"['JOB_VISIBILITY_TIMEOUT'] ({visibility})",
+        hint="Give the job a lease of at least the visibility timeout (the lock must outlast a dead worker's task "
+             "until it comes back), or lower JOB_VISIBILITY_TIMEOUT.",
+        obj=job.name,
+        id="mutexcron.W005",
+    ) for job in default_registry if job.run_on == "tasks" and job.lease < visibility]

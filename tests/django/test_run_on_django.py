@@ -17,7 +17,7 @@ from django.core.management import call_command
 from django.test import Client, override_settings
 
 from mutexcron import JobContext, Outcome, RunRecord
-from mutexcron_django import history, job_runs, runtime, signals
+from mutexcron_django import checks, history, job_runs, runtime, signals
 from mutexcron_django.conf import get_settings
 from mutexcron_django.models import JobRun, Lock, ScheduledTask
 from mutexcron_django.sql.store import DjangoLockStore
@@ -139,3 +139,13 @@ def test_the_timeline_shows_an_enqueued_tick_running_until_its_worker_releases_i
 
     assert [state for _, state, _ in found] == [*EXPECTED[:-1], "running"]
     assert "enqueued as task job-abc-1; waiting for or running on a worker" in found[-1][2]
+
+
+def test_a_run_on_tasks_lease_shorter_than_the_visibility_timeout_is_w005(declare: Declarations) -> None:
+    declare("0 2 * * *", name="tests.run_on.short", run_on="tasks", lease=60)
+    declare("0 2 * * *", name="tests.run_on.here_short", lease=60)  # runs here: no task to come back
+    (warning,) = checks.check_job_leases_cover_the_visibility_timeout()
+    assert warning.id == "mutexcron.W005" and warning.obj == "tests.run_on.short"
+    assert "lease (0:01:00) shorter than MUTEXCRON['TASKS']['JOB_VISIBILITY_TIMEOUT'] (0:05:00)" in warning.msg
+    with override_settings(MUTEXCRON={"AUTOSTART": False, "TASKS": {"JOB_VISIBILITY_TIMEOUT": 60}}):
+        assert checks.check_job_leases_cover_the_visibility_timeout() == []
