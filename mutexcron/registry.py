@@ -19,8 +19,8 @@ from .cron_intervals import check_jitter
 from .errors import DuplicateJobError, JobDefinitionError, UnknownJobError
 from .records import JobContext
 
-__all__ = ["BUSY_POLICIES", "CATCH_UP_POLICIES", "BusyPolicy", "CatchUp", "Job", "Registry", "default_registry",
-           "mutex_cron", "validate_job_name"]
+__all__ = ["BUSY_POLICIES", "CATCH_UP_POLICIES", "BusyPolicy", "CatchUp", "Job", "Registry", "callable_target",
+           "default_registry", "mutex_cron", "validate_job_name"]
 
 BusyPolicy = Literal["skip", "wait", "raise"]
 BUSY_POLICIES: tuple[str, ...] = ("skip", "wait", "raise")
@@ -71,6 +71,7 @@ class Job:
     # of one lease plus the scheduler's misfire grace; False: no alerts); see mutexcron.ops.alerts
     ping_url: str | None = None  # GET after each run this instance ran ("/fail" after the path on failure);
     # a PingURL, whose repr is masked (mutexcron.ops.pings)
+    runtime: bool = False  # a run-time schedule (Scheduler.add_schedule), not declared in code
 
     def trigger(self, default_timezone: tzinfo) -> CronTrigger:
         return CronTrigger(self.spec, self.timezone or default_timezone)
@@ -109,12 +110,62 @@ def _takes_context(func: Callable[..., Any], job: str) -> bool:
     return bool(positional) or any(p.kind is p.VAR_POSITIONAL for p in parameters)
 
 
-class Registry:
-    """The jobs declared with :func:`mutex_cron`; a scheduler runs every job of its registry."""
+def _is_task(func: object) -> bool:
+    """True for a django.tasks ``Task`` (what ``@task`` returns): a run-time schedule enqueues it."""
+    return callable(getattr(func, "enqueue", None)) and callable(getattr(func, "func", None))
 
-    def __init__(self) -> None:
+
+def target_name(func: Callable[..., Any]) -> str:
+    """The default name of a target: its function's ``module.qualname`` (a django.tasks Task's function's)."""
+    inner = getattr(func, "func", func) if _is_task(func) else func
+    return f"{getattr(inner, '__module__', '?')}.{getattr(inner, '__qualname__', repr(inner))}"
+
+
+class Registry:
+    """The jobs declared with :func:`mutex_cron`, and the targets run-time schedules may call; a scheduler runs
+    every job of its registry. ``base``: a registry whose jobs and targets this one shows too (a scheduler keeps
+    its run-time schedules in one layered on the declared jobs' registry)."""
+
+    def __init__(self, *, base: Registry | None = None) -> None:
         self._jobs: dict[str, Job] = {}
+        self._targets: dict[str, Callable[..., Any]] = {}
         self._lock = threading.Lock()
+        self.base = base
+
+    def allow(self, func: F, name: str | None = None) -> F:
+        """Let run-time schedules call ``func`` (a function, or a django.tasks ``@task``, which they enqueue) by
+        ``name`` (default ``module.qualname``); only allowed targets can be called. Returns ``func``."""
+        if not callable(func):
+            raise JobDefinitionError(f"a run-time schedule's target must be callable, not {shown(func)}")
+        key = name if name is not None else target_name(func)
+        if not isinstance(key, str) or not key.strip() or len(key) > MAX_NAME_LENGTH:
+            raise JobDefinitionError(f"target name must be a non-empty string of at most {MAX_NAME_LENGTH} "
+                                     f"characters, not {shown(key)}")
+        with self._lock:
+            existing = self._targets.get(key)
+            if existing is not None and existing is not func and target_name(existing) != target_name(func):
+                raise DuplicateJobError(f"target name {key!r} is allowed twice: for {target_name(existing)} and for "
+                                        f"{target_name(func)}; pass name= to one of them")
+            self._targets[key] = func
+        return func
+
+    def targets(self) -> dict[str, Callable[..., Any]]:
+        """The allowed targets by name, sorted (this registry's and its base's)."""
+        found = dict(self.base.targets()) if self.base is not None else {}
+        found.update(self._targets)
+        return dict(sorted(found.items()))
+
+    def target(self, name: str) -> Callable[..., Any]:
+        """The allowed target ``name``, or :class:`JobDefinitionError` listing the allowed ones."""
+        targets = self.targets()
+        if name not in targets:
+            known = ", ".join(targets) or "none (mark one with @callable_target or Registry.allow)"
+            raise JobDefinitionError(f"target {shown(name)} is not allowed (allowed targets: {known})")
+        return targets[name]
+
+    def name_of(self, func: Callable[..., Any]) -> str | None:
+        """The name ``func`` is allowed under, or None."""
+        return next((name for name, target in self.targets().items() if target is func), None)
 
     def add(self, job: Job) -> None:
         """Add ``job``; a different function under the same name raises :class:`DuplicateJobError`."""
@@ -129,10 +180,12 @@ class Registry:
             self._jobs[job.name] = job
 
     def get(self, name: str) -> Job:
+        if self.base is not None and name in self.base:
+            return self.base.get(name)  # a job declared in code wins over a run-time schedule of its name
         try:
             return self._jobs[name]
         except KeyError:
-            known = ", ".join(sorted(self._jobs)) or "none"
+            known = ", ".join(self.names()) or "none"
             raise UnknownJobError(f"no job named {name!r} is declared (declared jobs: {known})") from None
 
     def remove(self, name: str) -> None:
@@ -144,22 +197,33 @@ class Registry:
             self._jobs.clear()
 
     def names(self) -> list[str]:
-        return sorted(self._jobs)
+        return sorted(set(self._jobs) | set(self.base.names() if self.base is not None else ()))
 
     def __iter__(self) -> Iterator[Job]:
-        return iter([self._jobs[name] for name in sorted(self._jobs)])
+        return iter([self.get(name) for name in self.names()])
 
     def __len__(self) -> int:
-        return len(self._jobs)
+        return len(self.names())
 
     def __contains__(self, name: object) -> bool:
-        return name in self._jobs
+        return name in self._jobs or (self.base is not None and name in self.base)
 
     def __repr__(self) -> str:
         return f"<Registry jobs={self.names()!r}>"
 
 
 default_registry = Registry()
+
+
+def callable_target(name: str | None = None, *, registry: Registry | None = None) -> Callable[[F], F]:
+    """Mark a function (or a django.tasks ``@task``) as a target run-time schedules may call, by ``name``
+    (default ``module.qualname``): :meth:`Registry.allow` on ``registry`` (default: the default registry)."""
+    check_registry(registry, what="callable_target registry", error=JobDefinitionError)
+
+    def decorate(func: F) -> F:
+        return (registry if registry is not None else default_registry).allow(func, name)
+
+    return decorate
 
 
 def check_registry(value: object, *, what: str, error: type[Exception]) -> Registry | None:
