@@ -32,6 +32,7 @@ MAX_NAME_LENGTH = 200
 _NAME_RE = re.compile(r"\w[\w.:@/<>+-]*")
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 def validate_job_name(name: object) -> str:
@@ -115,7 +116,7 @@ def _is_task(func: object) -> bool:
     return callable(getattr(func, "enqueue", None)) and callable(getattr(func, "func", None))
 
 
-def target_name(func: Callable[..., Any]) -> str:
+def target_name(func: object) -> str:
     """The default name of a target: its function's ``module.qualname`` (a django.tasks Task's function's)."""
     inner = getattr(func, "func", func) if _is_task(func) else func
     return f"{getattr(inner, '__module__', '?')}.{getattr(inner, '__qualname__', repr(inner))}"
@@ -128,15 +129,16 @@ class Registry:
 
     def __init__(self, *, base: Registry | None = None) -> None:
         self._jobs: dict[str, Job] = {}
-        self._targets: dict[str, Callable[..., Any]] = {}
+        self._targets: dict[str, Any] = {}  # functions, and django.tasks Tasks (not callable)
         self._lock = threading.Lock()
         self.base = base
 
-    def allow(self, func: F, name: str | None = None) -> F:
+    def allow(self, func: T, name: str | None = None) -> T:
         """Let run-time schedules call ``func`` (a function, or a django.tasks ``@task``, which they enqueue) by
         ``name`` (default ``module.qualname``); only allowed targets can be called. Returns ``func``."""
-        if not callable(func):
-            raise JobDefinitionError(f"a run-time schedule's target must be callable, not {shown(func)}")
+        if not callable(func) and not _is_task(func):
+            raise JobDefinitionError(f"a run-time schedule's target must be a function or a django.tasks task, "
+                                     f"not {shown(func)}")
         key = name if name is not None else target_name(func)
         if not isinstance(key, str) or not key.strip() or len(key) > MAX_NAME_LENGTH:
             raise JobDefinitionError(f"target name must be a non-empty string of at most {MAX_NAME_LENGTH} "
@@ -149,13 +151,13 @@ class Registry:
             self._targets[key] = func
         return func
 
-    def targets(self) -> dict[str, Callable[..., Any]]:
+    def targets(self) -> dict[str, Any]:
         """The allowed targets by name, sorted (this registry's and its base's)."""
         found = dict(self.base.targets()) if self.base is not None else {}
         found.update(self._targets)
         return dict(sorted(found.items()))
 
-    def target(self, name: str) -> Callable[..., Any]:
+    def target(self, name: str) -> Any:
         """The allowed target ``name``, or :class:`JobDefinitionError` listing the allowed ones."""
         targets = self.targets()
         if name not in targets:
@@ -163,7 +165,7 @@ class Registry:
             raise JobDefinitionError(f"target {shown(name)} is not allowed (allowed targets: {known})")
         return targets[name]
 
-    def name_of(self, func: Callable[..., Any]) -> str | None:
+    def name_of(self, func: object) -> str | None:
         """The name ``func`` is allowed under, or None."""
         return next((name for name, target in self.targets().items() if target is func), None)
 
@@ -215,12 +217,12 @@ class Registry:
 default_registry = Registry()
 
 
-def callable_target(name: str | None = None, *, registry: Registry | None = None) -> Callable[[F], F]:
+def callable_target(name: str | None = None, *, registry: Registry | None = None) -> Callable[[T], T]:
     """Mark a function (or a django.tasks ``@task``) as a target run-time schedules may call, by ``name``
     (default ``module.qualname``): :meth:`Registry.allow` on ``registry`` (default: the default registry)."""
     check_registry(registry, what="callable_target registry", error=JobDefinitionError)
 
-    def decorate(func: F) -> F:
+    def decorate(func: T) -> T:
         return (registry if registry is not None else default_registry).allow(func, name)
 
     return decorate
