@@ -13,7 +13,7 @@ from typing import Any
 from ..cron import iter_fire_times
 from ..errors import StoreUnavailable
 from ..registry import Job, Registry
-from ..scheduling.runtime import RuntimeSchedules
+from ..scheduling.runtime import with_stored
 from ..stores import LockState, LockStore, require_control
 from .control import effective_trigger
 
@@ -88,8 +88,7 @@ def read_listing(store: LockStore, registry: Registry, default_zone: tzinfo, now
         store_now = store.now()
     except StoreUnavailable as problem:
         locks, error = {}, str(problem)
-    jobs, shown = [], Registry(base=registry)  # the declared jobs and the run-time schedules of the store
-    RuntimeSchedules(shown).sync(locks)
+    jobs, shown = [], with_stored(registry, locks)  # the declared jobs and the run-time schedules of the store
     for job in shown:
         state = locks.get(job.name)
         trigger = effective_trigger(job, state, default_zone)

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from ..records import JobContext
 
 __all__ = ["MAX_DEFINITION", "RUN_ON", "RuntimeCall", "RuntimeSchedules", "ScheduleDefinition", "add",
-           "checked_definition", "hide_removed", "lease_of", "remove", "stored", "target_key", "zone_of"]
+           "checked_definition", "hide_removed", "lease_of", "remove", "stored", "target_key", "with_stored",
+           "zone_of"]
 
 logger = logging.getLogger("mutexcron.scheduler")
 
@@ -209,6 +210,14 @@ class RuntimeSchedules:
 
     def names(self) -> list[str]:
         return sorted(self._texts)
+
+
+def with_stored(registry: Registry, states: dict[str, LockState]) -> Registry:
+    """``registry``'s jobs and the run-time schedules ``states`` define (those this process can build): what a
+    listing or a health check judges, read from a store without a running scheduler."""
+    jobs = Registry(base=registry)
+    RuntimeSchedules(jobs).sync(states)
+    return jobs
 
 
 def target_key(target: str | Callable[..., Any], registry: Registry, name: str) -> str:

@@ -108,3 +108,15 @@ def test_a_django_task_target_is_enqueued_by_the_run(store: str) -> None:
             assert enqueued == [("rebuild_index", [], {"full": True})]
     finally:
         default_registry._targets.pop("tests.django.rebuild", None)
+
+
+def test_a_run_time_schedule_is_no_orphan_lock_for_the_checks(store: str, sent: list[dict[str, Any]]) -> None:
+    from mutexcron_django.checks import _orphans
+    from mutexcron_django.conf import get_settings
+
+    mutexcron("schedules", "add", "report-ops", "0 7 * * *", "--target", TARGET, "--kwargs", '{"to": "ops"}')
+    built = get_settings().build_store()
+    try:
+        assert [w.obj for w in _orphans(built)] == []
+    finally:
+        built.close()

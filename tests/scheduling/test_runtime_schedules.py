@@ -237,3 +237,26 @@ def test_a_store_without_a_control_plane_has_no_run_time_schedules(registry: Reg
     registry.allow(lambda: None, "noop")
     with pytest.raises(ControlNotSupported, match="add a run-time schedule"):
         Scheduler(LockOnly(), registry=registry).add_schedule("noop", "0 6 * * *", "noop")
+
+
+def test_health_judges_a_run_time_schedule_as_a_job(scheduler: Scheduler, store: MemoryLockStore) -> None:
+    from mutexcron.ops.checkup import check_health
+
+    def fail(ctx: JobContext) -> None:
+        raise RuntimeError("boom")
+
+    scheduler.registry.allow(fail, "fail")
+    scheduler.add_schedule("breaks", "0 6 * * *", "fail")
+    assert scheduler.run_tick("breaks", TICK).outcome is Outcome.FAILED
+    report = check_health(store, scheduler.registry, now=TICK + timedelta(minutes=1))
+    assert report.jobs == 1 and [(p.job_name, p.kind) for p in report.problems] == [("breaks", "failing")]
+
+
+def test_list_shows_a_run_time_schedule_as_a_job_and_not_as_an_orphan(scheduler: Scheduler,
+                                                                      store: MemoryLockStore) -> None:
+    from mutexcron.ops.listing import read_listing
+
+    scheduler.add_schedule("report", "0 6 * * *", "send_report", kwargs={"to": "ops"})
+    listing = read_listing(store, scheduler.registry, UTC, TICK)
+    assert [(line.job.name, line.job.runtime, line.spec) for line in listing.jobs] == [("report", True, "0 6 * * *")]
+    assert listing.orphans == []
