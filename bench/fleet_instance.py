@@ -182,6 +182,10 @@ class CountingStore(LockStore, ControlStore):
         self._count("set_schedule")
         return self.inner.set_schedule(name, spec, timezone=timezone, by=by)
 
+    def define(self, name: str, definition: str | None, *, by: str | None = None) -> LockState | None:
+        self._count("define")
+        return self.inner.define(name, definition, by=by)
+
     def open_incident(self, name: str, incident: str, *, replacing: str | None = None) -> bool:
         self._count("open_incident")
         return self.inner.open_incident(name, incident, replacing=replacing)

@@ -19,7 +19,7 @@ from .errors import (
 )
 from .ops.alerts import Alert
 from .records import JobContext, Outcome, RunRecord
-from .registry import Job, Registry, default_registry, mutex_cron
+from .registry import Job, Registry, callable_target, default_registry, mutex_cron
 from .scheduling.scheduler import Scheduler
 
 __version__ = "0.1.0"
@@ -43,6 +43,7 @@ __all__ = [
     "StoreConfigError",
     "StoreUnavailable",
     "UnknownJobError",
+    "callable_target",
     "default_registry",
     "mutex_cron",
     "next_fire_times",

@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, TextIO
 
+from . import schedule_commands
 from ._options import MAX_DURATION
 from .errors import (
     ControlNotSupported,
     CronSpecError,
+    JobDefinitionError,
     SchedulerConfigError,
     StoreConfigError,
     StoreUnavailable,
@@ -123,6 +125,10 @@ CONTROL: dict[str, Action] = {
          _arg("--timezone", metavar="TZ", help="The zone SPEC is read in (an IANA name; default: the job's)."),
          _arg("--reset", action="store_true", help="Go back to the schedule in the code (no SPEC)."),
          _BY)),
+    "schedules": Action(
+        "Add, remove or list run-time schedules: jobs stored in the lock store that call an allowed target "
+        "(@callable_target); every instance follows them within its sync interval.",
+        (*schedule_commands.ARGUMENTS, _BY)),
 }
 
 
@@ -133,6 +139,8 @@ def run_control(scheduler: Scheduler, action: str, options: dict[str, Any]) -> s
     name: str = options["name"]
     by = options.get("by") or os_user()
     try:
+        if action == "schedules":
+            return schedule_commands.run_schedules(scheduler, options, by)
         if action == "pause":
             until, duration = options.get("until"), options.get("duration")
             if until is not None and duration is not None:
@@ -153,7 +161,7 @@ def run_control(scheduler: Scheduler, action: str, options: dict[str, Any]) -> s
         return _rescheduled(scheduler, scheduler.set_schedule(name, spec, timezone=zone, by=by))
     except StoreUnavailable as error:
         raise Failure(f"the lock store {scheduler.store!r} cannot be reached: {error}") from None
-    except (UnknownJobError, CronSpecError, ControlNotSupported) as error:
+    except (UnknownJobError, CronSpecError, JobDefinitionError, ControlNotSupported) as error:
         raise Failure(str(error)) from None
     except ValueError as error:
         raise UsageError(str(error)) from None

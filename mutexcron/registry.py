@@ -20,7 +20,7 @@ from .errors import DuplicateJobError, JobDefinitionError, UnknownJobError
 from .records import JobContext
 
 __all__ = ["BUSY_POLICIES", "CATCH_UP_POLICIES", "RUN_ON", "BusyPolicy", "CatchUp", "Job", "Registry", "RunOn",
-           "check_run_on", "default_registry", "mutex_cron", "validate_job_name"]
+           "callable_target", "check_run_on", "default_registry", "mutex_cron", "validate_job_name"]
 
 BusyPolicy = Literal["skip", "wait", "raise"]
 BUSY_POLICIES: tuple[str, ...] = ("skip", "wait", "raise")
@@ -34,6 +34,7 @@ MAX_NAME_LENGTH = 200
 _NAME_RE = re.compile(r"\w[\w.:@/<>+-]*")
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 def validate_job_name(name: object) -> str:
@@ -73,7 +74,9 @@ class Job:
     # of one lease plus the scheduler's misfire grace; False: no alerts); see mutexcron.ops.alerts
     ping_url: str | None = None  # GET after each run this instance ran ("/fail" after the path on failure);
     # a PingURL, whose repr is masked (mutexcron.ops.pings)
-    run_on: RunOn = "here"  # "tasks": the lock winner enqueues the body on the scheduler's TaskQueue (docs/jobs.md)
+    runtime: bool = False  # a run-time schedule (Scheduler.add_schedule), not declared in code
+    run_on: RunOn = "here"  # "tasks": the lock winner enqueues the body on the scheduler's TaskQueue
+    # (docs/run-on-tasks.md)
 
     def trigger(self, default_timezone: tzinfo) -> CronTrigger:
         return CronTrigger(self.spec, self.timezone or default_timezone)
@@ -112,12 +115,63 @@ def _takes_context(func: Callable[..., Any], job: str) -> bool:
     return bool(positional) or any(p.kind is p.VAR_POSITIONAL for p in parameters)
 
 
-class Registry:
-    """The jobs declared with :func:`mutex_cron`; a scheduler runs every job of its registry."""
+def _is_task(func: object) -> bool:
+    """True for a django.tasks ``Task`` (what ``@task`` returns): a run-time schedule enqueues it."""
+    return callable(getattr(func, "enqueue", None)) and callable(getattr(func, "func", None))
 
-    def __init__(self) -> None:
+
+def target_name(func: object) -> str:
+    """The default name of a target: its function's ``module.qualname`` (a django.tasks Task's function's)."""
+    inner = getattr(func, "func", func) if _is_task(func) else func
+    return f"{getattr(inner, '__module__', '?')}.{getattr(inner, '__qualname__', repr(inner))}"
+
+
+class Registry:
+    """The jobs declared with :func:`mutex_cron`, and the targets run-time schedules may call; a scheduler runs
+    every job of its registry. ``base``: a registry whose jobs and targets this one shows too (a scheduler keeps
+    its run-time schedules in one layered on the declared jobs' registry)."""
+
+    def __init__(self, *, base: Registry | None = None) -> None:
         self._jobs: dict[str, Job] = {}
+        self._targets: dict[str, Any] = {}  # functions, and django.tasks Tasks (not callable)
         self._lock = threading.Lock()
+        self.base = base
+
+    def allow(self, func: T, name: str | None = None) -> T:
+        """Let run-time schedules call ``func`` (a function, or a django.tasks ``@task``, which they enqueue) by
+        ``name`` (default ``module.qualname``); only allowed targets can be called. Returns ``func``."""
+        if not callable(func) and not _is_task(func):
+            raise JobDefinitionError(f"a run-time schedule's target must be a function or a django.tasks task, "
+                                     f"not {shown(func)}")
+        key = name if name is not None else target_name(func)
+        if not isinstance(key, str) or not key.strip() or len(key) > MAX_NAME_LENGTH:
+            raise JobDefinitionError(f"target name must be a non-empty string of at most {MAX_NAME_LENGTH} "
+                                     f"characters, not {shown(key)}")
+        with self._lock:
+            existing = self._targets.get(key)
+            if existing is not None and existing is not func and target_name(existing) != target_name(func):
+                raise DuplicateJobError(f"target name {key!r} is allowed twice: for {target_name(existing)} and for "
+                                        f"{target_name(func)}; pass name= to one of them")
+            self._targets[key] = func
+        return func
+
+    def targets(self) -> dict[str, Any]:
+        """The allowed targets by name, sorted (this registry's and its base's)."""
+        found = dict(self.base.targets()) if self.base is not None else {}
+        found.update(self._targets)
+        return dict(sorted(found.items()))
+
+    def target(self, name: str) -> Any:
+        """The allowed target ``name``, or :class:`JobDefinitionError` listing the allowed ones."""
+        targets = self.targets()
+        if name not in targets:
+            known = ", ".join(targets) or "none (mark one with @callable_target or Registry.allow)"
+            raise JobDefinitionError(f"target {shown(name)} is not allowed (allowed targets: {known})")
+        return targets[name]
+
+    def name_of(self, func: object) -> str | None:
+        """The name ``func`` is allowed under, or None."""
+        return next((name for name, target in self.targets().items() if target is func), None)
 
     def add(self, job: Job) -> None:
         """Add ``job``; a different function under the same name raises :class:`DuplicateJobError`."""
@@ -132,10 +186,12 @@ class Registry:
             self._jobs[job.name] = job
 
     def get(self, name: str) -> Job:
+        if self.base is not None and name in self.base:
+            return self.base.get(name)  # a job declared in code wins over a run-time schedule of its name
         try:
             return self._jobs[name]
         except KeyError:
-            known = ", ".join(sorted(self._jobs)) or "none"
+            known = ", ".join(self.names()) or "none"
             raise UnknownJobError(f"no job named {name!r} is declared (declared jobs: {known})") from None
 
     def remove(self, name: str) -> None:
@@ -147,16 +203,16 @@ class Registry:
             self._jobs.clear()
 
     def names(self) -> list[str]:
-        return sorted(self._jobs)
+        return sorted(set(self._jobs) | set(self.base.names() if self.base is not None else ()))
 
     def __iter__(self) -> Iterator[Job]:
-        return iter([self._jobs[name] for name in sorted(self._jobs)])
+        return iter([self.get(name) for name in self.names()])
 
     def __len__(self) -> int:
-        return len(self._jobs)
+        return len(self.names())
 
     def __contains__(self, name: object) -> bool:
-        return name in self._jobs
+        return name in self._jobs or (self.base is not None and name in self.base)
 
     def __repr__(self) -> str:
         return f"<Registry jobs={self.names()!r}>"
@@ -170,6 +226,17 @@ def check_run_on(run_on: object, job_name: str) -> RunOn:
     if run_on == "here" or run_on == "tasks":
         return run_on
     raise JobDefinitionError(f"job {job_name!r}: run_on must be one of {RUN_ON}, not {shown(run_on)}")
+
+
+def callable_target(name: str | None = None, *, registry: Registry | None = None) -> Callable[[T], T]:
+    """Mark a function (or a django.tasks ``@task``) as a target run-time schedules may call, by ``name``
+    (default ``module.qualname``): :meth:`Registry.allow` on ``registry`` (default: the default registry)."""
+    check_registry(registry, what="callable_target registry", error=JobDefinitionError)
+
+    def decorate(func: T) -> T:
+        return (registry if registry is not None else default_registry).allow(func, name)
+
+    return decorate
 
 
 def check_registry(value: object, *, what: str, error: type[Exception]) -> Registry | None:
@@ -235,7 +302,7 @@ def mutex_cron(
         ping = http_url(ping_url, what=f"job {job_name!r}: ping_url", error=JobDefinitionError)
         where = check_run_on(run_on, job_name)
         job = Job(job_name, func, parsed, lease_duration, hold, zone, on_busy, _takes_context(func, job_name),
-                  catch_up, window, spread, alert, ping, where)
+                  catch_up, window, spread, alert, ping, run_on=where)
         (registry if registry is not None else default_registry).add(job)
         return func
 

@@ -43,7 +43,7 @@ def _orphans(store: Any) -> list[Warning]:
             id="mutexcron.W001",
         )
         for state in store.locks()
-        if state.name not in declared
+        if state.name not in declared and state.definition is None  # a run-time schedule is no orphan
     ]
 
 

@@ -38,6 +38,7 @@ class Lock(models.Model):
     last_error = models.TextField(null=True, blank=True, help_text="the failed run's error, one line")
     incident = models.CharField(max_length=255, null=True, blank=True, help_text="the open alert")
     incident_at = models.DateTimeField(null=True, blank=True)
+    definition = models.TextField(null=True, blank=True, help_text="a run-time schedule's definition (JSON)")
 
     class Meta:
         verbose_name = "lock"

@@ -7,14 +7,12 @@ Mixed into :class:`tests.contract.LockStoreContract`, so every store runs it aga
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 from mutexcron import Registry, RunRecord, Scheduler, mutex_cron
 from mutexcron.records import JobContext, Outcome
 from mutexcron.stores import LockStore
-from tests.support import wait_until, whole_seconds
+from tests.support import FireThreads, wait_until, whole_seconds
 
 SECOND = timedelta(seconds=1)
 BACKLOG = 30  # missed per-second ticks of the job that catches up
@@ -26,20 +24,10 @@ WATCHED = 16  # caught-up runs watched (about 8 s): long past the moment 4 worke
 GRACE = timedelta(seconds=6)
 
 
-class CatchUpContract:
+class CatchUpContract(FireThreads):
     """What a long catch-up leaves to the other jobs, on a real store."""
 
     store: LockStore
-
-    def thread_finished(self) -> None:
-        """Overridden by a store whose connections are per thread (see LockStoreContract)."""
-
-    @contextmanager
-    def _each_fire(self) -> Iterator[None]:
-        try:
-            yield
-        finally:
-            self.thread_finished()
 
     def test_a_long_catch_up_takes_one_worker_and_the_other_job_misses_no_tick(self) -> None:
         registry = Registry()
@@ -66,7 +54,7 @@ class CatchUpContract:
 
         beside: list[RunRecord] = []
         scheduler = Scheduler(self.store, registry=registry, instance_id="restarted", max_workers=4,
-                              misfire_grace_time=GRACE, fire_context=self._each_fire)
+                              misfire_grace_time=GRACE, fire_context=self.each_fire)
         scheduler.add_listener(lambda record: beside.append(record) if record.job_name == "beside" else None)
         started = datetime.now(UTC)
         scheduler.start()

@@ -20,6 +20,7 @@ from tests.batch_contract import AcquireManyContract
 from tests.catchup_contract import CatchUpContract
 from tests.control_contract import FleetControlContract
 from tests.document_contract import FIRE_1, FIRE_2, LONG, DocumentContract
+from tests.runtime_schedule_contract import RuntimeScheduleContract
 from tests.support import wait_until
 
 __all__ = ["FIRE_1", "FIRE_2", "LONG", "LockContract", "LockStoreContract"]
@@ -282,6 +283,7 @@ class LockContract(AcquireManyContract):
                 assert state is not None and state.name == name and state.locked
 
 
-class LockStoreContract(LockContract, DocumentContract, FleetControlContract, AlertsContract, CatchUpContract):
+class LockStoreContract(LockContract, DocumentContract, FleetControlContract, AlertsContract, CatchUpContract,
+                        RuntimeScheduleContract):
     """A store with the control plane (memory, Redis, MongoDB, Django ORM): the lock contract, and its documents,
-    operators' actions, alerts and catch-up."""
+    operators' actions, alerts, catch-up and run-time schedules."""

@@ -1,10 +1,12 @@
-"""The run-time control part of the lock store contract: pause, resume, schedule overrides and their version.
+"""The run-time control part of the lock store contract: pause, resume, schedule overrides and their version, and
+run-time schedules' definitions.
 
 Mixed into :class:`tests.contract.LockStoreContract`, so every store runs it against its real server.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -13,11 +15,13 @@ import pytest
 from mutexcron import CronSpecError, Registry, mutex_cron
 from mutexcron.ops import control
 from mutexcron.stores import AcquireStatus, Acquisition, LockState, LockStore
+from mutexcron.stores.base import MAX_DEFINITION, check_definition
 from tests.batch_contract import request, statuses
 from tests.support import wait_until
 
 LONG = timedelta(seconds=30)
 TICK = datetime(2026, 3, 1, 6, 0, 0, tzinfo=UTC)
+DEFINITION = '{"spec": "*/5 * * * *", "target": "reports.send", "kwargs": {"to": "ops"}}'
 
 
 class FleetControlContract:
@@ -284,3 +288,111 @@ class FleetControlContract:
         assert isinstance(held, Acquisition) and held.holder == "B"
         assert isinstance(retimed, Acquisition) and retimed.schedule_version == version.schedule_version
         assert isinstance(new, Acquisition) and self.store.lock("never.seeded") is not None
+
+    # -- run-time schedules' definitions: define() stores one or removes it, with a new schedule version ---------
+
+    def test_define_creates_a_missing_document_with_the_definition(self) -> None:
+        before = self.store.now()
+        defined = self.store.define("job", DEFINITION, by="alice")
+        assert defined is not None and defined == self.state() and self.store.locks() == [defined]
+        assert defined.definition == DEFINITION and defined.schedule_version == 1 and defined.schedule_by == "alice"
+        assert defined.token == 0 and not defined.locked and defined.last_fire_time is None
+        assert defined.created_at is not None and defined.schedule_changed_at is not None
+        assert before - timedelta(seconds=1) <= defined.schedule_changed_at <= self.store.now() + timedelta(seconds=1)
+
+    def test_a_definition_of_the_longest_length_round_trips(self) -> None:
+        prefix = '{"target": "报告.send", "pad": "'
+        text = prefix + "é" * (MAX_DEFINITION - len(prefix) - 2) + '"}'
+        assert len(text) == MAX_DEFINITION and self.store.define("job", text) is not None
+        assert self.state().definition == text
+
+    def test_define_revives_a_deleted_document_keeping_its_token_last_fire_and_pause(self) -> None:
+        acquired = self.store.acquire("job", owner="A", lease=LONG, fire_time=TICK)
+        assert acquired.token is not None and self.store.release("job", token=acquired.token)
+        self.store.pause("job", by="bob")
+        created = self.state().created_at
+        self.store.delete("job")
+        defined = self.store.define("job", DEFINITION)
+        assert defined is not None and defined == self.state()
+        assert defined.token == acquired.token and defined.last_fire_time == TICK
+        assert defined.paused and defined.paused_by == "bob" and defined.created_at == created
+
+    def test_define_bumps_the_version_and_clears_an_override(self) -> None:
+        self.store.define("job", DEFINITION)
+        self.store.set_schedule("job", "0 6 * * *", timezone="Europe/Paris")
+        redefined = self.store.define("job", '{"spec": "0 7 * * *"}', by="carol")
+        assert redefined is not None and redefined.definition == '{"spec": "0 7 * * *"}'
+        assert redefined.schedule is None and redefined.schedule_timezone is None
+        assert redefined.schedule_version == 3 and redefined.schedule_by == "carol"
+
+    def test_an_acquire_fired_for_the_version_before_define_is_refused_stale(self) -> None:
+        self.store.define("job", DEFINITION)
+        self.store.define("job", '{"spec": "0 7 * * *"}')
+        result = self.store.acquire("job", owner="A", lease=LONG, fire_time=TICK, schedule_version=1)
+        assert result.status is AcquireStatus.STALE_SCHEDULE and result.schedule_version == 2
+        assert not self.state().locked and self.state().token == 0
+
+    def test_define_none_hides_the_document_and_returns_it_without_definition(self) -> None:
+        acquired = self.store.acquire("job", owner="A", lease=LONG, fire_time=TICK)
+        self.store.define("job", DEFINITION)
+        removed = self.store.define("job", None, by="dave")
+        assert removed is not None and removed.name == "job" and removed.definition is None
+        assert removed.schedule_version == 2 and removed.schedule_by == "dave"
+        assert removed.token == acquired.token and removed.last_fire_time == TICK
+        assert self.store.lock("job") is None and self.store.locks() == []
+        revived = self.store.define("job", DEFINITION)
+        assert revived is not None and revived.token == acquired.token and revived.schedule_version == 3
+
+    def test_define_none_of_an_unknown_or_deleted_name_returns_none_and_changes_nothing(self) -> None:
+        assert self.store.define("nobody", None) is None
+        assert self.store.lock("nobody") is None and self.store.locks() == []
+        self.store.define("job", DEFINITION)
+        self.store.delete("job")
+        assert self.store.define("job", None) is None
+        self.store.seed(["job"])
+        assert self.state().definition == DEFINITION and self.state().schedule_version == 1
+
+    def test_an_acquire_fired_before_define_none_is_refused_stale(self) -> None:
+        self.store.define("job", DEFINITION)
+        self.store.define("job", None)
+        result = self.store.acquire("job", owner="A", lease=LONG, fire_time=TICK, schedule_version=1)
+        assert result.status is AcquireStatus.STALE_SCHEDULE and result.schedule_version == 2
+
+    def test_the_other_operations_keep_the_definition(self) -> None:
+        self.store.define("job", DEFINITION)
+        acquired = self.store.acquire("job", owner="A", lease=LONG, fire_time=TICK, schedule_version=1)
+        assert acquired.token is not None and self.store.renew("job", token=acquired.token, lease=LONG)
+        assert self.store.release("job", token=acquired.token, outcome="failed", error="boom")
+        assert self.store.open_incident("job", "failing: boom") and self.store.close_incident("job", "failing: boom")
+        self.store.pause("job")
+        self.store.resume("job")
+        self.store.set_schedule("job", "0 6 * * *")
+        self.store.acquire("job", owner="B", lease=LONG, fire_time=None)
+        self.store.force_unlock("job")
+        self.store.delete("job")
+        self.store.seed(["job"])
+        assert self.state().definition == DEFINITION and self.store.locks()[0].definition == DEFINITION
+
+    @pytest.mark.parametrize("bad", ["", "not json", '["a", "list"]', '"text"', "null", 42, None,
+                                     '{"pad": "' + "x" * MAX_DEFINITION + '"}'])
+    def test_check_definition_refuses_what_is_not_a_json_object_of_at_most_max_definition(self, bad: object) -> None:
+        with pytest.raises(ValueError, match="schedule definition must be"):
+            check_definition(bad)
+        if bad is not None:  # None: define() removes the schedule
+            with pytest.raises(ValueError, match="schedule definition must be"):
+                self.store.define("job", bad)  # type: ignore[arg-type]
+            assert self.store.lock("job") is None
+
+    def test_concurrent_defines_of_one_new_name_make_one_document_without_error(self) -> None:
+        errors: list[BaseException] = []
+
+        def define(index: int) -> None:
+            try:
+                self.store.define("job", json.dumps({"index": index}))
+            except BaseException as error:
+                errors.append(error)
+
+        self.run_together(define, [(index,) for index in range(6)])  # type: ignore[attr-defined]
+        assert errors == []
+        assert [state.name for state in self.store.locks()] == ["job"]
+        assert self.state().schedule_version == 6 and json.loads(self.state().definition or "")["index"] in range(6)

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import CronSpecError, StoreUnavailable
 from ..registry import Registry
+from ..scheduling.runtime import with_stored
 from ..stores import LockStore, require_control
 from .alerts import Problem, job_problems
 from .control import effective_trigger
@@ -67,7 +68,8 @@ def check_health(store: LockStore, registry: Registry, *, default_zone: tzinfo =
     except StoreUnavailable as error:
         return HealthReport(repr(store), now, store_error=str(error), jobs=len(registry))
     problems: list[Problem] = []
-    for job in registry:
+    jobs = with_stored(registry, states)  # run-time schedules are judged as declared jobs are
+    for job in jobs:
         state = states.get(job.name)
         try:
             trigger = effective_trigger(job, state, default_zone)
@@ -75,4 +77,4 @@ def check_health(store: LockStore, registry: Registry, *, default_zone: tzinfo =
             trigger = job.trigger(default_zone)
         problems += job_problems(job, state, trigger, now=now, misfire_grace_time=misfire_grace_time,
                                  known_since=now)
-    return HealthReport(repr(store), now, problems=problems, jobs=len(registry))
+    return HealthReport(repr(store), now, problems=problems, jobs=len(jobs))

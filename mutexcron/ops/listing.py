@@ -13,6 +13,7 @@ from typing import Any
 from ..cron import iter_fire_times
 from ..errors import StoreUnavailable
 from ..registry import Job, Registry
+from ..scheduling.runtime import with_stored
 from ..stores import LockState, LockStore, require_control
 from .control import effective_trigger
 
@@ -87,13 +88,13 @@ def read_listing(store: LockStore, registry: Registry, default_zone: tzinfo, now
         store_now = store.now()
     except StoreUnavailable as problem:
         locks, error = {}, str(problem)
-    jobs = []
-    for job in registry:
+    jobs, shown = [], with_stored(registry, locks)  # the declared jobs and the run-time schedules of the store
+    for job in shown:
         state = locks.get(job.name)
         trigger = effective_trigger(job, state, default_zone)
         jobs.append(JobLine(job, str(trigger.spec), trigger.timezone, next(iter_fire_times(trigger, now), None),
                             state))
-    orphans = [state for name, state in sorted(locks.items()) if name not in registry]
+    orphans = [state for name, state in sorted(locks.items()) if name not in shown and state.definition is None]
     return Listing(repr(store), default_zone, jobs, orphans, store_now, error)
 
 
@@ -161,7 +162,8 @@ def listing_text(listing: Listing, *, command: str, no_jobs: str, orphans: str) 
             taken = known is not None and known.locked
             halted = known is not None and known.is_paused(now)
             rows.append([
-                line.job.name, line.spec + (f" (override v{_state(line).schedule_version})" if line.overridden else ""),
+                line.job.name + (" (run-time)" if line.job.runtime else ""),
+                line.spec + (f" (override v{_state(line).schedule_version})" if line.overridden else ""),
                 str(line.zone), when(line.next_fire, line.zone),
                 "unknown" if failed else lock_state(line.state, now) + (" (paused)" if halted else ""),
                 (known.locked_by or "-") if known is not None and taken else "-",

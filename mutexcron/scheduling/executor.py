@@ -96,7 +96,7 @@ class LockingExecutor(BaseExecutor):
                            fire_time.isoformat(), late, options.misfire_grace_time)
             return None
         try:
-            job = options.registry.get(name)
+            job = options.jobs.get(name)
         except KeyError:
             logger.warning("job %r fired but is no longer declared", name)
             return None
@@ -116,7 +116,7 @@ class LockingExecutor(BaseExecutor):
             fire.life.leave()
 
     def _jitter(self, name: str, run_time: datetime) -> timedelta:
-        registry = self._options.registry
+        registry = self._options.jobs
         job = registry.get(name) if name in registry else None
         if job is None or not job.jitter:
             return timedelta(0)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import SchedulerConfigError, StoreUnavailable
 from ..records import JobContext, Outcome, RunRecord
-from ..tasks.job_runs import TASK_TYPE, JobTask, tick_task_id
+from ..tasks.job_tasks import TASK_TYPE, JobTask, tick_task_id
 from ..tasks.queue import TaskQueue
 from ..urls import shown
 

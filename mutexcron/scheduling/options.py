@@ -10,7 +10,7 @@ import os
 import socket
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
@@ -28,7 +28,7 @@ class SchedulerOptions:
     """A scheduler's options as checked (durations as timedeltas, the zone as a tzinfo, the default registry
     and fire context filled in). Build it with :meth:`checked`."""
 
-    registry: Registry
+    registry: Registry  # the jobs declared in code
     instance_id: str | None  # None: host:pid, read at use (see name())
     timezone: tzinfo
     misfire_grace_time: timedelta
@@ -39,6 +39,7 @@ class SchedulerOptions:
     busy_grace: timedelta
     sync_interval: timedelta
     ping_timeout: timedelta
+    jobs: Registry = field(default_factory=Registry)  # the declared jobs and this scheduler's run-time schedules
 
     @classmethod
     def checked(cls, given: dict[str, Any]) -> SchedulerOptions:
@@ -59,8 +60,9 @@ class SchedulerOptions:
         fire_context = given["fire_context"]
         if fire_context is not None and not callable(fire_context):
             raise bad(f"Scheduler fire_context must be a context manager factory or None, not {fire_context!r}")
+        declared = default_registry if registry is None else registry  # an empty one is falsy
         return cls(
-            registry=default_registry if registry is None else registry,  # an empty one is falsy
+            registry=declared, jobs=Registry(base=declared),
             instance_id=instance_id, timezone=timezone, misfire_grace_time=misfire_grace_time,
             max_workers=max_workers, shutdown_timeout=shutdown_timeout, clock_skew=clock_skew,
             fire_context=fire_context or nullcontext,

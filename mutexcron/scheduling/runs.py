@@ -259,10 +259,10 @@ class Runs:
         except StoreUnavailable as error:
             self.health.failed(error)
             return skipped(Outcome.SKIPPED_STORE_ERROR, str(error))
-        if state is not None:
-            self.schedules.apply(job, state, force=True)  # the store's word, even if its version went down
-            if self.schedules.trigger_for(job, state).next_after(fire_time - _ONE_MICROSECOND) == fire_time:
-                return self.execute(dataclasses.replace(fire, version=state.schedule_version))
+        current = self.schedules.follow(job, state) if state is not None else None
+        if current is not None and state is not None and self.schedules.trigger_for(current, state).next_after(
+                fire_time - _ONE_MICROSECOND) == fire_time:
+            return self.execute(dataclasses.replace(fire, job=current, version=state.schedule_version))
         logger.info("job %r fire %s skipped: not a tick of its new schedule", job.name, fire_time.isoformat())
         return skipped(Outcome.SKIPPED_STALE_SCHEDULE, "the schedule changed; this is not a tick of the new one")
 

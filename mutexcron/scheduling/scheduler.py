@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
@@ -21,9 +21,10 @@ from ..ops.health import StoreHealth
 from ..ops.heartbeats import Heartbeats
 from ..ops.pings import PING_TIMEOUT, Pings
 from ..records import Outcome, RunRecord
-from ..registry import BUSY_POLICIES, BusyPolicy, Job, Registry
+from ..registry import BUSY_POLICIES, BusyPolicy, CatchUp, Job, Registry
 from ..stores import ControlStore, LockState, LockStore, store_from_url, supports_control
 from ..telemetry import build_telemetry
+from . import runtime
 from .batch import batched_fires
 from .catchup import CatchUps
 from .executor import LockingExecutor, run_by_locking_executor
@@ -32,6 +33,7 @@ from .lifecycle import Generation
 from .offload import Offload, TasksOption
 from .options import SchedulerOptions
 from .runs import Reports, Runs
+from .runtime import DEFAULT_LEASE, RuntimeSchedules, ScheduleDefinition
 from .schedules import Schedules, ScheduleSync
 
 __all__ = ["Listener", "Scheduler"]
@@ -86,6 +88,8 @@ class Scheduler:
         self._telemetry = build_telemetry(metrics=metrics, tracing=tracing, error=SchedulerConfigError)
         offload = Offload(tasks)
         self.registry, self.timezone, self.fire_context = options.registry, options.timezone, options.fire_context
+        self.jobs = options.jobs  # the declared jobs and the run-time schedules this instance follows
+        self._runtime = RuntimeSchedules(options.jobs)
         self.misfire_grace_time, self.shutdown_timeout = options.misfire_grace_time, options.shutdown_timeout
         self.max_workers, self.clock_skew, self.busy_grace = options.max_workers, options.clock_skew, options.busy_grace
         self.sync_interval, self.ping_timeout = options.sync_interval, options.ping_timeout
@@ -94,7 +98,7 @@ class Scheduler:
         self._listeners = Listeners()
         self._life = self._new_generation()
         self._aps: BackgroundScheduler | None = None
-        self._schedules = Schedules(options.timezone, options.clock_skew)
+        self._schedules = Schedules(options.timezone, options.clock_skew, resolve=self._current_job)
         # Ticks are missed while the store is away: catch them up once it is back.
         self._health = StoreHealth(on_down=lambda: self._catch_ups.mark(self._catching_up_jobs()),
                                    on_back=lambda: self._start_catch_up(self._life) if self._aps else None)
@@ -130,15 +134,16 @@ class Scheduler:
         """Seed a lock document for every declared job, then start firing their triggers."""
         if self._aps is not None:
             raise RuntimeError("scheduler is already running")
-        jobs = list(self.registry)
-        self._runs.offload.check(self.registry)
+        self._runs.offload.check(self.registry)  # the declared jobs (a run-time schedule's fires fail without it)
         if self._life.closing.is_set():
             self._life = self._new_generation()  # a fire left over from the last run keeps the old one
         life = self._life
         self.seed()
-        states = self._read_states()
+        states = self._read_states() or {}
+        self._runtime.sync(states)
+        jobs = list(self.jobs)
         executor = LockingExecutor(life, life.start_pool(self.max_workers), self.options, self._runs, self._catch_ups,
-                                   batched=batched_fires(self.store, self.registry))
+                                   batched=batched_fires(self.store, self.jobs))
         aps = BackgroundScheduler(
             timezone=UTC, executors={"default": executor},
             # The store decides who runs; locally every fire is handed over, and coalesced if late.
@@ -147,7 +152,7 @@ class Scheduler:
         for job in jobs:
             trigger = self._schedules.build(job, states.get(job.name))
             aps.add_job(run_by_locking_executor, trigger=trigger, id=job.name, name=job.name)
-        self._schedules.attach(aps)
+        self._schedules.attach(aps, run_by_locking_executor)
         self._catch_ups.mark(self._catching_up_jobs())
         aps.start()
         self._aps = aps
@@ -207,7 +212,7 @@ class Scheduler:
         Returns the RunRecord; with ``on_busy="raise"`` a busy lock raises :class:`LockBusy` instead.
         ``on_busy`` overrides the job's policy for this run (an admin request should not ``"wait"``).
         """
-        job = self.registry.get(name)
+        job = self.jobs.get(name)
         if on_busy is not None and on_busy != job.on_busy:
             if on_busy not in BUSY_POLICIES:
                 raise ValueError(f"on_busy must be one of {BUSY_POLICIES}, not {on_busy!r}")
@@ -222,7 +227,7 @@ class Scheduler:
         the trigger would: it runs only if no instance ran that tick. For tests and tooling."""
         if fire_time.tzinfo is None:
             raise ValueError(f"fire_time={fire_time!r} is naive; pass an aware datetime")
-        return self._execute_now(self.registry.get(name), fire_time.astimezone(UTC), manual=False,
+        return self._execute_now(self.jobs.get(name), fire_time.astimezone(UTC), manual=False,
                                  version=self._schedules.version(name))
 
     # -- run-time control, fleet-wide (docs/fleet-control.md) --------------------------------------
@@ -231,26 +236,55 @@ class Scheduler:
         """Pause job ``name`` on every instance: once this returns, no run of it starts (the store's acquire
         refuses it) until :meth:`resume` or the aware ``until``. A running body goes on. Works on a scheduler
         that was never started; :class:`UnknownJobError` for a job the store does not know."""
-        return control.pause(self.store, self.registry, name, until=until, by=by)
+        return control.pause(self.store, self.jobs, name, until=until, by=by)
 
     def resume(self, name: str) -> LockState:
         """Lift job ``name``'s pause; the ticks it skipped are never caught up."""
-        return control.resume(self.store, self.registry, name)
+        return control.resume(self.store, self.jobs, name)
 
     def set_schedule(self, name: str, spec: str, *, timezone: str | tzinfo | None = None,
                      by: str | None = None) -> LockState:
         """Replace job ``name``'s schedule on every instance with ``spec`` (in ``timezone``, default the job's):
         once this returns, no tick of the old schedule starts, and every instance fires the new one within
         ``sync_interval``. :class:`CronSpecError` for a bad spec or zone, before anything is written."""
-        state = control.set_schedule(self.store, self.registry, name, spec, timezone=timezone, by=by)
+        state = control.set_schedule(self.store, self.jobs, name, spec, timezone=timezone, by=by)
         self._follow(state)
         return state
 
     def reset_schedule(self, name: str, *, by: str | None = None) -> LockState:
         """Go back to the schedule in the code for job ``name``, on every instance."""
-        state = control.set_schedule(self.store, self.registry, name, None, by=by)
+        state = control.set_schedule(self.store, self.jobs, name, None, by=by)
         self._follow(state)
         return state
+
+    # -- run-time schedules (docs/schedules.md) ----------------------------------------------------------
+
+    def add_schedule(self, name: str, spec: str, target: str | Callable[..., Any], *,
+                     kwargs: dict[str, Any] | None = None, timezone: str | tzinfo | None = None,
+                     lease: timedelta | float = DEFAULT_LEASE, catch_up: CatchUp = "skip", run_on: str = "here",
+                     by: str | None = None) -> LockState:
+        """Store a schedule that calls the allowed ``target`` (its name, or the function) with the JSON ``kwargs``
+        at ``spec``: every running instance fires it within ``sync_interval``, as a declared job. Adding a name
+        again redefines it. :class:`JobDefinitionError` names a bad field or value, and nothing is stored."""
+        definition = ScheduleDefinition(
+            runtime.target_key(target, self.jobs, name), spec, {} if kwargs is None else kwargs,
+            runtime.zone_of(timezone, name), runtime.lease_of(lease, name), catch_up, run_on)
+        state = runtime.add(self.store, self.jobs, name, definition, by=by)
+        self._follow(state)
+        return state
+
+    def remove_schedule(self, name: str, *, by: str | None = None) -> LockState:
+        """Remove run-time schedule ``name`` on every instance: no tick of it starts after this returns (a running
+        body finishes and releases). Returns its document as left (hidden). :class:`UnknownJobError` if the store
+        has no such schedule."""
+        state = runtime.remove(self.store, self.jobs, name, by=by)
+        if self._runtime.drop(name):
+            self._schedules.drop(name)
+        return state
+
+    def schedules(self) -> list[LockState]:
+        """The run-time schedules the store holds (their lock documents, ``definition`` set), sorted by name."""
+        return runtime.stored(self.store)
 
     def __enter__(self) -> Scheduler:
         self.start()
@@ -261,7 +295,7 @@ class Scheduler:
 
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
-        return f"<Scheduler {self.instance_id} {state} jobs={len(self.registry)} store={self.store!r}>"
+        return f"<Scheduler {self.instance_id} {state} jobs={len(self.jobs)} store={self.store!r}>"
 
     # -- firing -----------------------------------------------------------------------------------
 
@@ -290,8 +324,8 @@ class Scheduler:
 
     # -- the store's schedules, and catching up missed ticks -------------------------------------------
 
-    def _read_states(self) -> dict[str, LockState]:
-        """Every lock document, by name; empty (and the outage noted) if the store cannot be read. A store
+    def _read_states(self) -> dict[str, LockState] | None:
+        """Every lock document, by name; None (and the outage noted) if the store cannot be read. A store
         without the control plane has none to read: it is pinged, to notice an outage and its end."""
         try:
             if isinstance(self.store, ControlStore):
@@ -301,7 +335,7 @@ class Scheduler:
                 states = {}
         except StoreUnavailable as error:
             self._health.failed(error)
-            return {}
+            return None
         self._health.ok()
         return states
 
@@ -309,33 +343,59 @@ class Scheduler:
         """Every sync_interval: follow schedule overrides; notice that the store came back; judge alerts from
         the same read."""
         states = self._read_states()
-        for job in self.registry:
+        if states is None:
+            return
+        changed, gone = self._runtime.sync(states)
+        for name in gone:
+            self._schedules.drop(name)
+        for job in self.jobs:
             state = states.get(job.name)
             if state is not None:
                 self._schedules.apply(job, state)
+        self._start_catch_up(life, [job for job, _ in changed])
         self._check_alerts(states)
 
-    def _check_alerts(self, states: dict[str, LockState]) -> None:
+    def _check_alerts(self, states: dict[str, LockState] | None) -> None:
         """Overdue and failing jobs, from lock documents just read (nothing to judge if none could be)."""
         if states:
-            self._alerts.check(self.registry, states, self._schedules.trigger, self.options.now())
+            self._alerts.check(self.jobs, states, self._schedules.trigger, self.options.now())
 
     def _follow(self, state: LockState) -> None:
         """After this instance changed a schedule: fire on it now rather than at the next sync."""
-        if self._aps is not None and state.name in self.registry:
-            self._schedules.apply(self.registry.get(state.name), state)
+        if state.definition is not None:
+            job = self._runtime.put(state)
+            if job is not None and self._aps is not None:
+                self._schedules.apply(job, state)
+                self._start_catch_up(self._life, [job])
+        elif self._aps is not None and state.name in self.jobs:
+            self._schedules.apply(self.jobs.get(state.name), state)
+
+    def _current_job(self, job: Job, state: LockState) -> Job | None:
+        """``job`` as ``state`` defines it now: a run-time schedule redefined is rebuilt, one removed is dropped
+        here (and its document, revived by this instance's late acquire, hidden again); None if it is gone."""
+        if not job.runtime:
+            return job
+        if state.definition is not None:
+            return self._runtime.put(state)
+        if self._runtime.drop(job.name):
+            self._schedules.drop(job.name)
+        runtime.hide_removed(self.store, state)
+        return None
 
     def _catching_up_jobs(self) -> list[str]:
         """The jobs that catch up missed ticks: none on a store without the control plane (no last fire to read)."""
         if not supports_control(self.store):
             return []
-        return [job.name for job in self.registry if job.catch_up != "skip"]
+        return [job.name for job in self.jobs if job.catch_up != "skip"]
 
-    def _start_catch_up(self, life: Generation) -> None:
-        """Catch up, in the worker pool, every job still to be caught up (after start, when the store is back)."""
+    def _start_catch_up(self, life: Generation, added: Sequence[Job] = ()) -> None:
+        """Catch up, in the worker pool, every job still to be caught up (after start, when the store is back, and
+        run-time schedules ``added`` since)."""
+        if supports_control(self.store):
+            self._catch_ups.mark([job.name for job in added if job.catch_up != "skip"])
         for name in self._catch_ups.pending():
-            if name in self.registry and life.pool is not None:
-                life.pool.submit(functools.partial(self._catch_up_in_pool, life, self.registry.get(name)))
+            if name in self.jobs and life.pool is not None:
+                life.pool.submit(functools.partial(self._catch_up_in_pool, life, self.jobs.get(name)))
 
     def _catch_up_in_pool(self, life: Generation, job: Job) -> None:
         if not life.enter():

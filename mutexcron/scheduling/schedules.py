@@ -4,6 +4,7 @@ lock documents by a thread that reads them every ``sync_interval``."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -32,16 +33,20 @@ class Schedules:
     """Each job's effective trigger and schedule version, as last read from the store (a job this scheduler
     never built has no version: its run_tick() is not checked)."""
 
-    def __init__(self, timezone: tzinfo, clock_skew: timedelta) -> None:
+    def __init__(self, timezone: tzinfo, clock_skew: timedelta,
+                 resolve: Callable[[Job, LockState], Job | None] = lambda job, state: job) -> None:
         self.timezone, self.clock_skew = timezone, clock_skew
+        self._resolve = resolve  # a job as a document defines it now (a run-time schedule's; None: removed)
         self._lock = threading.Lock()
         self._current: dict[str, tuple[int | None, CronTrigger]] = {}
         self._aps: BaseScheduler | None = None
+        self._fire: Callable[..., None] | None = None  # what APScheduler calls for a job (the locking executor's)
 
-    def attach(self, aps: BaseScheduler | None) -> None:
-        """Reschedule jobs of ``aps`` from now on when their version changes (None: stop doing so)."""
+    def attach(self, aps: BaseScheduler | None, fire: Callable[..., None] | None = None) -> None:
+        """Reschedule jobs of ``aps`` from now on when their version changes, and add run-time schedules to it as
+        jobs calling ``fire`` (None: stop doing so)."""
         with self._lock:
-            self._aps = aps
+            self._aps, self._fire = aps, fire
 
     def version(self, name: str) -> int | None:
         with self._lock:
@@ -70,6 +75,23 @@ class Schedules:
         this instance's copy may be a sync behind or ahead of it)."""
         return self._effective(job, state)
 
+    def follow(self, job: Job, state: LockState) -> Job | None:
+        """After a stale refusal: ``job`` as ``state`` defines it, fired on by its version whatever this instance
+        had; None if ``state`` removed it (a run-time schedule)."""
+        current = self._resolve(job, state)
+        if current is not None:
+            self.apply(current, state, force=True)  # the store's word, even if its version went down
+        return current
+
+    def drop(self, name: str) -> None:
+        """Stop firing ``name`` (a run-time schedule removed)."""
+        with self._lock:
+            self._current.pop(name, None)
+            aps = self._aps
+        if aps is not None:
+            with contextlib.suppress(LookupError):  # JobLookupError: not added, or dropped already
+                aps.remove_job(name)
+
     def apply(self, job: Job, state: LockState, *, force: bool = False) -> bool:
         """Follow ``state``'s schedule version if it is newer than the one this instance fires on (any other
         with ``force``: a document read after a stale refusal, which may have been recreated); True if it
@@ -82,10 +104,14 @@ class Schedules:
                 return False
         trigger = self.build(job, state)
         with self._lock:
-            aps = self._aps
-        if aps is not None:
+            aps, fire = self._aps, self._fire
+        if aps is not None and fire is not None:
             try:
-                aps.reschedule_job(job.name, trigger=trigger)
+                if current is None:  # a run-time schedule this instance did not fire on yet
+                    aps.add_job(fire, trigger=trigger, id=job.name, name=job.name,
+                                replace_existing=True)
+                else:
+                    aps.reschedule_job(job.name, trigger=trigger)
             except LookupError:  # JobLookupError: the scheduler is shutting down and dropped it
                 return False
         logger.info("job %r now fires on %s (schedule version %d)", job.name, self.trigger(job),

@@ -10,6 +10,7 @@ docs/fleet-control.md) and the open alert, and lists and reads its documents.
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -19,9 +20,9 @@ from enum import StrEnum
 from .._common import duration_ms, epoch_ms, ms_to_datetime
 from ..errors import ControlNotSupported, StoreUnavailable
 
-__all__ = ["MAX_ERROR_LINE", "MAX_INCIDENT", "OUTCOMES", "AcquireRequest", "AcquireStatus", "Acquisition",
-           "ControlStore", "LockState", "LockStore", "check_incident", "check_outcome", "datetime_to_ms", "duration_ms",
-           "ms_to_datetime", "require_control", "supports_control"]
+__all__ = ["MAX_DEFINITION", "MAX_ERROR_LINE", "MAX_INCIDENT", "OUTCOMES", "AcquireRequest", "AcquireStatus",
+           "Acquisition", "ControlStore", "LockState", "LockStore", "check_definition", "check_incident",
+           "check_outcome", "datetime_to_ms", "duration_ms", "ms_to_datetime", "require_control", "supports_control"]
 
 datetime_to_ms = epoch_ms  # the stores' name for it (Redis keeps times as epoch milliseconds)
 
@@ -56,6 +57,7 @@ class LockState:
     last_error: str | None = None  # the failed run's error, one line (at most MAX_ERROR_LINE characters)
     incident: str | None = None  # the open alert ("overdue ..." or "failing ..."), claimed by one instance
     incident_at: datetime | None = None  # when it was opened (store clock)
+    definition: str | None = None  # a run-time schedule's definition, JSON (None: a declared job's document)
 
     def is_held(self, now: datetime) -> bool:
         """True if the lock is taken and its lease (or hold_at_least) has not run out at ``now``."""
@@ -231,6 +233,18 @@ class ControlStore(ABC):
         bump ``schedule_version``, so acquires fired for the old schedule are refused. The caller validates
         the spec. Returns the new state, or ``None`` if the store has no visible document for ``name``."""
 
+    @abstractmethod
+    def define(self, name: str, definition: str | None, *, by: str | None = None) -> LockState | None:
+        """Store a run-time schedule's ``definition`` (JSON text, see :func:`check_definition`) in one atomic step:
+        create the document or revive a deleted one (token, last fire time, pause and created_at kept), set the
+        definition, bump ``schedule_version``, clear any schedule override and set ``schedule_by`` = ``by`` and
+        ``schedule_changed_at`` = now. Returns the new state.
+
+        ``definition=None`` removes the schedule: on a visible document, it clears the definition, bumps the
+        version (acquires fired for the old one are refused STALE_SCHEDULE), sets ``schedule_by`` and
+        ``schedule_changed_at``, and hides the document as :meth:`delete` does (token and last fire time kept).
+        Returns the state it left, or ``None`` (changing nothing) if there is no visible document."""
+
     # -- alerts: one instance claims each incident (mutexcron.ops.alerts) ------------------------------------
 
     @abstractmethod
@@ -283,3 +297,21 @@ def check_incident(incident: object) -> str:
         raise ValueError(f"an incident must be a non-empty string of at most {MAX_INCIDENT} characters, "
                          f"not {incident!r:.80}")
     return incident
+
+
+MAX_DEFINITION = 16_384  # the longest run-time schedule definition a store keeps, in characters
+
+
+def check_definition(definition: object) -> str:
+    """``definition`` if a store can keep it: a non-empty string of at most MAX_DEFINITION characters holding a
+    JSON object; ValueError naming the problem otherwise."""
+    if not isinstance(definition, str) or not definition or len(definition) > MAX_DEFINITION:
+        raise ValueError(f"a schedule definition must be a non-empty string of at most {MAX_DEFINITION} characters, "
+                         f"not {definition!r:.80}")
+    try:
+        parsed = json.loads(definition)
+    except ValueError as error:
+        raise ValueError(f"a schedule definition must be JSON: {error} in {definition!r:.80}") from None
+    if not isinstance(parsed, dict):
+        raise ValueError(f"a schedule definition must be a JSON object ({{...}}), not {definition!r:.80}")
+    return definition

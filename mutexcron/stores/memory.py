@@ -7,7 +7,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from .base import AcquireStatus, Acquisition, ControlStore, LockState, LockStore, check_incident, check_outcome
+from .base import (
+    AcquireStatus,
+    Acquisition,
+    ControlStore,
+    LockState,
+    LockStore,
+    check_definition,
+    check_incident,
+    check_outcome,
+)
 
 __all__ = ["MemoryLockStore"]
 
@@ -153,6 +162,23 @@ class MemoryLockStore(LockStore, ControlStore):
         return self._change(name, lambda state, now: replace(
             state, schedule=spec, schedule_timezone=timezone, schedule_version=state.schedule_version + 1,
             schedule_by=by, schedule_changed_at=now))
+
+    def define(self, name: str, definition: str | None, *, by: str | None = None) -> LockState | None:
+        if definition is not None:
+            check_definition(definition)
+        with self._mutex:
+            if definition is None and (name not in self._locks or name in self._deleted):
+                return None
+            state = self._locks.get(name) or self._fresh(name)
+            if definition is not None:  # a new definition clears the override; a removal keeps it
+                state = replace(state, schedule=None, schedule_timezone=None)
+            self._locks[name] = replace(state, definition=definition, schedule_version=state.schedule_version + 1,
+                                        schedule_by=by, schedule_changed_at=self._clock())
+            if definition is None:
+                self._deleted.add(name)  # hidden as delete() hides it, token and last fire time kept
+            else:
+                self._deleted.discard(name)
+            return self._locks[name]
 
     def open_incident(self, name: str, incident: str, *, replacing: str | None = None) -> bool:
         check_incident(incident)

@@ -17,7 +17,14 @@ import pymongo
 from bson.codec_options import CodecOptions
 from pymongo import ReturnDocument, UpdateOne
 from pymongo.collection import Collection
-from pymongo.errors import BulkWriteError, ConfigurationError, InvalidName, OperationFailure, PyMongoError
+from pymongo.errors import (
+    BulkWriteError,
+    ConfigurationError,
+    DuplicateKeyError,
+    InvalidName,
+    OperationFailure,
+    PyMongoError,
+)
 from pymongo.write_concern import WriteConcern
 
 from .._common import as_utc, store_errors
@@ -29,6 +36,7 @@ from .base import (
     ControlStore,
     LockState,
     LockStore,
+    check_definition,
     check_incident,
     check_outcome,
     datetime_to_ms,
@@ -241,6 +249,30 @@ class MongoLockStore(LockStore, ControlStore):
             "$currentDate": {"schedule_changed_at": True},
         }
         return self._control({"_id": name, **_VISIBLE}, update)
+
+    def define(self, name: str, definition: str | None, *, by: str | None = None) -> LockState | None:
+        schedule = {"schedule_version": {"$add": [{"$ifNull": ["$schedule_version", 0]}, 1]},
+                    "schedule_by": {"$literal": by}, "schedule_changed_at": "$$NOW"}
+        if definition is None:  # hidden as delete() hides it, token and last fire time kept
+            update = [{"$set": {"definition": None, "deleted": {"$literal": True}, **schedule}}]
+            return self._control({"_id": name, **_VISIBLE}, update)
+        defined = {"definition": {"$literal": check_definition(definition)}, "deleted": {"$literal": False},
+                   "schedule": None, "schedule_timezone": None, **schedule}
+        update = [*_insert_only(name), {"$set": defined}]  # created if missing, revived if deleted
+
+        def upsert() -> Document | None:
+            return self.collection.find_one_and_update({"_id": name}, update, upsert=True,
+                                                       return_document=ReturnDocument.AFTER)
+
+        def run() -> Document | None:
+            try:
+                return upsert()
+            except DuplicateKeyError:  # two upserts of one new _id at once: the other one inserted it, update it
+                return upsert()
+
+        document = self._call(run)
+        assert document is not None  # an upsert returning the document after it always has one
+        return _state(document)
 
     def open_incident(self, name: str, incident: str, *, replacing: str | None = None) -> bool:
         check_incident(incident)

@@ -31,6 +31,7 @@ from .base import (
     ControlStore,
     LockState,
     LockStore,
+    check_definition,
     check_incident,
     check_outcome,
     datetime_to_ms,
@@ -97,6 +98,7 @@ class RedisLockStore(RedisClient, LockStore, ControlStore):
         self._pause = client.register_script(scripts.PAUSE)
         self._resume = client.register_script(scripts.RESUME)
         self._set_schedule = client.register_script(scripts.SET_SCHEDULE)
+        self._define = client.register_script(scripts.DEFINE)
         self._open_incident = client.register_script(scripts.OPEN_INCIDENT)
         self._close_incident = client.register_script(scripts.CLOSE_INCIDENT)
 
@@ -192,10 +194,11 @@ class RedisLockStore(RedisClient, LockStore, ControlStore):
     def delete(self, name: str) -> bool:
         return bool(self._call(self._delete, keys=[self.key(name)]))
 
-    def _control(self, script: Script, name: str, args: list[str]) -> LockState | None:
-        """Run a control script; its reply is the changed hash as a flat list, or nil."""
+    def _control(self, script: Script, name: str, args: list[str], *, hidden: bool = False) -> LockState | None:
+        """Run a control script; its reply is the changed hash as a flat list (read even if deleted: ``hidden``),
+        or nil."""
         reply = self._call(script, keys=[self.key(name)], args=args)
-        return None if reply is None else _state(name, dict(zip(reply[::2], reply[1::2], strict=True)))
+        return None if reply is None else _state(name, dict(zip(reply[::2], reply[1::2], strict=True)), hidden=hidden)
 
     def pause(self, name: str, *, until: datetime | None = None, by: str | None = None) -> LockState | None:
         return self._control(self._pause, name, ["" if until is None else str(datetime_to_ms(until)), by or ""])
@@ -206,6 +209,10 @@ class RedisLockStore(RedisClient, LockStore, ControlStore):
     def set_schedule(self, name: str, spec: str | None, *, timezone: str | None = None,
                      by: str | None = None) -> LockState | None:
         return self._control(self._set_schedule, name, [spec or "", timezone or "", by or ""])
+
+    def define(self, name: str, definition: str | None, *, by: str | None = None) -> LockState | None:
+        text = "" if definition is None else check_definition(definition)
+        return self._control(self._define, name, [name, text, by or ""], hidden=definition is None)
 
     def open_incident(self, name: str, incident: str, *, replacing: str | None = None) -> bool:
         check_incident(incident)
@@ -240,9 +247,10 @@ class RedisLockStore(RedisClient, LockStore, ControlStore):
         return datetime.fromtimestamp(seconds, UTC) + timedelta(microseconds=micros)
 
 
-def _state(name: str, fields: dict[Any, Any]) -> LockState | None:
+def _state(name: str, fields: dict[Any, Any], *, hidden: bool = False) -> LockState | None:
+    """The hash's fields as a LockState; None for no hash, or a deleted one unless ``hidden`` (read it anyway)."""
     data = {_text(k): _text(v) for k, v in fields.items()}
-    if not data or data.get("deleted") == "1":
+    if not data or (data.get("deleted") == "1" and not hidden):
         return None
     return LockState(
         name=name,
@@ -270,4 +278,5 @@ def _state(name: str, fields: dict[Any, Any]) -> LockState | None:
         last_error=data.get("last_error") or None,
         incident=data.get("incident") or None,
         incident_at=ms_to_datetime(data.get("incident_at")),
+        definition=data.get("definition") or None,
     )

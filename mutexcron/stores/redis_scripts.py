@@ -6,6 +6,7 @@ __all__ = [
     "ACQUIRE",
     "ACQUIRE_MANY",
     "CLOSE_INCIDENT",
+    "DEFINE",
     "DELETE",
     "FORCE_UNLOCK",
     "OPEN_INCIDENT",
@@ -154,6 +155,19 @@ SET_SCHEDULE = _NOW + _VISIBLE + """
 redis.call('HINCRBY', KEYS[1], 'schedule_version', 1)
 redis.call('HSET', KEYS[1], 'schedule', ARGV[1], 'schedule_timezone', ARGV[2], 'schedule_by', ARGV[3],
            'schedule_changed_at', now)
+""" + _RETURN_ALL
+
+# ARGV: name, definition ('' to remove the schedule), by. A definition creates or revives the hash and clears the
+# override; a removal changes a visible hash only (nil otherwise) and hides it. Either bumps the version. Returns the
+# hash whole (a removed one with deleted = 1).
+DEFINE = _NOW + _REVIVE + """
+if ARGV[2] == '' then""" + _VISIBLE + """  redis.call('HSET', KEYS[1], 'definition', '', 'deleted', '1')
+else
+  revive(KEYS[1], ARGV[1])
+  redis.call('HSET', KEYS[1], 'definition', ARGV[2], 'schedule', '', 'schedule_timezone', '')
+end
+redis.call('HINCRBY', KEYS[1], 'schedule_version', 1)
+redis.call('HSET', KEYS[1], 'schedule_by', ARGV[3], 'schedule_changed_at', now)
 """ + _RETURN_ALL
 
 # ARGV: incident, the open incident it replaces ('' for none). Open it if the visible hash's open incident is the

@@ -10,7 +10,6 @@ task comes back after its visibility timeout and the retry renews with the same 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -18,7 +17,6 @@ import socket
 import time
 import traceback
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,89 +24,52 @@ from ..errors import StoreUnavailable
 from ..listeners import Listener, Listeners
 from ..ops.heartbeats import Heartbeats
 from ..ops.pings import Pings
-from ..records import JobContext, Outcome, RunRecord
-from ..registry import Job, default_registry
-from ..stores import LockStore, store_from_url
+from ..records import Outcome, RunRecord
+from ..registry import Job, Registry, default_registry
+from ..scheduling.runtime import ScheduleDefinition
+from ..stores import LockStore, require_control, store_from_url, supports_control
 from ..telemetry import build_telemetry
 from .backends.base import TaskBackend
 from .handlers import Handler
-from .model import PayloadError
+from .job_tasks import TASK_TYPE, JobTask, tick_task_id
 from .queue import TaskQueue
 
-__all__ = ["TASK_TYPE", "JobRunner", "JobTask", "tick_task_id"]
+__all__ = ["TASK_TYPE", "JobRunner", "JobTask", "declared_or_stored", "tick_task_id"]
 
 logger = logging.getLogger("mutexcron.tasks.jobs")
 
-TASK_TYPE = "mutexcron-job"  # not "mutexcron.…": the RabbitMQ backend keeps those names for its own queues
-PAYLOAD_VERSION = 1
 FINISHED = ("succeeded", "failed")  # what a task's result says once its body ran (or was refused: "not_run")
 
 
-def tick_task_id(job_name: str, fire_time: datetime, *, manual: bool = False) -> str:
-    """The id of the task that runs ``job_name``'s tick at ``fire_time``: the same on every instance and every
-    try, so that a repeated enqueue of one tick finds its task. ``job-<name digest>-<fire time, epoch ms>``
-    (``-m`` for a manual run, whose time is when it was asked for)."""
-    digest = hashlib.sha256(job_name.encode()).hexdigest()[:24]
-    millis = round(fire_time.timestamp() * 1000)
-    return f"job-{digest}-{millis}{'-m' if manual else ''}"
+def declared_or_stored(registry: Registry, store: LockStore) -> Callable[[str], Job]:
+    """A lookup of the jobs a worker runs: one declared in ``registry``, else a run-time schedule that ``store``
+    defines (``Scheduler.add_schedule``), built as every instance builds it; UnknownJobError otherwise."""
+    def lookup(name: str) -> Job:
+        if name in registry:
+            return registry.get(name)
+        state = require_control(store, "find a run-time schedule").lock(name) if supports_control(store) else None
+        if state is None or state.definition is None:
+            return registry.get(name)  # UnknownJobError naming the declared jobs
+        return ScheduleDefinition.from_json(state.definition).job(name, registry)
 
-
-@dataclass(frozen=True)
-class JobTask:
-    """What a job's task carries: which tick of which job, and the lock it holds (its fencing token)."""
-
-    task_id: str
-    job_name: str
-    fire_time: datetime  # aware UTC, the tick's nominal time
-    token: int
-    catch_up: bool = False
-    manual: bool = False
-    enqueued_by: str = ""  # the scheduler instance that won the lock
-
-    def payload(self) -> dict[str, Any]:
-        return {"v": PAYLOAD_VERSION, "task_id": self.task_id, "job": self.job_name,
-                "fire_time": self.fire_time.astimezone(UTC).isoformat(), "token": self.token,
-                "catch_up": self.catch_up, "manual": self.manual, "by": self.enqueued_by}
-
-    @classmethod
-    def from_payload(cls, payload: object) -> JobTask:
-        """The task a payload describes; PayloadError naming what is wrong with it."""
-        if not isinstance(payload, dict) or payload.get("v") != PAYLOAD_VERSION:
-            raise PayloadError(f"not a {TASK_TYPE} payload of version {PAYLOAD_VERSION}: {payload!r:.200}")
-        try:
-            fire_time = datetime.fromisoformat(payload["fire_time"])
-            token = payload["token"]
-            task = cls(str(payload["task_id"]), str(payload["job"]), fire_time.astimezone(UTC), token,
-                       bool(payload.get("catch_up")), bool(payload.get("manual")), str(payload.get("by", "")))
-        except (KeyError, TypeError, ValueError) as error:
-            raise PayloadError(f"{TASK_TYPE} payload {payload!r:.200}: {error!r}") from None
-        if isinstance(token, bool) or not isinstance(token, int) or fire_time.tzinfo is None:
-            raise PayloadError(f"{TASK_TYPE} payload {payload!r:.200}: needs an integer token and an aware fire_time")
-        return task
-
-    def context(self, instance_id: str) -> JobContext:
-        """The body's context: the tick's fire time, catch-up flag and token, run by ``instance_id``."""
-        return JobContext(self.job_name, self.fire_time, instance_id, self.token, catch_up=self.catch_up)
-
-    def record(self, instance_id: str, outcome: Outcome | None, started_at: datetime, **more: Any) -> RunRecord:
-        return RunRecord(self.job_name, self.fire_time, instance_id, outcome, started_at, more.pop("finished_at", None),
-                         token=self.token, manual=self.manual, catch_up=self.catch_up, task_id=self.task_id, **more)
+    return lookup
 
 
 class JobRunner:
     """Runs the bodies of ``run_on="tasks"`` jobs in a task worker; :meth:`register` it on the worker's queue.
 
     ``store``: the jobs' lock store (the schedulers' one: a URL or a LockStore); ``lookup(name) -> Job`` finds a
-    job (default: the default registry's; raise for an unknown one); ``instance_id``: this worker's name in run
-    records (default ``host:pid``). Listeners (:meth:`add_listener`) get a ``"started"`` and a ``"finished"``
-    RunRecord of each body as a scheduler's do; ``metrics`` / ``tracing`` as the Scheduler's.
+    job (default: :func:`declared_or_stored` on the default registry and the store; raise for an unknown one);
+    ``instance_id``: this worker's name in run records (default ``host:pid``). Listeners (:meth:`add_listener`)
+    get a ``"started"`` and a ``"finished"`` RunRecord of each body as a scheduler's do; ``metrics`` /
+    ``tracing`` as the Scheduler's.
     """
 
     def __init__(self, store: str | LockStore, *, lookup: Callable[[str], Job] | None = None,
                  instance_id: str | None = None, metrics: bool = False, tracing: bool = False) -> None:
         self._owns_store = not isinstance(store, LockStore)
         self.store = store_from_url(store)
-        self.lookup = lookup if lookup is not None else default_registry.get
+        self.lookup = lookup if lookup is not None else declared_or_stored(default_registry, self.store)
         self._instance_id = instance_id
         self.telemetry = build_telemetry(metrics=metrics, tracing=tracing)
         self.listeners = Listeners()

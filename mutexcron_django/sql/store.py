@@ -23,6 +23,7 @@ from mutexcron.stores.base import (
     ControlStore,
     LockState,
     LockStore,
+    check_definition,
     check_incident,
     check_outcome,
 )
@@ -203,6 +204,38 @@ class DjangoLockStore(LockStore, ControlStore):
         return self._control(name, lambda rows: rows, schedule=spec, schedule_timezone=timezone, schedule_by=by,
                              schedule_changed_at=DbNow(), schedule_version=F("schedule_version") + 1)
 
+    def define(self, name: str, definition: str | None, *, by: str | None = None) -> LockState | None:
+        changes: dict[str, Any] = {"definition": definition, "schedule_version": F("schedule_version") + 1,
+                                   "schedule_by": by, "schedule_changed_at": DbNow()}
+        if definition is None:  # hidden as delete() hides it, token and last fire time kept
+            return self._call(self._define_row, name, self._locks.filter(name=name, deleted=False), deleted=True,
+                              **changes)
+        changes |= {"definition": check_definition(definition), "schedule": None, "schedule_timezone": None}
+
+        def run() -> LockState:
+            rows = self._locks.filter(name=name)  # visible or deleted: the UPDATE revives it
+            state = self._define_row(name, rows, deleted=False, **changes)
+            if state is None:
+                try:
+                    with transaction.atomic(using=self.using):  # hidden until the UPDATE below defines it
+                        self._locks.create(name=name, created_at=DbNow(), deleted=True)
+                except IntegrityError:  # another instance created it a moment ago
+                    pass
+                state = self._define_row(name, rows, deleted=False, **changes)
+            if state is None:
+                raise StoreUnavailable(f"database {self.using!r}: lock row for {name!r} vanished while defining it")
+            return state
+
+        return self._call(run)
+
+    def _define_row(self, name: str, rows: QuerySet[Lock], **changes: Any) -> LockState | None:
+        """One UPDATE of ``rows`` (name's row), then the row read back, deleted or not, in the same transaction; None
+        if it matched none. Its transaction ends there: no MariaDB gap lock is held while the row is created."""
+        with transaction.atomic(using=self.using):
+            if rows.update(**changes) != 1:
+                return None
+            return _states(self._locks.filter(name=name))[0]
+
     # -- alerts: one conditional UPDATE each, so exactly one caller opens (replaces or closes) an incident ----
 
     def open_incident(self, name: str, incident: str, *, replacing: str | None = None) -> bool:
@@ -332,7 +365,7 @@ def _refusal(state: Mapping[str, Any], fire_time: datetime | None, schedule_vers
 
 # LockState's fields as the row holds them; the times are read as UTC whatever the session's time zone.
 _PLAIN = ("name", "locked", "locked_by", "token", "paused", "paused_by", "schedule", "schedule_timezone",
-          "schedule_version", "schedule_by", "last_outcome", "last_error", "incident")
+          "schedule_version", "schedule_by", "last_outcome", "last_error", "incident", "definition")
 _TIMES = ("last_locked_at", "last_released_at", "lock_until", "last_fire_time", "paused_at", "paused_until",
           "resumed_at", "schedule_changed_at", "created_at", "last_finished_at", "last_success_at", "incident_at")
 

@@ -108,6 +108,9 @@ class SlowStore(LockStore, ControlStore):
                      by: str | None = None) -> LockState | None:
         return self.inner.set_schedule(name, spec, timezone=timezone, by=by)
 
+    def define(self, name: str, definition: str | None, *, by: str | None = None) -> LockState | None:
+        return self.inner.define(name, definition, by=by)
+
     def open_incident(self, name: str, incident: str, *, replacing: str | None = None) -> bool:
         return self.inner.open_incident(name, incident, replacing=replacing)
 

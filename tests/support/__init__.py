@@ -8,7 +8,8 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -127,3 +128,18 @@ def span_exporter() -> Any:
         assert trace.get_tracer_provider() is provider, "another tracer provider was set before these tests"
         _span_exporter = exporter
     return _span_exporter
+
+
+class FireThreads:
+    """A contract mixin for schedulers run on ``self.store``: ``each_fire`` is their fire_context, which calls
+    ``thread_finished`` after each fire (a store whose connections are per thread closes the thread's own)."""
+
+    def thread_finished(self) -> None:
+        """Overridden by a store whose connections are per thread (see LockStoreContract)."""
+
+    @contextmanager
+    def each_fire(self) -> Iterator[None]:
+        try:
+            yield
+        finally:
+            self.thread_finished()

@@ -69,6 +69,7 @@ from mutexcron.stores import LockState
 from tests.support import Ledger
 
 JOB_NAME = "fleet.tick"
+TARGET_NAME = "fleet.target"
 HANG_MARKER = "hang-first.marker"
 FENCE_TOKEN_KEY = "fence:highest"  # the sink of --fence: the highest token it accepted ...
 FENCE_WRITES_KEY = "fence:writes"  # ... and "<instance> <token> <phase>" for every write it accepted
@@ -137,6 +138,10 @@ def operate(scheduler: Scheduler, ledger: Ledger, commands: TextIO) -> None:
         "reset": lambda _: scheduler.reset_schedule(JOB_NAME),
         "hold": lambda _: hold(scheduler),
         "unlock": lambda _: unlock(scheduler),
+        # run-time schedules: "add NAME SPEC" calls TARGET_NAME with its name as label; "remove NAME"
+        "add": lambda text: scheduler.add_schedule(*text.split(" ", 1), TARGET_NAME,  # type: ignore[call-arg]
+                                                   kwargs={"label": text.split(" ", 1)[0]}, by="fleet-operator"),
+        "remove": lambda name: scheduler.remove_schedule(name, by="fleet-operator"),
     }
     for line in commands:
         action, _, argument = line.strip().partition(" ")
@@ -145,7 +150,7 @@ def operate(scheduler: Scheduler, ledger: Ledger, commands: TextIO) -> None:
         called = datetime.now(UTC).isoformat()
         state = actions[action](argument)
         ledger.write("operated", action=action, argument=argument, called=called, paused=state.paused,
-                     schedule=state.schedule, schedule_version=state.schedule_version)
+                     schedule=state.schedule, schedule_version=state.schedule_version, definition=state.definition)
 
 
 def work(seconds: float) -> None:
@@ -243,6 +248,11 @@ def main(argv: list[str] | None = None) -> int:
         work(args.body_seconds)
         fenced(ctx, "end")
         ledger.write("body", **fields)
+
+    def target(ctx: JobContext, label: str) -> None:  # the target of run-time schedules (operator: add)
+        ledger.write("body", job=ctx.job_name, label=label, fire_time=ctx.fire_time.isoformat(), token=ctx.token)
+
+    registry.allow(target, TARGET_NAME)
 
     def on_record(record: RunRecord) -> None:
         ledger.write(

@@ -20,7 +20,7 @@ from mutexcron.registry import Registry, mutex_cron
 from mutexcron.scheduling.scheduler import Scheduler
 from mutexcron.stores import MemoryLockStore
 from mutexcron.tasks import HandlerRegistry, TaskQueue, TaskStatus
-from mutexcron.tasks.job_runs import TASK_TYPE, JobRunner, JobTask, tick_task_id
+from mutexcron.tasks.job_runs import TASK_TYPE, JobRunner, JobTask, declared_or_stored, tick_task_id
 from tests.support import wait_until
 
 JOB = "reports.nightly"
@@ -273,3 +273,21 @@ def test_a_lease_shorter_than_the_visibility_timeout_is_warned_about_once(
     warnings = [text for text in (r.getMessage() for r in caplog.records)
                 if "shorter than the workers' visibility timeout" in text]
     assert len(warnings) == 1 and f"job {JOB!r}: its lease (0:01:00)" in warnings[0]
+
+
+def test_a_run_time_schedule_that_runs_on_tasks_is_enqueued_and_found_by_the_workers_lookup(
+        scheduler: Scheduler, queue: TaskQueue, store: MemoryLockStore, registry: Registry) -> None:
+    calls: list[dict[str, Any]] = []
+    registry.allow(lambda **kwargs: calls.append(kwargs), "reports.export")
+    scheduler.add_schedule("export.nightly", "0 3 * * *", "reports.export", kwargs={"fmt": "csv"}, run_on="tasks")
+    enqueued = scheduler.run_tick("export.nightly", TICK + timedelta(hours=1))
+    assert enqueued.outcome is Outcome.ENQUEUED and calls == []
+    runner = JobRunner(store, lookup=declared_or_stored(registry, store), instance_id="worker-1")
+    runner.register(queue)
+    try:
+        runner.run(payload_of(queue, enqueued.task_id or ""))
+    finally:
+        runner.close()
+    assert calls == [{"fmt": "csv"}]
+    state = store.lock("export.nightly")
+    assert state is not None and not state.locked and state.last_outcome == "succeeded"

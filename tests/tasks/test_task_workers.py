@@ -297,5 +297,9 @@ def test_workers_start_tasks_on_time(fleet: Fleet, producer: TaskQueue) -> None:
     lateness = sorted(e["started_at"] - due[e["n"]].timestamp() for e in fleet.ran())
     print(f"lateness over {len(lateness)} tasks: min {lateness[0] * 1000:.1f} ms, "
           f"median {lateness[len(lateness) // 2] * 1000:.1f} ms, max {lateness[-1] * 1000:.1f} ms")
-    assert lateness[0] > -0.03 and lateness[-1] < 0.5
+    # Each worker knows the next due time and sleeps until it: tens of ms late. A worker that missed it would
+    # wait out its max_sleep (1 s at the least), so the median shows on time and the worst stays under that
+    # bound, with room for the other fleet lanes sharing the machine's two cores.
+    assert lateness[0] > -0.03, f"a task started before it was due: {lateness[0]:.3f} s"
+    assert lateness[len(lateness) // 2] < 0.15 and lateness[-1] < 0.9, f"tasks started late: {lateness}"
     fleet.stop()

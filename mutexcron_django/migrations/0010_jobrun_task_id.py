@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('mutexcron', '0008_task_trace_context'),
+        ('mutexcron', '0009_lock_definition'),
     ]
 
     operations = [

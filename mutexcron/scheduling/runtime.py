@@ -1,0 +1,291 @@
+"""Schedules created at run time (:meth:`Scheduler.add_schedule`): their definition as the lock store keeps it
+(JSON text on the job's lock document), checked before anything is stored, and the :class:`Job` each instance
+builds from it. Only targets allowed in the registry (``@callable_target``, ``Registry.allow``) can be called:
+stored data names a target, never a dotted path to import. See docs/schedules.md."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, cast
+
+from .._options import duration, shown
+from .._options import zone as as_zone
+from ..cron import parse_cron
+from ..errors import CronSpecError, JobDefinitionError, StoreUnavailable, UnknownJobError
+from ..ops.control import MAX_TEXT, zone_name
+from ..registry import CATCH_UP_POLICIES, Job, Registry, _is_task, validate_job_name
+from ..stores import ControlStore, LockState, LockStore, require_control
+from ..stores.base import MAX_DEFINITION
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from datetime import tzinfo
+
+    from ..records import JobContext
+
+__all__ = ["MAX_DEFINITION", "RUN_ON", "RuntimeCall", "RuntimeSchedules", "ScheduleDefinition", "add",
+           "checked_definition", "hide_removed", "lease_of", "remove", "stored", "target_key", "with_stored",
+           "zone_of"]
+
+logger = logging.getLogger("mutexcron.scheduler")
+
+RUN_ON: tuple[str, ...] = ("here", "tasks")
+DEFAULT_LEASE = timedelta(minutes=10)
+
+
+@dataclass(frozen=True)
+class ScheduleDefinition:
+    """What a run-time schedule runs and when: the target's name, its JSON kwargs and the job's options."""
+
+    target: str
+    spec: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    timezone: str | None = None  # an IANA name (None: the scheduler's zone)
+    lease: timedelta = DEFAULT_LEASE
+    catch_up: str = "skip"
+    run_on: str = "here"
+
+    def to_json(self) -> str:
+        return json.dumps({"target": self.target, "spec": self.spec, "kwargs": self.kwargs, "timezone": self.timezone,
+                           "lease": self.lease.total_seconds(), "catch_up": self.catch_up, "run_on": self.run_on},
+                          allow_nan=False, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> ScheduleDefinition:
+        """The definition in ``text``; ValueError if it is not one (a store's document edited by hand)."""
+        data = json.loads(text)
+        if not isinstance(data, dict) or not isinstance(data.get("target"), str) or not isinstance(
+                data.get("spec"), str) or not isinstance(data.get("kwargs", {}), dict):
+            raise ValueError(f"not a schedule definition: {text[:200]!r}")
+        return cls(data["target"], data["spec"], data.get("kwargs", {}), data.get("timezone"),
+                   timedelta(seconds=float(data.get("lease", DEFAULT_LEASE.total_seconds()))),
+                   str(data.get("catch_up", "skip")), str(data.get("run_on", "here")))
+
+    def job(self, name: str, registry: Registry) -> Job:
+        """The job this definition makes under ``name``, calling the target allowed in ``registry``; every
+        problem (an unknown target, a bad spec, kwargs that do not fit) is a JobDefinitionError naming it."""
+        what = f"schedule {name!r}"
+        func = registry.target(self.target)
+        try:
+            spec = parse_cron(self.spec, job_name=name)
+            zone = zone_name(self.timezone, job_name=name)
+        except CronSpecError as error:
+            raise JobDefinitionError(f"{what}: {error}") from None
+        tz = None if zone is None else as_zone(zone, what=what, error=JobDefinitionError)
+        lease = duration(self.lease, what=f"{what}: lease", error=JobDefinitionError, allow_zero=False)
+        if self.catch_up not in CATCH_UP_POLICIES:
+            raise JobDefinitionError(f"{what}: catch_up must be one of {CATCH_UP_POLICIES}, not {self.catch_up!r}")
+        if self.run_on not in RUN_ON:
+            raise JobDefinitionError(f"{what}: run_on must be one of {RUN_ON}, not {self.run_on!r}")
+        call = RuntimeCall(self.target, func, self.kwargs)
+        call.check(what)
+        return Job(name, call, spec, lease, timedelta(0), tz, "skip", True, self.catch_up,  # type: ignore[arg-type]
+                   runtime=True, run_on=self.run_on)  # type: ignore[arg-type]
+
+
+class RuntimeCall:
+    """A run-time schedule's body: ``target(**kwargs)`` (with ``ctx=`` the JobContext if the target takes
+    ``ctx``), or ``target.enqueue(**kwargs)`` for a django.tasks Task."""
+
+    def __init__(self, name: str, target: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+        self.name, self.target, self.kwargs = name, target, kwargs
+        self.__module__ = getattr(target, "__module__", __name__)  # Job.location names the target
+        self.__qualname__ = f"target {name}"
+
+    def _function(self) -> Callable[..., Any]:
+        return getattr(self.target, "func", self.target) if _is_task(self.target) else self.target
+
+    def _takes_ctx(self) -> bool:
+        try:
+            return "ctx" in inspect.signature(self._function()).parameters and not _is_task(self.target)
+        except (TypeError, ValueError):
+            return False
+
+    def check(self, what: str) -> None:
+        """JobDefinitionError if ``kwargs`` do not fit the target's signature."""
+        try:
+            signature = inspect.signature(self._function())
+        except (TypeError, ValueError):
+            return  # a builtin without a signature: its call will say
+        given = dict(self.kwargs, ctx=None) if self._takes_ctx() and "ctx" not in self.kwargs else self.kwargs
+        try:
+            signature.bind(**given)
+        except TypeError as error:
+            raise JobDefinitionError(f"{what}: kwargs {shown(self.kwargs)} do not fit target {self.name!r}: "
+                                     f"{error}") from None
+
+    def __call__(self, ctx: JobContext) -> Any:
+        if _is_task(self.target):
+            return cast("Any", self.target).enqueue(**self.kwargs)  # a django.tasks Task
+        if self._takes_ctx() and "ctx" not in self.kwargs:
+            return self.target(ctx=ctx, **self.kwargs)
+        return self.target(**self.kwargs)
+
+    def __repr__(self) -> str:
+        return f"<RuntimeCall {self.name}>"
+
+
+def checked_definition(name: str, definition: ScheduleDefinition, registry: Registry) -> str:
+    """The JSON text to store for ``definition`` under ``name``, after every check a run would make; a
+    JobDefinitionError names the field and value (and nothing is stored)."""
+    validate_job_name(name)
+    if name in registry and not registry.get(name).runtime:
+        raise JobDefinitionError(f"schedule {name!r}: the name is a job declared in code "
+                                 f"({registry.get(name).location}); pick another name")
+    if not isinstance(definition.spec, str):
+        raise JobDefinitionError(f"schedule {name!r}: spec must be a cron string, not {shown(definition.spec)}")
+    if not isinstance(definition.kwargs, dict) or not all(isinstance(key, str) for key in definition.kwargs):
+        raise JobDefinitionError(f"schedule {name!r}: kwargs must be a dict with string keys, not "
+                                 f"{shown(definition.kwargs)}")
+    try:
+        text = definition.to_json()
+    except (TypeError, ValueError, RecursionError) as error:
+        raise JobDefinitionError(f"schedule {name!r}: kwargs {shown(definition.kwargs)} are not JSON: "
+                                 f"{error}") from None
+    if len(text) > MAX_DEFINITION:
+        raise JobDefinitionError(f"schedule {name!r}: its definition is {len(text)} characters of JSON, more than "
+                                 f"{MAX_DEFINITION}; keep large data elsewhere and pass its key in kwargs")
+    ScheduleDefinition.from_json(text).job(name, registry)  # what every instance will build from it
+    return text
+
+
+class RuntimeSchedules:
+    """This instance's run-time schedules, kept in ``jobs`` (a registry layered on the declared jobs'), as the
+    lock documents last read define them."""
+
+    def __init__(self, jobs: Registry) -> None:
+        self.jobs = jobs
+        self._texts: dict[str, str] = {}  # name -> the definition its Job was built from
+        self._broken: set[tuple[str, str]] = set()  # (name, definition) already logged as unusable
+
+    def job_from(self, state: LockState) -> Job | None:
+        """The job ``state`` defines (None: no definition, a declared job's name, or an unusable definition,
+        logged once)."""
+        text = state.definition
+        if text is None or (self.jobs.base is not None and state.name in self.jobs.base):
+            return None
+        if self._texts.get(state.name) == text:
+            return self.jobs.get(state.name)
+        try:
+            return ScheduleDefinition.from_json(text).job(state.name, self.jobs)
+        except (ValueError, JobDefinitionError) as error:
+            if (state.name, text) not in self._broken:
+                self._broken.add((state.name, text))
+                logger.error("run-time schedule %r cannot run on this instance: %s", state.name, error)
+            return None
+
+    def sync(self, states: dict[str, LockState]) -> tuple[list[tuple[Job, LockState]], list[str]]:
+        """Follow every document read: the schedules added or redefined since (with their documents), and the
+        names of those removed. The jobs table is updated; APScheduler is the caller's."""
+        changed: list[tuple[Job, LockState]] = []
+        for state in states.values():
+            if state.definition is not None and self._texts.get(state.name) != state.definition:
+                job = self.put(state)
+                if job is not None:
+                    changed.append((job, state))
+        gone = [name for name in self._texts if states.get(name) is None or states[name].definition is None]
+        for name in gone:
+            self.drop(name)
+        return changed, gone
+
+    def put(self, state: LockState) -> Job | None:
+        """Take ``state``'s definition as this instance's job of that name (None: it cannot be built)."""
+        job = self.job_from(state)
+        if job is not None and state.definition is not None:
+            self.jobs.remove(state.name)  # a redefinition may call another target: not a duplicate
+            self.jobs.add(job)
+            self._texts[state.name] = state.definition
+        return job
+
+    def drop(self, name: str) -> bool:
+        """Forget a run-time schedule; True if this instance had it."""
+        if self._texts.pop(name, None) is None:
+            return False
+        self.jobs.remove(name)
+        return True
+
+    def names(self) -> list[str]:
+        return sorted(self._texts)
+
+
+def with_stored(registry: Registry, states: dict[str, LockState]) -> Registry:
+    """``registry``'s jobs and the run-time schedules ``states`` define (those this process can build): what a
+    listing or a health check judges, read from a store without a running scheduler."""
+    jobs = Registry(base=registry)
+    RuntimeSchedules(jobs).sync(states)
+    return jobs
+
+
+def target_key(target: str | Callable[..., Any], registry: Registry, name: str) -> str:
+    """The allowed name of ``target`` (given by name or as the function itself)."""
+    if isinstance(target, str):
+        return target
+    found = registry.name_of(target)
+    if found is None:
+        raise JobDefinitionError(f"schedule {name!r}: target {shown(target)} is not allowed (mark it with "
+                                 "@callable_target or Registry.allow)")
+    return found
+
+
+def zone_of(timezone: str | tzinfo | None, name: str) -> str | None:
+    """The IANA name a definition keeps for ``timezone``; JobDefinitionError naming the schedule and zone."""
+    try:
+        return zone_name(timezone, job_name=name)
+    except CronSpecError as error:
+        raise JobDefinitionError(str(error)) from None
+
+
+def lease_of(lease: object, name: str) -> timedelta:
+    """``lease`` (a timedelta or seconds) checked as a schedule's lease."""
+    return duration(lease, what=f"schedule {name!r}: lease", error=JobDefinitionError, allow_zero=False)
+
+
+def add(store: LockStore, jobs: Registry, name: str, definition: ScheduleDefinition, *,
+        by: str | None = None) -> LockState:
+    """Check ``definition`` and store it on ``name``'s lock document (:meth:`ControlStore.define`)."""
+    control = require_control(store, "add a run-time schedule")
+    text = checked_definition(name, definition, jobs)
+    if by is not None and (not isinstance(by, str) or len(by) > MAX_TEXT):
+        raise JobDefinitionError(f"schedule {name!r}: by must be a string of at most {MAX_TEXT} characters, "
+                                 f"not {shown(by)}")
+    existing = control.lock(name)
+    if existing is not None and existing.definition is None:
+        raise JobDefinitionError(f"schedule {name!r}: the store has a lock of that name that is no run-time schedule "
+                                 "(a job declared on other instances, or an orphan lock: delete it first)")
+    state = control.define(name, text, by=by)
+    assert state is not None  # define() of a definition always leaves a document
+    logger.info("run-time schedule %r defined by %s: %s", name, by or "?", text)
+    return state
+
+
+def remove(store: LockStore, jobs: Registry, name: str, *, by: str | None = None) -> LockState:
+    """Remove run-time schedule ``name`` from the store: its document hidden, acquires for it refused as stale."""
+    control = require_control(store, "remove a run-time schedule")
+    if jobs.base is not None and name in jobs.base:
+        raise JobDefinitionError(f"job {name!r} is declared in code, not a run-time schedule; it cannot be removed")
+    state = control.lock(name)
+    removed = control.define(name, None, by=by) if state is not None and state.definition is not None else None
+    if removed is None:
+        known = ", ".join(schedule.name for schedule in stored(store)) or "none"
+        raise UnknownJobError(f"no run-time schedule named {name!r} (run-time schedules: {known})")
+    logger.info("run-time schedule %r removed by %s", name, by or "?")
+    return removed
+
+
+def stored(store: LockStore) -> list[LockState]:
+    """The run-time schedules ``store`` holds, sorted by name."""
+    return [state for state in require_control(store, "list run-time schedules").locks()
+            if state.definition is not None]
+
+
+def hide_removed(store: LockStore, state: LockState) -> None:
+    """Hide again a removed schedule's document that a late acquire revived (best effort: it runs nothing)."""
+    if isinstance(store, ControlStore) and state.definition is None:
+        try:
+            store.delete(state.name)
+        except StoreUnavailable:
+            logger.debug("run-time schedule %r: its revived lock stays visible until deleted", state.name)
