@@ -115,6 +115,8 @@ class JobRunner:
             return
         try:
             job = self.lookup(task.job_name)
+        except StoreUnavailable:
+            raise  # reading a run-time schedule's definition failed: tried again later
         except Exception as error:
             self._not_run(task, None, f"job {task.job_name!r} is not declared in worker {self.instance_id}: {error}")
             return

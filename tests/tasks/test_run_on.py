@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from mutexcron import JobContext, Outcome, RunRecord
-from mutexcron.errors import JobDefinitionError, SchedulerConfigError
+from mutexcron.errors import JobDefinitionError, SchedulerConfigError, StoreUnavailable
 from mutexcron.registry import Registry, mutex_cron
 from mutexcron.scheduling.scheduler import Scheduler
 from mutexcron.stores import MemoryLockStore
@@ -291,3 +291,21 @@ def test_a_run_time_schedule_that_runs_on_tasks_is_enqueued_and_found_by_the_wor
     assert calls == [{"fmt": "csv"}]
     state = store.lock("export.nightly")
     assert state is not None and not state.locked and state.last_outcome == "succeeded"
+
+
+def test_a_store_outage_while_the_worker_looks_the_job_up_is_tried_again_not_a_failure(
+        scheduler: Scheduler, body: Body, queue: TaskQueue, store: MemoryLockStore) -> None:
+    enqueued = scheduler.run_tick(JOB, TICK)
+
+    def unreachable(name: str) -> Any:
+        raise StoreUnavailable("the lock store is down")
+
+    runner = JobRunner(store, lookup=unreachable)
+    runner.register(queue)
+    try:
+        with pytest.raises(StoreUnavailable):
+            runner.run(payload_of(queue, enqueued.task_id or ""))
+    finally:
+        runner.close()
+    state = store.lock(JOB)
+    assert state is not None and state.locked and state.last_outcome is None  # still the tick's, for the retry
