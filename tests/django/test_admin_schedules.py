@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -108,6 +109,21 @@ def test_the_list_shows_a_store_that_cannot_be_reached_without_its_password(admi
 
     assert response.status_code == 200
     assert 'id="mutexcron-store-error"' in text(response) and "hunter2" not in text(response)
+
+
+@pytest.mark.django_db
+def test_a_store_without_a_control_plane_is_shown_as_the_pages_error(admin_client: Client, settings: Any,
+                                                                     tmp_path: Path) -> None:
+    from docs.examples.minimal_store import SQLiteLockStore
+
+    settings.MUTEXCRON = {"AUTOSTART": False, "STORE": SQLiteLockStore(str(tmp_path / "locks.db"))}
+
+    response = admin_client.get(URL)
+
+    assert response.status_code == 200 and "list run-time schedules" in text(response)
+    added = admin_client.post(ADD_URL, form_data())
+    assert added.status_code == 200 and "Could not save" in text(added)  # the form again, its error on top
+    assert "read run-time schedule 'ops.report'" in text(added)  # the operation the store cannot do
 
 
 @pytest.mark.django_db
