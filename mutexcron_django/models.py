@@ -53,6 +53,16 @@ class Lock(models.Model):
         return self.name
 
 
+class Schedule(Lock):
+    """A run-time schedule (``Scheduler.add_schedule``): a lock document with a definition. A proxy model, so that
+    the admin has its page and Django its permissions (``add_schedule``, ``change_schedule``, ``delete_schedule``,
+    ``view_schedule``); the admin reads and writes the configured store, never this model's rows."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "run-time schedule"
+
+
 class JobRun(models.Model):
     """A job's run history: ONE row per scheduled tick (its run, with the other instances' fires folded in:
     ``fired_count`` and ``fired_by``), and a row of its own for each manual run and each fire skipped for

@@ -15,6 +15,8 @@ from django.utils import timezone
 from mutexcron import Outcome, RunRecord, Scheduler, StoreConfigError, default_registry
 from mutexcron.ops.alerts import ALERT_EVENTS, Alert
 from mutexcron.registry import BusyPolicy
+from mutexcron.scheduling.runtime import RuntimeSchedules
+from mutexcron.stores import ControlStore
 from mutexcron.tasks import TaskQueue
 
 from . import history, signals
@@ -65,12 +67,17 @@ def _task_queue() -> TaskQueue:
 
 
 def run_now(name: str, *, on_busy: BusyPolicy | None = None) -> RunRecord:
-    """Run job ``name`` now in this thread, under its lock, with history and signals (admin, commands).
+    """Run job ``name`` (declared, or a run-time schedule of the store) now in this thread, under its lock, with
+    history and signals (admin, commands).
 
     Raises :class:`~mutexcron.LockBusy` for a busy job whose policy is ``"raise"``.
     """
     scheduler = build_scheduler()
     try:
+        if name not in scheduler.jobs and isinstance(scheduler.store, ControlStore):
+            state = scheduler.store.lock(name)  # a scheduler that never started knows the declared jobs only
+            if state is not None:
+                RuntimeSchedules(scheduler.jobs).put(state)
         return scheduler.run_now(name, on_busy=on_busy)
     finally:
         scheduler.shutdown()  # nothing runs any more: stops its heartbeat thread and closes its store

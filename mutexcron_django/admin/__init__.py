@@ -1,9 +1,10 @@
 """The admin: every declared job with its LIVE lock state from the configured store, "run now", "force
 unlock", pause, resume and schedule actions, the run history, and the ``django://`` task backend's scheduled tasks.
 
-Django imports this package (admin autodiscovery), which registers the three pages: ``lock_admin``
+Django imports this package (admin autodiscovery), which registers the four pages: ``lock_admin``
 (the Locks page and its views; its rows come from ``lock_rows``, its control actions from ``control_views``
-with ``forms`` and ``schedules``), ``history_admin`` and ``task_admin``.
+with ``forms`` and ``schedules``), ``schedule_admin`` (run-time schedules, with ``schedule_rows`` and
+``schedule_forms``), ``history_admin`` and ``task_admin``; ``pages`` holds what the live pages share.
 ``display`` holds how they show times, durations, errors and secrets.
 """
 
@@ -14,6 +15,7 @@ from .display import format_duration
 from .history_admin import JobRunAdmin
 from .lock_admin import FORCE_UNLOCK_PERMISSION, LockAdmin
 from .lock_rows import STATUS_LABELS, LockRow, StoreSnapshot, build_rows, last_runs, read_store, run_job_now
+from .schedule_admin import ScheduleAdmin
 from .task_admin import ScheduledTaskAdmin
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "JobRunAdmin",
     "LockAdmin",
     "LockRow",
+    "ScheduleAdmin",
     "ScheduledTaskAdmin",
     "StoreSnapshot",
     "build_rows",

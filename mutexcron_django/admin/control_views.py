@@ -10,29 +10,29 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.admin.models import LogEntry
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.db import connections, transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseNotAllowed
 from django.shortcuts import redirect
-from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone as dj_timezone
 
-from mutexcron import default_registry
+from mutexcron import Job, default_registry
 from mutexcron.cron import resolve_timezone
 from mutexcron.errors import JobDefinitionError, MutexcronError
 from mutexcron.ops import control
 from mutexcron.registry import validate_job_name
 from mutexcron.stores import LockState, require_control
 
-from ..conf import MutexcronSettings, get_settings
-from ..models import Lock
-from .display import ModelAdmin, current_settings, show_time, without_store_secrets
+from ..conf import get_settings
+from ..models import Lock, Schedule
+from .display import show_time
 from .forms import PauseForm, ScheduleForm
-from .lock_rows import open_store
+from .lock_rows import known_jobs, open_store
+from .pages import LivePageAdmin
 from .schedules import JobSchedule, job_schedule, paused_line
 
 PAUSE_PERMISSION = "pause_lock"  # declared in Lock.Meta.permissions
@@ -77,12 +77,7 @@ def named_post(what: str, permission: str) -> Callable[[NamedView], Callable[[An
     return decorate
 
 
-def _reason(error: Exception, conf: MutexcronSettings | None) -> str:
-    text = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
-    return without_store_secrets(text, conf)
-
-
-class LockControlAdmin(ModelAdmin[Lock]):
+class LockControlAdmin(LivePageAdmin[Lock]):
     """The control actions of the Locks page and the job's page; :class:`LockAdmin` adds the list itself."""
 
     control_template = "admin/mutexcron/lock/control_confirmation.html"
@@ -112,33 +107,23 @@ class LockControlAdmin(ModelAdmin[Lock]):
                 "reset_schedule_url": url("reset_schedule"), "bulk_url": url("bulk"),
                 "bulk_actions": BULK_ACTIONS if can_pause else {}}
 
-    def _changelist_url(self) -> str:
-        return reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_changelist",
-                       current_app=self.admin_site.name)
-
     def job_url(self, name: str) -> str:
         return reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_history", args=[quote(name)],
                        current_app=self.admin_site.name)
 
-    def _page_context(self, request: HttpRequest, title: str) -> dict[str, Any]:
-        return {**self.admin_site.each_context(request), "opts": self.opts, "app_label": self.opts.app_label,
-                "title": title, "subtitle": None}
-
-    def _render(self, request: HttpRequest, template: str, title: str, **context: Any) -> HttpResponse:
-        request.current_app = self.admin_site.name
-        return TemplateResponse(request, template, {**self._page_context(request, title),
-                                                    "changelist_url": self._changelist_url(), **context})
-
     def _read(self, name: str) -> tuple[LockState | None, datetime, JobSchedule | None]:
-        """Job ``name``'s lock document, the store's clock and its schedule (None if not declared here)."""
+        """Job ``name``'s lock document, the store's clock and its schedule (None if not declared here, nor a
+        run-time schedule this process can build)."""
         with open_store() as (conf, store):
             state, now = require_control(store, f"read the lock of job {name!r}").lock(name), store.now()
-        job = default_registry.get(name) if name in default_registry else None
+        job = self._job(name, state)
         return state, now, job_schedule(job, state, resolve_timezone(conf.timezone)) if job else None
 
-    def _fail(self, request: HttpRequest, what: str, error: Exception) -> HttpResponse:
-        self.message_user(request, f"Could not {what}: {_reason(error, current_settings())}", messages.ERROR)
-        return redirect(self._changelist_url())
+    @staticmethod
+    def _job(name: str, state: LockState | None) -> Job | None:
+        """Job ``name``: declared in code, or the run-time schedule its document ``state`` defines (else None)."""
+        jobs = known_jobs({name: state} if state is not None else {})
+        return jobs.get(name) if name in jobs else None
 
     def _confirm(self, request: HttpRequest, action: str, name: str, **context: Any) -> HttpResponse:
         try:
@@ -199,16 +184,15 @@ class LockControlAdmin(ModelAdmin[Lock]):
     @named_post("job", permission="has_schedule_permission")
     def schedule_view(self, request: HttpRequest, name: str) -> HttpResponse:
         """POST ``name``: the schedule form; ``preview``: its next fires; ``confirm=yes``: override the schedule."""
-        if name not in default_registry:
-            return self._fail(request, f"change the schedule of “{name}”",
-                              ValueError("no job of that name is declared in this process"))
         try:
             conf = get_settings()
             state, now, schedule = self._read(name)
         except (ImproperlyConfigured, MutexcronError) as error:
             return self._fail(request, f"read “{name}”", error)
-        assert schedule is not None
-        job, zone = default_registry.get(name), resolve_timezone(conf.timezone)
+        job, zone = self._job(name, state), resolve_timezone(conf.timezone)
+        if schedule is None or job is None:
+            return self._fail(request, f"change the schedule of “{name}”",
+                              ValueError("no job of that name is declared in this process"))
         bound = "spec" in request.POST
         initial = {"spec": schedule.spec, "timezone": state.schedule_timezone if state else ""}
         form = ScheduleForm(request.POST if bound else None, initial=initial, job=job, default_zone=zone)
@@ -276,8 +260,9 @@ class LockControlAdmin(ModelAdmin[Lock]):
             state, now, schedule = self._read(validate_job_name(name))
         except (ImproperlyConfigured, MutexcronError) as error:
             return self._fail(request, f"read “{name}”", error)
-        entries = LogEntry.objects.filter(content_type=ContentType.objects.get_for_model(Lock), object_id=name,
-                                          action_flag=CHANGE).select_related("user").order_by("-action_time")
+        models = ContentType.objects.get_for_models(Lock, Schedule, for_concrete_models=False).values()
+        entries = LogEntry.objects.filter(content_type__in=models, object_id=name).select_related(
+            "user").order_by("-action_time")
         return self._render(request, self.job_template, f"Job {name}", name=name, state=state, schedule=schedule,
                             fires=schedule.fires(dj_timezone.now()) if schedule else [],
                             paused_line=paused_line(state, now), entries=entries, **(extra_context or {}))

@@ -19,7 +19,7 @@ from django.utils import timezone as dj_timezone
 
 from mutexcron import Outcome, RunRecord, default_registry
 from mutexcron.cron import resolve_timezone
-from mutexcron.errors import MutexcronError, UnknownJobError
+from mutexcron.errors import MutexcronError
 from mutexcron.registry import validate_job_name
 from mutexcron.stores import LockState, LockStore, require_control
 
@@ -90,11 +90,14 @@ class LockAdmin(LockControlAdmin):
             f"{self.opts.app_label}.change_jobrun"
         ):
             history_url = reverse("admin:mutexcron_jobrun_changelist", current_app=self.admin_site.name)
+        can_see_schedules = any(request.user.has_perm(f"{self.opts.app_label}.{action}_schedule")
+                                for action in ("view", "add", "change"))
         context = {
             **self._page_context(request, "Job locks"),
             "rows": rows,
-            "declared_count": sum(1 for row in rows if not row.orphan),
-            "orphan_count": sum(1 for row in rows if row.orphan),
+            "declared_count": sum(1 for row in rows if not row.orphan and not row.runtime),
+            "runtime_count": sum(1 for row in rows if row.runtime),
+            "orphan_count": sum(1 for row in rows if row.orphan and not row.runtime),
             "store": snapshot,
             "scheduler_timezone": zone_name(scheduler_timezone),
             "store_time": show_time(snapshot.now),
@@ -103,6 +106,9 @@ class LockAdmin(LockControlAdmin):
             "run_url": reverse("admin:mutexcron_lock_run", current_app=self.admin_site.name),
             "force_unlock_url": reverse("admin:mutexcron_lock_force_unlock", current_app=self.admin_site.name),
             "history_url": history_url,
+            "can_see_schedules": can_see_schedules,
+            "schedules_url": reverse("admin:mutexcron_schedule_changelist", current_app=self.admin_site.name)
+            if can_see_schedules else "",
             **self.control_context(request),
             **(extra_context or {}),
         }
@@ -125,11 +131,11 @@ class LockAdmin(LockControlAdmin):
             zone = resolve_timezone(get_settings().timezone)
         except (ImproperlyConfigured, MutexcronError) as error:
             return self._fail(request, f"read “{name}”", error)
-        if schedule is None:
+        job = self._job(name, state)
+        if schedule is None or job is None:
             return self._fail(request, f"show the timeline of “{name}”",
                               ValueError("no job of that name is declared in this process"))
-        timeline = build_timelines([(default_registry.get(name), state, schedule.trigger)], now=now,
-                                   zone=zone).get(name)
+        timeline = build_timelines([(job, state, schedule.trigger)], now=now, zone=zone).get(name)
         history_url = ""
         if request.user.has_perm(f"{self.opts.app_label}.view_jobrun"):
             history_url = reverse("admin:mutexcron_jobrun_changelist", current_app=self.admin_site.name) + \
@@ -148,14 +154,14 @@ class LockAdmin(LockControlAdmin):
 
     @named_post("job", permission="has_change_permission")
     def run_now_view(self, request: HttpRequest, name: str) -> HttpResponse:
-        """POST ``name``: run the job now under its lock and report the outcome as a message."""
+        """POST ``name``: run the job (declared, or a run-time schedule) now under its lock and report the outcome
+        as a message."""
         try:
-            job = default_registry.get(name)
-        except UnknownJobError:
-            self.message_user(request, f"Job “{name}” is not declared in this process; it cannot be run.",
-                              messages.ERROR)
-            return redirect(self._changelist_url())
-        try:
+            job = default_registry.get(name) if name in default_registry else self._job(name, self._read(name)[0])
+            if job is None:
+                self.message_user(request, f"Job “{name}” is not declared in this process; it cannot be run.",
+                                  messages.ERROR)
+                return redirect(self._changelist_url())
             record = run_job_now(job)
         except (ImproperlyConfigured, MutexcronError) as error:
             reason = without_store_secrets(str(error), current_settings())

@@ -1,6 +1,6 @@
 """What the Locks page shows: the configured store read live (every lock document and the store's
-clock) and one row per declared job or orphan lock, with its last telling run; and running a job from
-the admin.
+clock) and one row per declared job, run-time schedule or orphan lock, with its last telling run; and running a
+job from the admin.
 
 The page is not a list of ``Lock`` rows: it reads the store named by ``MUTEXCRON['STORE']`` (the SQL
 table, Redis or MongoDB) at each request, so it shows the state the schedulers see.
@@ -26,6 +26,8 @@ from mutexcron import Job, LockBusy, RunRecord, default_registry
 from mutexcron.cron import iter_fire_times
 from mutexcron.errors import MutexcronError
 from mutexcron.ops.alerts import Problem
+from mutexcron.registry import Registry
+from mutexcron.scheduling.runtime import RuntimeSchedules
 from mutexcron.stores import LockState, LockStore, require_control
 
 from .. import runtime
@@ -49,6 +51,14 @@ def open_store() -> Iterator[tuple[MutexcronSettings, LockStore]]:
         if isinstance(conf.store, str):  # we built it; a LockStore object in settings is shared
             with suppress(Exception):
                 store.close()
+
+
+def known_jobs(states: dict[str, LockState]) -> Registry:
+    """The declared jobs and the run-time schedules ``states`` define, as every scheduler builds them (a
+    schedule whose target this process does not allow is left out, and logged)."""
+    jobs = Registry(base=default_registry)
+    RuntimeSchedules(jobs).sync(states)
+    return jobs
 
 
 @dataclass
@@ -90,7 +100,8 @@ STATUS_LABELS = {
 @dataclass
 class LockRow:
     name: str
-    job: Job | None  # None: an orphan lock, whose job is not declared (removed or renamed)
+    job: Job | None  # None: an orphan lock, whose job is not declared (removed or renamed), or a run-time
+    # schedule this process cannot build
     timezone: str
     timezone_inherited: bool
     next_fire: str
@@ -109,10 +120,16 @@ class LockRow:
     job_url: str = ""  # the job's page (its admin history)
     timeline: Timeline | None = None  # its last ticks (None: not declared here, or no lock document yet)
     timeline_url: str = ""
+    schedule_url: str = ""  # a run-time schedule's page
 
     @property
     def orphan(self) -> bool:
         return self.job is None
+
+    @property
+    def runtime(self) -> bool:
+        """A run-time schedule (``Scheduler.add_schedule``), not a job declared in code."""
+        return self.state is not None and self.state.definition is not None
 
     @property
     def strip(self) -> SafeString | str:
@@ -182,7 +199,7 @@ def _status(snapshot: StoreSnapshot, state: LockState | None) -> str:
 
 
 def build_rows(snapshot: StoreSnapshot, *, scheduler_timezone: tzinfo, now: datetime) -> list[LockRow]:
-    jobs = {job.name: job for job in default_registry}
+    jobs = {job.name: job for job in known_jobs(snapshot.states)}
     names = sorted(set(jobs) | set(snapshot.states))
     runs = last_runs(names)
     rows = []
@@ -216,6 +233,8 @@ def build_rows(snapshot: StoreSnapshot, *, scheduler_timezone: tzinfo, now: date
             paused_line=paused_line(state, snapshot.now or now),
             job_url=reverse("admin:mutexcron_lock_history", args=[quote(name)]),
             timeline_url=reverse("admin:mutexcron_lock_timeline", args=[quote(name)]) if job else "",
+            schedule_url=reverse("admin:mutexcron_schedule_change", args=[quote(name)])
+            if state is not None and state.definition is not None else "",
         ))
     timelines = build_timelines(((row.job, row.state, row.schedule.trigger) for row in rows
                                  if row.job is not None and row.schedule is not None),

@@ -32,11 +32,11 @@ STATES = (["succeeded"] * 18 + ["failed", "failed"] + ["succeeded"] * 9 + ["miss
           + ["skipped"] + ["succeeded"] * 14 + ["unrecorded"] + ["succeeded"] * 14 + ["pending"])
 
 
-def artifacts() -> Path:
+def artifacts(kind: str = "timeline") -> Path:
     """Where the screenshots are kept after the run: $MUTEXCRON_TEST_ARTIFACTS, else test-artifacts/ (ignored by
-    git) at the repository's root; one folder per Python version, as the CI runs two suites at once."""
+    git) at the repository's root; one folder per test and Python version, as the CI runs two suites at once."""
     folder = Path(os.environ.get("MUTEXCRON_TEST_ARTIFACTS", ROOT / "test-artifacts"))
-    folder /= f"timeline-py{sys.version_info.major}.{sys.version_info.minor}"
+    folder /= f"{kind}-py{sys.version_info.major}.{sys.version_info.minor}"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
@@ -44,6 +44,19 @@ def artifacts() -> Path:
 def save(driver: Any, path: Path, what: str, element: Any = None) -> None:
     (element or driver).screenshot(str(path)) if element is not None else driver.save_screenshot(str(path))
     print(f"screenshot of {what}: {path}")
+
+
+def update_docs(shot: Path, picture: str) -> None:
+    """With MUTEXCRON_UPDATE_DOCS=1, ``shot`` becomes docs/``picture``."""
+    if os.environ.get("MUTEXCRON_UPDATE_DOCS") == "1":
+        shutil.copyfile(shot, ROOT / "docs" / picture)
+        print(f"updated {ROOT / 'docs' / picture}")
+
+
+def save_failure(driver: Any, shots: Path, stem: str) -> None:
+    """The page as it was when the test failed: a screenshot and its HTML."""
+    save(driver, shots / f"{stem}.png", "the failure")
+    (shots / f"{stem}.html").write_text(driver.page_source)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -131,10 +144,7 @@ def test_the_timeline_shows_one_cell_per_tick_in_both_themes(live_server: Any, b
             assert sum(int(segment.get_attribute("data-count")) for segment in drawn) == total
         save(browser, shots / "scheduled-tasks.png", "the Scheduled tasks page",
              browser.find_element(By.ID, "mutexcron-pending"))
-        if os.environ.get("MUTEXCRON_UPDATE_DOCS") == "1":
-            shutil.copyfile(shots / "timeline-light-figure.png", ROOT / "docs" / "timeline.png")
-            print(f"updated {ROOT / 'docs' / 'timeline.png'}")
+        update_docs(shots / "timeline-light-figure.png", "timeline.png")
     except BaseException:
-        save(browser, shots / "timeline-failure.png", "the failure")
-        (shots / "timeline-failure.html").write_text(browser.page_source)
+        save_failure(browser, shots, "timeline-failure")
         raise

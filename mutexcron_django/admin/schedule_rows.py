@@ -1,0 +1,139 @@
+"""What the Run-time schedules page shows: each run-time schedule of the configured store, read live through a
+scheduler built from settings and never started, with its definition, spec in words, state and next fires."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, tzinfo
+
+from django.contrib.admin.utils import quote
+from django.core.exceptions import ImproperlyConfigured
+from django.urls import reverse
+
+from mutexcron import Scheduler, default_registry
+from mutexcron.cron import resolve_timezone
+from mutexcron.errors import MutexcronError
+from mutexcron.scheduling.runtime import ScheduleDefinition
+from mutexcron.stores import LockState, require_control
+
+from ..conf import MutexcronSettings, get_settings
+from ..runtime import build_scheduler
+from .display import current_settings, show_time, without_store_secrets
+from .schedules import JobSchedule, describe, job_schedule, paused_line
+
+logger = logging.getLogger("mutexcron.django")
+
+
+@contextmanager
+def settings_scheduler() -> Iterator[Scheduler]:
+    """A scheduler built from settings and never started (it reads and writes the store), shut down after."""
+    scheduler = build_scheduler()
+    try:
+        yield scheduler
+    finally:
+        scheduler.shutdown()
+
+
+def schedule_state(scheduler: Scheduler, name: str) -> LockState | None:
+    """Run-time schedule ``name``'s lock document, or None if the store has no run-time schedule of that name."""
+    state = require_control(scheduler.store, f"read run-time schedule {name!r}").lock(name)
+    return state if state is not None and state.definition is not None else None
+
+
+@dataclass
+class ScheduleRow:
+    """One run-time schedule as listed: its stored definition, and the schedule it fires on in this process
+    (None, with ``error``, if this process cannot build it: its target is not allowed here)."""
+
+    state: LockState
+    definition: ScheduleDefinition | None
+    schedule: JobSchedule | None
+    now: datetime
+    error: str = ""
+    fires: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.state.name
+
+    @property
+    def kwargs_json(self) -> str:
+        return json.dumps(self.definition.kwargs, sort_keys=True) if self.definition else ""
+
+    @property
+    def description(self) -> str:
+        return describe(self.definition.spec) if self.definition else ""
+
+    @property
+    def enabled(self) -> bool:
+        return not self.state.is_paused(self.now)
+
+    @property
+    def paused_line(self) -> str:
+        return paused_line(self.state, self.now)
+
+    @property
+    def changed(self) -> str:
+        return show_time(self.state.schedule_changed_at)
+
+    @property
+    def change_url(self) -> str:
+        return reverse("admin:mutexcron_schedule_change", args=[quote(self.name)])
+
+    @property
+    def delete_url(self) -> str:
+        return reverse("admin:mutexcron_schedule_delete", args=[quote(self.name)])
+
+    @property
+    def job_url(self) -> str:
+        return reverse("admin:mutexcron_lock_history", args=[quote(self.name)])
+
+
+def schedule_row(state: LockState, zone: tzinfo, now: datetime) -> ScheduleRow:
+    """``state``'s row: its definition read and built as every instance builds it."""
+    try:
+        definition = ScheduleDefinition.from_json(state.definition or "")
+    except ValueError as error:
+        return ScheduleRow(state, None, None, now, error=str(error))
+    try:
+        schedule = job_schedule(definition.job(state.name, default_registry), state, zone)
+    except ValueError as error:  # JobDefinitionError: a target this process does not allow, ...
+        return ScheduleRow(state, definition, None, now, error=str(error))
+    return ScheduleRow(state, definition, schedule, now, fires=schedule.fires(now))
+
+
+@dataclass
+class ScheduleListing:
+    """The page's rows, the store's description and clock, the scheduler's zone; or why they could not be read."""
+
+    rows: list[ScheduleRow] = field(default_factory=list)
+    store: str = ""
+    zone: str = ""
+    store_time: str = ""
+    error: str = ""
+
+
+def read_schedules() -> ScheduleListing:
+    """Every run-time schedule of the configured store; an unreachable, misconfigured or control-less store
+    gives ``error`` (the page shows it)."""
+    listing = ScheduleListing()
+    conf: MutexcronSettings | None = None
+    try:
+        conf = get_settings()
+        zone = resolve_timezone(conf.timezone)
+        listing.zone = getattr(zone, "key", None) or str(zone)
+        with settings_scheduler() as scheduler:
+            listing.store = without_store_secrets(repr(scheduler.store), conf)
+            states, store_now = scheduler.schedules(), scheduler.store.now()
+        listing.store_time = show_time(store_now)
+        listing.rows = [schedule_row(state, zone, store_now) for state in states]
+    except (ImproperlyConfigured, MutexcronError) as error:
+        listing.error = without_store_secrets(str(error), conf or current_settings())
+    except Exception as error:  # a custom store's bug must not take the page down either
+        logger.exception("mutexcron admin: reading the run-time schedules failed")
+        listing.error = without_store_secrets(f"{type(error).__name__}: {error}", conf or current_settings())
+    return listing
