@@ -36,6 +36,7 @@ class JobContext:
     token: int  # fencing token: grows with every acquisition of this job's lock
     catch_up: bool = False  # True for a missed tick run late (the job's catch_up option)
     _lost: list[bool] = field(default_factory=list, repr=False, compare=False)  # set by the heartbeat thread
+    backfill: bool = False  # True for a tick run by Scheduler.backfill (an operator's range of past ticks)
 
     @property
     def lock_lost(self) -> bool:
@@ -64,3 +65,4 @@ class RunRecord:
     lock_lost: bool = False
     manual: bool = False  # True for run_now()
     catch_up: bool = False  # True for a missed tick run late (the job's catch_up option)
+    backfill: bool = False  # True for a tick run by Scheduler.backfill (an operator's range of past ticks)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
@@ -24,6 +25,7 @@ from ..records import Outcome, RunRecord
 from ..registry import BUSY_POLICIES, BusyPolicy, Job, Registry
 from ..stores import ControlStore, LockState, LockStore, store_from_url, supports_control
 from ..telemetry import build_telemetry
+from .backfill import run_backfill
 from .batch import batched_fires
 from .catchup import CatchUps
 from .executor import LockingExecutor, run_by_locking_executor
@@ -218,6 +220,20 @@ class Scheduler:
         return self._execute_now(self.registry.get(name), fire_time.astimezone(UTC), manual=False,
                                  version=self._schedules.version(name))
 
+    def backfill(self, name: str, start: datetime, end: datetime, *, by: str | None = None) -> int:
+        """Run each tick of job ``name``'s schedule (an operator's override counts) from the aware ``start``
+        (included) to ``end`` (excluded), oldest first, in this thread, each once across the fleet however many
+        backfills of the range run at once; the number of ticks whose body ran (docs/backfill.md).
+
+        Each runs under the job's lock (waiting for a scheduled run that holds it), with ``fire_time`` the tick
+        and ``backfill=True``. The same range run again runs only the ticks no backfill of it took. It stops
+        early, logged, once the job is paused. :class:`JobDefinitionError` for a naive time, ``end <= start`` or
+        more than 10,000 ticks; :class:`UnknownJobError`; StoreUnavailable once the store cannot be reached.
+        """
+        job = self.registry.get(name)
+        with self._entered() as life:
+            return run_backfill(self._runs, life, job, start, end, by)
+
     # -- run-time control, fleet-wide (docs/fleet-control.md) --------------------------------------
 
     def pause(self, name: str, *, until: datetime | None = None, by: str | None = None) -> LockState:
@@ -264,16 +280,22 @@ class Scheduler:
 
     def _execute_now(self, job: Job, fire_time: datetime, *, manual: bool, version: int | None = None) -> RunRecord:
         """A run in the caller's thread (run_now, run_tick): one more fire in flight for shutdown."""
+        with self._entered() as life:
+            record = self._runs.execute(Fire(job, fire_time, version, life, manual=manual))
+        if record is None:
+            raise RuntimeError(f"job {job.name!r}: the scheduler shut down while it took its lock; released unrun")
+        return record
+
+    @contextlib.contextmanager
+    def _entered(self) -> Iterator[Generation]:
+        """This generation, with one more run in flight in the caller's thread (shutdown waits for it)."""
         life = self._life
         if not life.enter():
             raise RuntimeError(f"scheduler {self.instance_id} is shut down; start() it to run jobs again")
         try:
-            record = self._runs.execute(Fire(job, fire_time, version, life, manual=manual))
+            yield life
         finally:
             life.leave()
-        if record is None:
-            raise RuntimeError(f"job {job.name!r}: the scheduler shut down while it took its lock; released unrun")
-        return record
 
     # -- the store's schedules, and catching up missed ticks -------------------------------------------
 
