@@ -8,7 +8,9 @@ the others fold into it with one UPDATE each (``fired_count + 1``, ``fired_by ||
 so concurrent writers in other processes lose nothing, and an insert that loses the race (IntegrityError on
 ``tick_key``) folds instead. The run's own write upgrades a skipper's placeholder row to the run.
 
-Manual runs and fires skipped for another reason (busy, store error, stale schedule) keep a row of their own.
+Manual runs and fires skipped for another reason (busy, store error, stale schedule) keep a row of their own, and
+so do the runs of a backfill (``backfill``: an operator's range of ticks, which may include ticks the schedule
+ran); a backfill's tick that another backfill of its range ran, or that a pause refused, is no row.
 Fires skipped by an operator's pause are no rows: each pause episode is one :class:`PauseSpan`, whose end
 later paused fires move. Every statement is its own transaction (a savepoint inside a caller's), so no
 writer holds a lock while it waits for another.
@@ -56,18 +58,21 @@ def _fields(record: RunRecord) -> dict[str, Any]:
 def _run_fields(record: RunRecord) -> dict[str, Any]:
     return {"instance_id": record.instance_id, "outcome": str(record.outcome), "started_at": record.started_at,
             "finished_at": record.finished_at, "error": record.error or "", "token": record.token,
-            "lock_lost": record.lock_lost, "manual": record.manual, "catch_up": record.catch_up}
+            "lock_lost": record.lock_lost, "manual": record.manual, "catch_up": record.catch_up,
+            "backfill": record.backfill}
 
 
 def write(record: RunRecord, *, using: str | None = None) -> None:
     """Write ``record`` to the history: folded into its tick's row, a row of its own, or a pause span.
     Database errors are raised (the runtime's listener logs them)."""
     alias = using or router.db_for_write(JobRun)
+    if record.backfill and record.outcome in (Outcome.SKIPPED_ALREADY_RAN, Outcome.SKIPPED_PAUSED):
+        return
     if record.outcome is Outcome.SKIPPED_PAUSED:
         if not record.manual:
             note_pause(record.job_name, record.fire_time, using=alias)
         return
-    if record.manual or record.outcome not in FOLDED:
+    if record.manual or record.backfill or record.outcome not in FOLDED:
         with transaction.atomic(using=alias):
             JobRun.objects.using(alias).create(**_fields(record))
         return
@@ -122,7 +127,7 @@ def note_pause(job_name: str, tick: datetime, *, using: str | None = None) -> No
 
 def _ran_between(job_name: str, after: datetime, before: datetime, using: str) -> bool:
     """True if a scheduled fire of a tick strictly between ``after`` and ``before`` was written (not paused)."""
-    rows = JobRun.objects.using(using).filter(job_name=job_name, manual=False, fire_time__gt=after,
+    rows = JobRun.objects.using(using).filter(job_name=job_name, manual=False, backfill=False, fire_time__gt=after,
                                               fire_time__lt=before)
     return rows.exists()
 

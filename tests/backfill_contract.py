@@ -48,7 +48,7 @@ class BackfillContract:
             if body is not None:
                 body(ctx)
 
-        mutex_cron(spec, name="backfilled", registry=registry, **options)(run)  # type: ignore[arg-type]
+        mutex_cron(spec, name="backfilled", registry=registry, **options)(run)
         scheduler = Scheduler(self.store, registry=registry, instance_id="operator")
         scheduler.add_listener(records.append)
         return scheduler, contexts, records
@@ -125,7 +125,7 @@ class BackfillContract:
             barrier.wait()
             counts.append(scheduler.backfill("backfilled", MIDNIGHT, end))
 
-        for thread in [self._in_thread(lambda s=s: backfill(s)) for s in (first, second)]:  # type: ignore[misc]
+        for thread in [self._in_thread(lambda s=s: backfill(s)) for s in (first, second)]:
             thread.join()
         assert sorted(ctx.fire_time for ctx in contexts) == TEN_MINUTES and sum(counts) == 6
 

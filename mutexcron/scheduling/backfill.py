@@ -16,15 +16,16 @@ import functools
 import hashlib
 import logging
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING
 
 from ..cron import CronTrigger, iter_fire_times
 from ..errors import JobDefinitionError, StoreUnavailable
 from ..records import Outcome
 from ..registry import MAX_NAME_LENGTH, validate_job_name
-from ..stores import AcquireStatus, ControlStore
+from ..stores import AcquireStatus, ControlStore, LockStore
 from .fires import Fire
+from .schedules import Schedules
 
 if TYPE_CHECKING:
     from ..registry import Job
@@ -74,7 +75,7 @@ def backfill_ticks(job_name: str, trigger: CronTrigger, start: object, end: obje
 def run_backfill(runs: Runs, life: Generation, job: Job, start: datetime, end: datetime, by: str | None) -> int:
     """:meth:`mutexcron.Scheduler.backfill` in generation ``life``: the ticks worked out (refused before anything
     runs), then run; the number whose body ran."""
-    trigger = effective_trigger(runs, job)
+    trigger = effective_trigger(runs.store, job, runs.schedules.timezone)
     ticks = backfill_ticks(job.name, trigger, start, end)
     shown = f"from {start.isoformat()} to {end.isoformat()}{f' (by {by})' if by else ''}"
     logger.info("job %r: backfilling %d tick(s) of %s %s", job.name, len(ticks), trigger, shown)
@@ -83,12 +84,12 @@ def run_backfill(runs: Runs, life: Generation, job: Job, start: datetime, end: d
     return ran
 
 
-def effective_trigger(runs: Runs, job: Job) -> CronTrigger:
-    """The schedule ``job`` fires on now, as the store says (an operator's override counts), not this instance's
-    copy: a scheduler never started has none."""
-    store = runs.store
+def effective_trigger(store: LockStore, job: Job, default_zone: tzinfo) -> CronTrigger:
+    """The schedule ``job`` fires on now, as the store says (an operator's override counts), not an instance's
+    copy (a scheduler never started has none); its zone is the one a backfill's times without an offset are read
+    in (``mutexcron backfill``)."""
     state = store.lock(job.name) if isinstance(store, ControlStore) else None
-    return runs.schedules.trigger_for(job, state) if state is not None else job.trigger(runs.schedules.timezone)
+    return Schedules(default_zone, timedelta(0)).trigger_for(job, state) if state else job.trigger(default_zone)
 
 
 class Backfill:

@@ -83,7 +83,7 @@ def test_a_subcommand_is_one_decorated_method() -> None:
     assert out.getvalue() == "hello ops\n"
     assert [spec.name for spec, _ in Extended.subcommands()] == [
         "list", "run", "trigger", "unlock", "seed", "prune", "worker", "health", "pause", "resume", "schedule",
-        "hello"]
+        "backfill", "hello"]
 
 
 @pytest.mark.django_db

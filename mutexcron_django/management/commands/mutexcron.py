@@ -10,6 +10,8 @@
 - ``pause NAME [--until ISO-8601 | --for 2h30m] [--by WHO]``, ``resume NAME``: stop and restart a job's runs
   on every instance; ``schedule NAME SPEC [--timezone TZ]`` / ``schedule NAME --reset``: override its
   schedule on every instance, or go back to the code's (the same as ``python -m mutexcron``'s).
+- ``backfill NAME START END [--by WHO]``: run each tick of a job's schedule from START to END (ISO-8601, read in
+  the job's zone without an offset), each once across the fleet; exit 1 if a tick failed or it stopped early.
 
 Each subcommand is one method decorated with :func:`subcommand`, which declares its arguments; the
 method hands over to its module in ``mutexcron_django/management/subcommands/`` (``jobs``, ``foreground``,
@@ -31,7 +33,7 @@ from ..subcommands.arguments import Argument, Subcommand, argument, subcommand
 
 class Command(BaseCommand):
     help = ("Inspect and operate mutexcron jobs and tasks: list, run, trigger, unlock, seed, prune, worker, health, "
-            "pause, resume, schedule.")
+            "pause, resume, schedule, backfill.")
 
     @classmethod
     def subcommands(cls) -> Iterator[tuple[Subcommand, str]]:
@@ -142,6 +144,10 @@ class Command(BaseCommand):
     @control.declared("schedule")
     def schedule(self, **options: Any) -> None:
         control.control(self, "schedule", options)
+
+    @control.declared("backfill")
+    def backfill(self, **options: Any) -> None:
+        control.control(self, "backfill", options)
 
 
 __all__ = ["Argument", "Command", "argument", "subcommand"]
