@@ -103,9 +103,11 @@ class Backfill:
         """Run each tick not taken yet, oldest first; the number whose body ran. It stops early (logged) once the
         job is paused, its lock stays busy for a lease, or the scheduler shuts down; StoreUnavailable once the
         store cannot be reached."""
-        ran = 0
+        ran, index = 0, 0
         try:
-            for tick in self.ticks:
+            newest = self._ledger_tick()
+            while index < len(self.ticks):
+                tick = self.ticks[index]
                 record = self.runs.execute(Fire(self.job, tick, None, self.life, backfill=True,
                                                 gate=functools.partial(self._claim, tick)))
                 if record is None or self.life.closing.is_set():
@@ -117,13 +119,25 @@ class Backfill:
                 elif record.outcome is Outcome.SKIPPED_STORE_ERROR:
                     raise StoreUnavailable(f"job {self.job.name!r}: backfill stopped at {tick.isoformat()} after "
                                            f"running {ran} tick(s): {record.error}")
+                elif record.outcome is Outcome.SKIPPED_BUSY and newest != (newest := self._ledger_tick()):
+                    continue  # another backfill of the range holds the job's lock, and gets on: wait on for it
                 elif record.outcome in _STOPS:
                     logger.warning("job %r: backfill stopped at %s after running %d tick(s): %s", self.job.name,
                                    tick.isoformat(), ran, record.error or _STOPS[record.outcome])
                     break
+                index += 1
         finally:
             self._hide_ledger()
         return ran
+
+    def _ledger_tick(self) -> datetime | None:
+        """The newest tick a backfill of the range took, as the ledger says now (None on a store without the
+        control plane, where a lock busy for a lease ends the backfill whoever holds it)."""
+        store = self.runs.store
+        if self.ledger is None or not isinstance(store, ControlStore):
+            return None
+        state = store.lock(self.ledger)
+        return state.last_fire_time if state is not None else None
 
     def _claim(self, tick: datetime) -> tuple[Outcome, str] | None:
         """Take ``tick`` on the ledger (the job's lock is held): None if this backfill runs it, else why not. A

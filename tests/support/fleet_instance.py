@@ -27,6 +27,7 @@ then reads commands from its standard input, one a line, and answers each with a
 
     pause | resume | schedule SPEC | reset | hold | unlock
                                             ->  {"event": "operated", "action": ..., "called": ISO, ...}
+    backfill START END                      ->  {"event": "operated", "action": "backfill", "ran": N, ...}
 
 (``hold`` takes the job's lock for an hour as a hung holder would; ``unlock`` forces it open.)
 
@@ -143,6 +144,11 @@ def operate(scheduler: Scheduler, ledger: Ledger, commands: TextIO) -> None:
         if action == "quit":
             return
         called = datetime.now(UTC).isoformat()
+        if action == "backfill":  # START END, ISO-8601: the job's ticks between them, in this thread
+            start, end = (datetime.fromisoformat(part) for part in argument.split())
+            ran = scheduler.backfill(JOB_NAME, start, end, by="fleet-operator")
+            ledger.write("operated", action=action, argument=argument, called=called, ran=ran)
+            continue
         state = actions[action](argument)
         ledger.write("operated", action=action, argument=argument, called=called, paused=state.paused,
                      schedule=state.schedule, schedule_version=state.schedule_version)
@@ -231,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     @mutex_cron(args.spec, name=JOB_NAME, lease=args.lease, catch_up=args.catch_up, registry=registry,
                 alert_after=alert_after)
     def tick(ctx: JobContext) -> None:
-        fields = {"fire_time": ctx.fire_time.isoformat(), "token": ctx.token, "catch_up": ctx.catch_up}
+        fields = {"fire_time": ctx.fire_time.isoformat(), "token": ctx.token, "catch_up": ctx.catch_up,
+                  "backfill": ctx.backfill}
         if args.fail_while is not None and args.fail_while.exists():
             ledger.write("body", failed=True, **fields)
             raise RuntimeError(f"{args.fail_while.name} exists")
