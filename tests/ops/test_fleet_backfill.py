@@ -5,13 +5,17 @@ counts ``Scheduler.backfill`` returns add up to the range's ticks (issue 21)."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
-from tests.ops.test_fleet_control import ControlFleet, Operator, Store, postgres_store, store  # noqa: F401 - fixtures
+from tests.ops.test_fleet_control import (  # noqa: F401 - fixtures
+    ControlFleet,
+    Operator,
+    fleet,
+    postgres_store,
+    store,
+)
 from tests.support import wait_until, whole_seconds
 
 pytestmark = pytest.mark.fleet
@@ -20,17 +24,7 @@ START = datetime(2026, 1, 5, tzinfo=UTC)
 TICKS = 180  # the job fires every second: three minutes of ticks
 
 
-@pytest.fixture
-def fleet(tmp_path: Path, store: Store) -> Iterator[ControlFleet]:  # noqa: F811 - the imported fixture
-    fleet = ControlFleet(tmp_path, store)
-    try:
-        yield fleet
-    finally:
-        fleet.terminate_all()
-        print(fleet.report())  # shown by pytest only if the test failed
-
-
-def test_two_backfills_of_one_range_at_once_run_each_tick_once(fleet: ControlFleet) -> None:
+def test_two_backfills_of_one_range_at_once_run_each_tick_once(fleet: ControlFleet) -> None:  # noqa: F811
     # Each body works 10 ms: the range takes longer than the job's lease of 1 s, the longest one backfill waits
     # for the job's lock while the other holds it ticking on.
     operators = [fleet._spawn(Operator, f"operator-{n}", "--operator", "--body-seconds", "0.01", "--lease", "1")
