@@ -110,20 +110,19 @@ class Backfill:
                 tick = self.ticks[index]
                 record = self.runs.execute(Fire(self.job, tick, None, self.life, backfill=True,
                                                 gate=functools.partial(self._claim, tick)))
-                if record is None or self.life.closing.is_set():
+                outcome = record.outcome if record is not None else None  # None: shutdown took it unrun
+                ran += outcome is not None and outcome.ran
+                if outcome is None or self.life.closing.is_set():
                     logger.warning("job %r: backfill stopped by shutdown at %s", self.job.name, tick.isoformat())
                     break
-                assert record.outcome is not None
-                if record.outcome.ran:
-                    ran += 1
-                elif record.outcome is Outcome.SKIPPED_STORE_ERROR:
+                if outcome is Outcome.SKIPPED_STORE_ERROR:
                     raise StoreUnavailable(f"job {self.job.name!r}: backfill stopped at {tick.isoformat()} after "
-                                           f"running {ran} tick(s): {record.error}")
-                elif record.outcome is Outcome.SKIPPED_BUSY and newest != (newest := self._ledger_tick()):
+                                           f"running {ran} tick(s): {record.error if record else ''}")
+                if outcome is Outcome.SKIPPED_BUSY and newest != (newest := self._ledger_tick()):
                     continue  # another backfill of the range holds the job's lock, and gets on: wait on for it
-                elif record.outcome in _STOPS:
+                if outcome in _STOPS:
                     logger.warning("job %r: backfill stopped at %s after running %d tick(s): %s", self.job.name,
-                                   tick.isoformat(), ran, record.error or _STOPS[record.outcome])
+                                   tick.isoformat(), ran, (record.error if record else None) or _STOPS[outcome])
                     break
                 index += 1
         finally:
@@ -146,6 +145,8 @@ class Backfill:
         assert ledger is not None
         deadline, pause = time.monotonic() + lease.total_seconds(), 0.02
         while True:
+            if self.life.closing.is_set():  # the body would not start: leave the tick to a later backfill
+                return Outcome.SKIPPED_BUSY, "the scheduler is shutting down"
             answer = store.acquire(ledger, owner=self.runs.options.name(), lease=lease, fire_time=tick)
             if answer.acquired:
                 assert answer.token is not None
@@ -159,8 +160,7 @@ class Backfill:
                 return Outcome.SKIPPED_ALREADY_RAN, "another backfill of this range ran this tick"
             if answer.status is not AcquireStatus.BUSY or time.monotonic() >= deadline:
                 return Outcome.SKIPPED_BUSY, f"backfill ledger {ledger!r}: {answer.status} ({answer.holder or '-'})"
-            if self.life.closing.wait(pause):
-                return Outcome.SKIPPED_BUSY, "the scheduler is shutting down"
+            self.life.closing.wait(pause)
             pause = min(pause * 2, 1.0)
 
     def _hide_ledger(self) -> None:

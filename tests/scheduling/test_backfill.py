@@ -129,3 +129,19 @@ def test_the_ledger_name_is_a_valid_name_within_the_limit_even_for_the_longest_j
     assert validate_job_name(name) == name and len(name) == MAX_NAME_LENGTH and "@backfill:" in name
     assert ledger_name(longest, MIDNIGHT, MIDNIGHT + 2 * HOUR) != name
     assert ledger_name("report", MIDNIGHT, MIDNIGHT + HOUR).startswith("report@backfill:")
+
+
+def test_a_backfill_stopped_by_shutdown_counts_the_tick_it_ran_and_the_range_resumes_after_it(
+        store: MemoryLockStore, registry: Registry) -> None:
+    ran: list[datetime] = []
+    first = scheduler_of(store, registry)
+
+    @mutex_cron("0 * * * *", name="stopped", registry=registry)
+    def stopped(ctx: JobContext) -> None:
+        ran.append(ctx.fire_time)
+        if ctx.fire_time == MIDNIGHT + HOUR:
+            first.shutdown(wait=False)  # as a SIGTERM's handler would, while this tick's body runs
+
+    assert first.backfill("stopped", MIDNIGHT, MIDNIGHT + 4 * HOUR) == 2
+    assert scheduler_of(store, registry).backfill("stopped", MIDNIGHT, MIDNIGHT + 4 * HOUR) == 2
+    assert ran == [MIDNIGHT + n * HOUR for n in range(4)]
