@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from mutexcron.stores import store_from_url
-from tests.support.cli_backfill_app import TICKS_ENV
 from tests.test_cli import cli
 
-APP = "tests.support.cli_backfill_app"
+APP = "tests.support.cli_backfill_app"  # not imported here: it declares its jobs in the default registry
+TICKS_ENV = "MUTEXCRON_TEST_TICKS"  # the file its jobs note their runs in
 HOURLY = "tests.backfill.hourly"
 Done = subprocess.CompletedProcess[str]
 
