@@ -10,7 +10,8 @@ per event to its own ledger file (opened with O_APPEND; each line is written wit
 fsync'ed, so a ledger never loses, splits or merges lines, and no two processes share a file):
 
     {"event": "ready", ...}                  after Scheduler.start()
-    {"event": "record", "outcome": ...}      one per RunRecord of a run or a skip (listener)
+    {"event": "record", "outcome": ...}      one per RunRecord of a run or a skip (listener; an operator's
+                                            backfills too)
     {"event": "body", "fire_time": ...}      written by the job body before it returns
     {"event": "holding", "fire_time": ...}   --hang-first: the first body of the fleet, which never returns
     {"event": "alert", "kind": ...}          an "overdue", "failing" or "recovered" listener event
@@ -263,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             lock_lost=record.lock_lost,
             error=record.error,
             catch_up=record.catch_up,
+            backfill=record.backfill,
         )
 
     stop = SignalFlag()  # a threading.Event set from a signal handler can deadlock the main thread
@@ -280,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.operator:
         # Blocked reading its input, it stops on SIGTERM at once (the handler's exception ends the read).
         signal.signal(signal.SIGTERM, _raise_stop)
+        scheduler.add_listener(on_record)  # the runs and skips of its backfills
         ledger.write("ready", pid=os.getpid(), operator=True)
         with contextlib.suppress(Stop):
             operate(scheduler, ledger, sys.stdin)
