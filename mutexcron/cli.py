@@ -1,9 +1,9 @@
-"""``python -m mutexcron``: pause, resume, re-schedule and list the jobs of a lock store, without Django.
+"""``python -m mutexcron``: pause, resume, re-schedule, backfill and list the jobs of a lock store, without Django.
 
 The subcommands' arguments, the parsing of ``--for`` and ``--until`` and the actions themselves live here
 once; ``manage.py mutexcron`` declares the same arguments from :data:`CONTROL` and runs :func:`run_control`.
-Exit status: 0 done, 1 unknown job, store unreachable or bad spec, 2 a usage error; errors are one line on
-stderr, with the store URL's password masked.
+Exit status: 0 done, 1 unknown job, store unreachable or bad spec (or a backfill with a failed tick, or stopped
+early), 2 a usage error; errors are one line on stderr, with the store URL's password masked.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, NoReturn, TextIO
 
 from . import schedule_commands
@@ -33,7 +33,9 @@ from .errors import (
     UnknownJobError,
 )
 from .ops.listing import listing_json, listing_text, read_listing, when
+from .records import Outcome, RunRecord
 from .registry import default_registry
+from .scheduling.backfill import effective_trigger
 from .scheduling.scheduler import Scheduler
 from .stores import LockState
 from .urls import scrub
@@ -129,6 +131,15 @@ CONTROL: dict[str, Action] = {
         "Add, remove or list run-time schedules: jobs stored in the lock store that call an allowed target "
         "(@callable_target); every instance follows them within its sync interval.",
         (*schedule_commands.ARGUMENTS, _BY)),
+    "backfill": Action(
+        "Run each tick of a job's schedule from START (included) to END (excluded), oldest first, in this "
+        "process, each once across the fleet (the same range run again runs only the ticks not run yet); print "
+        "how many ran. Exit 1 if a tick failed or the backfill stopped early (a paused job).",
+        (_NAME,
+         _arg("start", metavar="START", help="ISO-8601, e.g. 2030-01-31T00:00+01:00; without an offset it is read "
+                                             "in the job's zone."),
+         _arg("end", metavar="END", help="ISO-8601, excluded; without an offset it is read in the job's zone."),
+         _BY)),
 }
 
 
@@ -148,6 +159,8 @@ def run_control(scheduler: Scheduler, action: str, options: dict[str, Any]) -> s
             if duration is not None:
                 until = scheduler.store.now() + duration  # the store's clock, as the admin's "for" does
             return _paused(scheduler.pause(name, until=until, by=by))
+        if action == "backfill":
+            return _backfill(scheduler, name, options["start"], options["end"], by)
         if action == "resume":
             scheduler.resume(name)
             return f"resumed job {name!r} on every instance (the ticks it skipped are not caught up)"
@@ -165,6 +178,43 @@ def run_control(scheduler: Scheduler, action: str, options: dict[str, Any]) -> s
         raise Failure(str(error)) from None
     except ValueError as error:
         raise UsageError(str(error)) from None
+
+
+def parse_time(text: str, zone: tzinfo, argument: str) -> datetime:
+    """A backfill's START or END: ISO-8601; one without a UTC offset is read in ``zone`` (the job's)."""
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise UsageError(f"{argument} {text!r} is not an ISO-8601 time such as 2030-01-31T18:00:00+01:00 (without "
+                         f"an offset it is read in the job's zone, {zone})") from None
+    return value if value.utcoffset() is not None else value.replace(tzinfo=zone)
+
+
+def _backfill(scheduler: Scheduler, name: str, start: str, end: str, by: str | None) -> str:
+    """Backfill job ``name`` and say what ran; Failure (exit 1, the same words) if a tick failed or it stopped."""
+    zone = effective_trigger(scheduler.store, scheduler.registry.get(name), scheduler.timezone).timezone
+    first, last = parse_time(start, zone, "START"), parse_time(end, zone, "END")
+    records: list[RunRecord] = []
+    listener = scheduler.add_listener(lambda record: records.append(record) if record.backfill else None)
+    try:
+        ran = scheduler.backfill(name, first, last, by=by)
+    finally:
+        scheduler.remove_listener(listener)
+    failed = sum(record.outcome is Outcome.FAILED for record in records)
+    taken = sum(record.outcome is Outcome.SKIPPED_ALREADY_RAN for record in records)
+    # A backfill that went on after a skip (a wait for the job's lock while another backfill of the range ticked
+    # on) did not stop there: only a skip that is its last record stopped it.
+    final = records[-1] if records else None
+    stop = final if final is not None and final.outcome not in (Outcome.SUCCEEDED, Outcome.FAILED,
+                                                                Outcome.SKIPPED_ALREADY_RAN) else None
+    message = (f"job {name!r}: backfill from {first.isoformat()} to {last.isoformat()} ran {ran} tick(s)"
+               f"{f', {failed} failed' if failed else ''}"
+               f"{f'; {taken} already run by a backfill of this range' if taken else ''}")
+    if stop is not None:
+        message += f"; stopped at {stop.fire_time.isoformat()}: {stop.error or stop.outcome}"
+    if failed or stop is not None:
+        raise Failure(message)
+    return message
 
 
 def _paused(state: LockState) -> str:
@@ -203,8 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Import this module, which declares jobs with @mutex_cron (repeatable).")
     common.add_argument("--scheduler-timezone", default="UTC", metavar="TZ",
                         help="The zone the schedulers run jobs without one in (their timezone=; default UTC).")
-    parser = _Parser(
-        prog="python -m mutexcron", description="Pause, resume, re-schedule and list mutexcron jobs in a lock store.")
+    parser = _Parser(prog="python -m mutexcron",
+                     description="Pause, resume, re-schedule, backfill and list mutexcron jobs in a lock store.")
     subparsers = parser.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
     for name, action in CONTROL.items():
         sub = subparsers.add_parser(name, help=action.help, description=action.help, parents=[common])

@@ -37,6 +37,7 @@ class JobContext:
     token: int  # fencing token: grows with every acquisition of this job's lock
     catch_up: bool = False  # True for a missed tick run late (the job's catch_up option)
     _lost: list[bool] = field(default_factory=list, repr=False, compare=False)  # set by the heartbeat thread
+    backfill: bool = False  # True for a tick run by Scheduler.backfill (an operator's range of past ticks)
 
     @property
     def lock_lost(self) -> bool:
@@ -66,3 +67,4 @@ class RunRecord:
     manual: bool = False  # True for run_now()
     catch_up: bool = False  # True for a missed tick run late (the job's catch_up option)
     task_id: str | None = None  # the task that runs the body (run_on="tasks"): on the enqueued record and the run's
+    backfill: bool = False  # True for a tick run by Scheduler.backfill (an operator's range of past ticks)

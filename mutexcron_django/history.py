@@ -12,7 +12,9 @@ A ``run_on="tasks"`` tick's winner writes ``enqueued`` (with the task id) as the
 the body, when the worker writes history (``manage.py mutexcron worker`` does), takes that row over (its outcome,
 instance, times and error), leaving the fires folded into it as they are.
 
-Manual runs and fires skipped for another reason (busy, store error, stale schedule) keep a row of their own.
+Manual runs and fires skipped for another reason (busy, store error, stale schedule) keep a row of their own, and
+so do the runs of a backfill (``backfill``: an operator's range of ticks, which may include ticks the schedule
+ran); a backfill's tick that another backfill of its range ran, or that a pause refused, is no row.
 Fires skipped by an operator's pause are no rows: each pause episode is one :class:`PauseSpan`, whose end
 later paused fires move. Every statement is its own transaction (a savepoint inside a caller's), so no
 writer holds a lock while it waits for another.
@@ -62,13 +64,15 @@ def _run_fields(record: RunRecord) -> dict[str, Any]:
     return {"instance_id": record.instance_id, "outcome": str(record.outcome), "started_at": record.started_at,
             "finished_at": record.finished_at, "error": record.error or "", "token": record.token,
             "lock_lost": record.lock_lost, "manual": record.manual, "catch_up": record.catch_up,
-            "task_id": record.task_id}
+            "task_id": record.task_id, "backfill": record.backfill}
 
 
 def write(record: RunRecord, *, using: str | None = None) -> None:
     """Write ``record`` to the history: folded into its tick's row, a row of its own, or a pause span.
     Database errors are raised (the runtime's listener logs them)."""
     alias = using or router.db_for_write(JobRun)
+    if record.backfill and record.outcome in (Outcome.SKIPPED_ALREADY_RAN, Outcome.SKIPPED_PAUSED):
+        return
     if record.outcome is Outcome.SKIPPED_PAUSED:
         if not record.manual:
             note_pause(record.job_name, record.fire_time, using=alias)
@@ -76,7 +80,7 @@ def write(record: RunRecord, *, using: str | None = None) -> None:
     if record.task_id is not None and record.outcome in WORKER_RAN:
         take_over(record, using=alias)
         return
-    if record.manual or record.outcome not in FOLDED:
+    if record.manual or record.backfill or record.outcome not in FOLDED:
         with transaction.atomic(using=alias):
             JobRun.objects.using(alias).create(**_fields(record))
         return
@@ -156,7 +160,7 @@ def note_pause(job_name: str, tick: datetime, *, using: str | None = None) -> No
 
 def _ran_between(job_name: str, after: datetime, before: datetime, using: str) -> bool:
     """True if a scheduled fire of a tick strictly between ``after`` and ``before`` was written (not paused)."""
-    rows = JobRun.objects.using(using).filter(job_name=job_name, manual=False, fire_time__gt=after,
+    rows = JobRun.objects.using(using).filter(job_name=job_name, manual=False, backfill=False, fire_time__gt=after,
                                               fire_time__lt=before)
     return rows.exists()
 

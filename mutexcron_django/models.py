@@ -89,6 +89,7 @@ class JobRun(models.Model):
     lock_lost = models.BooleanField(default=False)
     manual = models.BooleanField(default=False)
     catch_up = models.BooleanField(default=False)
+    backfill = models.BooleanField(default=False, help_text="run by a backfill (an operator's range of ticks)")
     # One row per tick: "<job>@<fire time, UTC ISO>" on the row of a scheduled tick (unique: the fold's key);
     # NULL on manual runs, own-row skips and rows written before it existed.
     tick_key = models.CharField(max_length=255, null=True, blank=True, unique=True)

@@ -15,8 +15,6 @@ from django.utils import timezone
 from mutexcron import Outcome, RunRecord, Scheduler, StoreConfigError, default_registry
 from mutexcron.ops.alerts import ALERT_EVENTS, Alert
 from mutexcron.registry import BusyPolicy
-from mutexcron.scheduling.runtime import RuntimeSchedules
-from mutexcron.stores import ControlStore
 from mutexcron.tasks import TaskQueue
 
 from . import history, signals
@@ -74,10 +72,6 @@ def run_now(name: str, *, on_busy: BusyPolicy | None = None) -> RunRecord:
     """
     scheduler = build_scheduler()
     try:
-        if name not in scheduler.jobs and isinstance(scheduler.store, ControlStore):
-            state = scheduler.store.lock(name)  # a scheduler that never started knows the declared jobs only
-            if state is not None:
-                RuntimeSchedules(scheduler.jobs).put(state)
         return scheduler.run_now(name, on_busy=on_busy)
     finally:
         scheduler.shutdown()  # nothing runs any more: stops its heartbeat thread and closes its store

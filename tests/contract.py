@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from mutexcron.stores import AcquireStatus, ControlStore, LockStore
 from tests.alert_contract import AlertsContract
+from tests.backfill_contract import BackfillContract
 from tests.batch_contract import AcquireManyContract
 from tests.catchup_contract import CatchUpContract
 from tests.control_contract import FleetControlContract
@@ -26,8 +27,9 @@ from tests.support import wait_until
 __all__ = ["FIRE_1", "FIRE_2", "LONG", "LockContract", "LockStoreContract"]
 
 
-class LockContract(AcquireManyContract):
-    """The lock contract: what every LockStore does, a third party's of the lock methods alone included."""
+class LockContract(AcquireManyContract, BackfillContract):
+    """The lock contract: what every LockStore does, a third party's of the lock methods alone included (backfills
+    too)."""
 
     store: LockStore  # set by the subclass's autouse fixture
 

@@ -11,16 +11,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from ..records import JobContext
+from ..records import JobContext, Outcome
 from ..stores import AcquireRequest
 
 if TYPE_CHECKING:
     from ..registry import Job
     from .lifecycle import Generation
 
-__all__ = ["Fire", "HandOff", "Leave"]
+__all__ = ["Fire", "Gate", "HandOff", "Leave"]
 
 HandOff = Callable[[Callable[[], None]], bool]  # WorkerPool.submit: False once the pool takes no more calls
+# Asked once the job's lock is won, before the body: None to run it, or the skip (outcome, why) to record instead
+# (the lock is then released unrun). It may raise StoreUnavailable. A backfill claims its tick so.
+Gate = Callable[[], tuple[Outcome, str] | None]
 
 
 @dataclass(frozen=True)
@@ -33,11 +36,13 @@ class Fire:
     life: Generation  # the start-to-shutdown span it belongs to: its shutdown gate, heartbeats and pings
     manual: bool = False  # run_now: outside the tick ledger, the lock taken whatever tick ran last
     catch_up: bool = False  # a missed tick caught up
+    backfill: bool = False  # a past tick run by Scheduler.backfill: like a manual run, outside the tick ledger
+    gate: Gate | None = None  # what else must agree, once the lock is won, before the body runs
 
     @property
     def tick(self) -> datetime | None:
-        """The tick the store counts as taken (None for a manual run)."""
-        return None if self.manual else self.time
+        """The tick the store counts as taken (None for a manual run or a backfill, which keeps its own ledger)."""
+        return None if self.manual or self.backfill else self.time
 
     def request(self, owner: str) -> AcquireRequest:
         """What to ask the store for, on behalf of ``owner`` (this instance's name)."""
@@ -45,7 +50,7 @@ class Fire:
 
     def context(self, owner: str, token: int) -> JobContext:
         """The body's context once the lock is won with ``token``."""
-        return JobContext(self.job.name, self.time, owner, token, catch_up=self.catch_up)
+        return JobContext(self.job.name, self.time, owner, token, catch_up=self.catch_up, backfill=self.backfill)
 
 
 class Leave:

@@ -210,7 +210,8 @@ class Runs:
 
         def skipped(outcome: Outcome, why: str) -> RunRecord:
             return self._finish(RunRecord(job.name, fire_time, self.options.name(), outcome, started_at, _utc_now(),
-                                          error=why, manual=fire.manual, catch_up=fire.catch_up))
+                                          error=why, manual=fire.manual, catch_up=fire.catch_up,
+                                          backfill=fire.backfill))
 
         if isinstance(acquisition, StoreUnavailable):
             self.health.failed(acquisition)
@@ -231,6 +232,10 @@ class Runs:
             log("job %r fire %s skipped: %s", job.name, fire_time.isoformat(), why)
             return skipped(Outcome.SKIPPED_BUSY, why)
         assert acquisition.token is not None
+        refused = self._gate(fire)
+        if refused is not None:
+            self._release(job, acquisition.token)
+            return skipped(*refused)
         ctx = fire.context(self.options.name(), acquisition.token)
         if not fire.life.admit(ctx):
             self._release_unrun(fire, ctx)
@@ -249,6 +254,16 @@ class Runs:
         if not enqueued:
             self._release(fire.job, ctx.token, Outcome.FAILED, record.error)
         return self._finish(record)
+
+    def _gate(self, fire: Fire) -> tuple[Outcome, str] | None:
+        """The fire's gate's answer (None without a gate): a store it cannot ask is a skip for a store error."""
+        if fire.gate is None:
+            return None
+        try:
+            return fire.gate()
+        except StoreUnavailable as error:
+            self.health.failed(error)
+            return Outcome.SKIPPED_STORE_ERROR, str(error)
 
     def _stale(self, fire: Fire, skipped: Callable[[Outcome, str], RunRecord]) -> RunRecord | None:
         """The store's schedule changed since this instance last read it: follow it now, and run the tick
@@ -282,9 +297,10 @@ class Runs:
 
     def _patience(self, fire: Fire) -> timedelta | None:
         """How long a fire refused as BUSY keeps asking; None: it gives up at once."""
-        if fire.job.on_busy == "wait" or fire.catch_up:
+        if fire.job.on_busy == "wait" or fire.catch_up or fire.backfill:
             # By then a live holder has released it or died. A catch-up waits too: giving up on a missed
-            # tick while another instance still runs an older one could let a later tick overtake it.
+            # tick while another instance still runs an older one could let a later tick overtake it. A backfill
+            # waits for the job's scheduled run rather than lose its tick to it.
             return fire.job.lease
         if not fire.manual:
             # BUSY means an earlier run holds the lock (a later one would be ALREADY_RAN). It may be just
@@ -303,7 +319,7 @@ class Runs:
             return None
         if listeners.wants("started"):
             listeners.notify(RunRecord(job.name, fire_time, self.options.name(), None, started_at, None, token=token,
-                                       manual=fire.manual, catch_up=ctx.catch_up), "started")
+                                       manual=fire.manual, catch_up=ctx.catch_up, backfill=ctx.backfill), "started")
         outcome, error = Outcome.SUCCEEDED, None
         try:
             with self.reports.telemetry.body(job, ctx):
@@ -323,7 +339,8 @@ class Runs:
                 self._release(job, token, outcome, error)
             life.done(ctx)
         record = RunRecord(job.name, fire_time, self.options.name(), outcome, started_at, _utc_now(), error=error,
-                           token=token, lock_lost=ctx.lock_lost, manual=fire.manual, catch_up=ctx.catch_up)
+                           token=token, lock_lost=ctx.lock_lost, manual=fire.manual, catch_up=ctx.catch_up,
+                           backfill=ctx.backfill)
         if outcome is Outcome.SUCCEEDED and logger.isEnabledFor(logging.INFO):
             logger.info("job %r (fire %s) succeeded in %.3fs", job.name, fire_time.isoformat(),
                         (record.finished_at - started_at).total_seconds())  # type: ignore[operator]

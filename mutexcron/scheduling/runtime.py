@@ -201,6 +201,15 @@ class RuntimeSchedules:
             self._texts[state.name] = state.definition
         return job
 
+    def known(self, name: str, store: LockStore) -> Job:
+        """Job ``name`` of this instance, or a run-time schedule of ``store`` it has not read yet (a scheduler
+        that never started: the command line, the admin); UnknownJobError if neither."""
+        if name not in self.jobs and isinstance(store, ControlStore):
+            state = store.lock(name)
+            if state is not None and state.definition is not None:
+                self.put(state)
+        return self.jobs.get(name)
+
     def drop(self, name: str) -> bool:
         """Forget a run-time schedule; True if this instance had it."""
         if self._texts.pop(name, None) is None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
@@ -22,9 +23,10 @@ from ..ops.heartbeats import Heartbeats
 from ..ops.pings import PING_TIMEOUT, Pings
 from ..records import Outcome, RunRecord
 from ..registry import BUSY_POLICIES, BusyPolicy, CatchUp, Job, Registry
-from ..stores import ControlStore, LockState, LockStore, store_from_url, supports_control
+from ..stores import LockState, LockStore, store_from_url, supports_control
 from ..telemetry import build_telemetry
 from . import runtime
+from .backfill import run_backfill
 from .batch import batched_fires
 from .catchup import CatchUps
 from .executor import LockingExecutor, run_by_locking_executor
@@ -34,7 +36,7 @@ from .offload import Offload, TasksOption
 from .options import SchedulerOptions
 from .runs import Reports, Runs
 from .runtime import DEFAULT_LEASE, RuntimeSchedules, ScheduleDefinition
-from .schedules import Schedules, ScheduleSync
+from .schedules import Schedules, ScheduleSync, read_states
 
 __all__ = ["Listener", "Scheduler"]
 
@@ -212,7 +214,7 @@ class Scheduler:
         Returns the RunRecord; with ``on_busy="raise"`` a busy lock raises :class:`LockBusy` instead.
         ``on_busy`` overrides the job's policy for this run (an admin request should not ``"wait"``).
         """
-        job = self.jobs.get(name)
+        job = self._runtime.known(name, self.store)
         if on_busy is not None and on_busy != job.on_busy:
             if on_busy not in BUSY_POLICIES:
                 raise ValueError(f"on_busy must be one of {BUSY_POLICIES}, not {on_busy!r}")
@@ -227,8 +229,22 @@ class Scheduler:
         the trigger would: it runs only if no instance ran that tick. For tests and tooling."""
         if fire_time.tzinfo is None:
             raise ValueError(f"fire_time={fire_time!r} is naive; pass an aware datetime")
-        return self._execute_now(self.jobs.get(name), fire_time.astimezone(UTC), manual=False,
+        return self._execute_now(self._runtime.known(name, self.store), fire_time.astimezone(UTC), manual=False,
                                  version=self._schedules.version(name))
+
+    def backfill(self, name: str, start: datetime, end: datetime, *, by: str | None = None) -> int:
+        """Run each tick of job ``name``'s schedule (an operator's override counts) from the aware ``start``
+        (included) to ``end`` (excluded), oldest first, in this thread, each once across the fleet however many
+        backfills of the range run at once; the number of ticks whose body ran (docs/backfill.md).
+
+        Each runs under the job's lock (waiting for a scheduled run that holds it), with ``fire_time`` the tick
+        and ``backfill=True``. The same range run again runs only the ticks no backfill of it took. It stops
+        early, logged, once the job is paused. :class:`JobDefinitionError` for a naive time, ``end <= start`` or
+        more than 10,000 ticks; :class:`UnknownJobError`; StoreUnavailable once the store cannot be reached.
+        """
+        job = self._runtime.known(name, self.store)
+        with self._entered() as life:
+            return run_backfill(self._runs, life, job, start, end, by)
 
     # -- run-time control, fleet-wide (docs/fleet-control.md) --------------------------------------
 
@@ -311,33 +327,27 @@ class Scheduler:
 
     def _execute_now(self, job: Job, fire_time: datetime, *, manual: bool, version: int | None = None) -> RunRecord:
         """A run in the caller's thread (run_now, run_tick): one more fire in flight for shutdown."""
-        life = self._life
-        if not life.enter():
-            raise RuntimeError(f"scheduler {self.instance_id} is shut down; start() it to run jobs again")
-        try:
+        with self._entered() as life:
             record = self._runs.execute(Fire(job, fire_time, version, life, manual=manual))
-        finally:
-            life.leave()
         if record is None:
             raise RuntimeError(f"job {job.name!r}: the scheduler shut down while it took its lock; released unrun")
         return record
 
+    @contextlib.contextmanager
+    def _entered(self) -> Iterator[Generation]:
+        """This generation, with one more run in flight in the caller's thread (shutdown waits for it)."""
+        life = self._life
+        if not life.enter():
+            raise RuntimeError(f"scheduler {self.instance_id} is shut down; start() it to run jobs again")
+        try:
+            yield life
+        finally:
+            life.leave()
+
     # -- the store's schedules, and catching up missed ticks -------------------------------------------
 
     def _read_states(self) -> dict[str, LockState] | None:
-        """Every lock document, by name; None (and the outage noted) if the store cannot be read. A store
-        without the control plane has none to read: it is pinged, to notice an outage and its end."""
-        try:
-            if isinstance(self.store, ControlStore):
-                states = {state.name: state for state in self.store.locks()}
-            else:
-                self.store.ping()
-                states = {}
-        except StoreUnavailable as error:
-            self._health.failed(error)
-            return None
-        self._health.ok()
-        return states
+        return read_states(self.store, self._health)
 
     def _sync(self, life: Generation) -> None:
         """Every sync_interval: follow schedule overrides; notice that the store came back; judge alerts from

@@ -13,18 +13,20 @@ from datetime import timedelta, tzinfo
 from typing import TYPE_CHECKING
 
 from ..cron import CronTrigger
-from ..errors import CronSpecError
+from ..errors import CronSpecError, StoreUnavailable
 from ..ops.control import effective_trigger
+from ..stores import ControlStore
 from .triggers import ShiftedTrigger, VersionedTrigger
 
 if TYPE_CHECKING:
     from apscheduler.schedulers.base import BaseScheduler
     from apscheduler.triggers.base import BaseTrigger
 
+    from ..ops.health import StoreHealth
     from ..registry import Job
-    from ..stores import LockState
+    from ..stores import LockState, LockStore
 
-__all__ = ["ScheduleSync", "Schedules"]
+__all__ = ["ScheduleSync", "Schedules", "read_states"]
 
 logger = logging.getLogger("mutexcron.scheduler")
 
@@ -125,6 +127,22 @@ class Schedules:
             logger.error("job %r: the store's schedule override %r is unusable (%s); firing on the code's %r",
                          job.name, state.schedule if state else None, error, job.spec.expression)
             return job.trigger(self.timezone)
+
+
+def read_states(store: LockStore, health: StoreHealth) -> dict[str, LockState] | None:
+    """Every lock document, by name; None (and the outage noted in ``health``) if the store cannot be read. A
+    store without the control plane has none to read: it is pinged, to notice an outage and its end."""
+    try:
+        if isinstance(store, ControlStore):
+            states = {state.name: state for state in store.locks()}
+        else:
+            store.ping()
+            states = {}
+    except StoreUnavailable as error:
+        health.failed(error)
+        return None
+    health.ok()
+    return states
 
 
 class ScheduleSync:

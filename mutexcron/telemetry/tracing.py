@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ..registry import Job
 
 __all__ = [
+    "ATTR_BACKFILL",
     "ATTR_CATCH_UP",
     "ATTR_FIRE_TIME",
     "ATTR_INSTANCE",
@@ -52,6 +53,7 @@ ATTR_TOKEN = "mutexcron.token"  # the lock's fencing token
 ATTR_INSTANCE = "mutexcron.instance"
 ATTR_CATCH_UP = "mutexcron.catch_up"
 ATTR_LOCK_LOST = "mutexcron.lock_lost"  # set (True) only when a heartbeat found the lock taken away
+ATTR_BACKFILL = "mutexcron.backfill"  # set (True) only on a run of Scheduler.backfill
 ATTR_TASK_TYPE = "mutexcron.task_type"
 ATTR_TASK_ID = "mutexcron.task_id"
 ATTR_TASK_DUE = "mutexcron.due"  # ISO 8601
@@ -113,6 +115,8 @@ class JobTracing(Telemetry):
             ATTR_JOB: ctx.job_name, ATTR_FIRE_TIME: ctx.fire_time.isoformat(), ATTR_TOKEN: ctx.token,
             ATTR_INSTANCE: ctx.instance_id, ATTR_CATCH_UP: ctx.catch_up,
         }
+        if ctx.backfill:
+            attributes[ATTR_BACKFILL] = True
         return _CurrentSpan(f"mutexcron.job {job.name}", attributes, ctx=ctx)
 
 

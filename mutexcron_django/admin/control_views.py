@@ -1,4 +1,4 @@
-"""The Locks page's control actions: pause, resume, change and reset a schedule, and bulk pause and resume.
+"""The Locks page's control actions: pause, resume, change and reset a schedule, backfill, and bulk pause and resume.
 Each is a POST that shows a confirmation page (or form) first, writes through the configured store with
 ``by=<username>``, and records a LogEntry shown on the job's page (its admin history)."""
 
@@ -25,10 +25,12 @@ from mutexcron.cron import resolve_timezone
 from mutexcron.errors import JobDefinitionError, MutexcronError
 from mutexcron.ops import control
 from mutexcron.registry import validate_job_name
+from mutexcron.scheduling.backfill import effective_trigger
 from mutexcron.stores import LockState, require_control
 
 from ..conf import get_settings
 from ..models import Lock, Schedule
+from .backfill import BackfillForm, start_backfill
 from .display import show_time
 from .forms import PauseForm, ScheduleForm
 from .lock_rows import known_jobs, open_store
@@ -91,7 +93,7 @@ class LockControlAdmin(LivePageAdmin[Lock]):
 
     def control_urls(self) -> list[URLPattern]:
         views = {"pause": self.pause_view, "resume": self.resume_view, "schedule": self.schedule_view,
-                 "reset-schedule": self.reset_schedule_view, "bulk": self.bulk_view}
+                 "reset-schedule": self.reset_schedule_view, "backfill": self.backfill_view, "bulk": self.bulk_view}
         return [path(f"{route}/", self.admin_site.admin_view(outside_request_transaction(view)),
                      name=f"{self.opts.app_label}_{self.opts.model_name}_{route.replace('-', '_')}")
                 for route, view in views.items()]
@@ -104,7 +106,7 @@ class LockControlAdmin(LivePageAdmin[Lock]):
         can_pause = self.has_pause_permission(request)
         return {"can_pause": can_pause, "can_change_schedule": self.has_schedule_permission(request),
                 "pause_url": url("pause"), "resume_url": url("resume"), "schedule_url": url("schedule"),
-                "reset_schedule_url": url("reset_schedule"), "bulk_url": url("bulk"),
+                "reset_schedule_url": url("reset_schedule"), "bulk_url": url("bulk"), "backfill_url": url("backfill"),
                 "bulk_actions": BULK_ACTIONS if can_pause else {}}
 
     def job_url(self, name: str) -> str:
@@ -124,6 +126,9 @@ class LockControlAdmin(LivePageAdmin[Lock]):
         """Job ``name``: declared in code, or the run-time schedule its document ``state`` defines (else None)."""
         jobs = known_jobs({name: state} if state is not None else {})
         return jobs.get(name) if name in jobs else None
+
+    def _undeclared(self, request: HttpRequest, what: str) -> HttpResponse:
+        return self._fail(request, what, ValueError("no job of that name is declared in this process"))
 
     def _confirm(self, request: HttpRequest, action: str, name: str, **context: Any) -> HttpResponse:
         try:
@@ -223,6 +228,31 @@ class LockControlAdmin(LivePageAdmin[Lock]):
         except (ImproperlyConfigured, MutexcronError) as error:
             return self._fail(request, f"reset the schedule of “{name}”", error)
         self._done(request, name, f"Schedule reset to the code's (version {state.schedule_version})")
+        return redirect(self._changelist_url())
+
+    @named_post("job", permission="has_change_permission")  # who may run a job now may backfill it
+    def backfill_view(self, request: HttpRequest, name: str) -> HttpResponse:
+        """POST ``name``: the range form; with ``confirm=yes`` and a valid range: backfill the job in a background
+        thread of this web process (its runs go to the history as they end; the result is logged)."""
+        if name not in default_registry:
+            return self._undeclared(request, f"backfill “{name}”")
+        job = default_registry.get(name)
+        try:
+            with open_store() as (conf, store):
+                trigger = effective_trigger(store, job, resolve_timezone(conf.timezone))
+            state, now, schedule = self._read(name)
+        except (ImproperlyConfigured, MutexcronError) as error:
+            return self._fail(request, f"read “{name}”", error)
+        form = BackfillForm(request.POST if request.POST.get("confirm") == "yes" else None, job=job, trigger=trigger)
+        if not form.is_bound or not form.is_valid():
+            return self._render(request, self.control_template, "Backfill", action="backfill", name=name,
+                                names=[name], state=state, schedule=schedule, paused_line=paused_line(state, now),
+                                job_url=self.job_url(name), form=form)
+        start, end = form.cleaned_data["start"], form.cleaned_data["end"]
+        start_backfill(name, start, end, request.user.get_username())
+        self._done(request, name, f"Backfill of {len(form.ticks)} tick(s) from {start.isoformat()} to "
+                                  f"{end.isoformat()} started in the background of this web process (its runs show "
+                                  "in the history as they end)")
         return redirect(self._changelist_url())
 
     def bulk_view(self, request: HttpRequest) -> HttpResponse:

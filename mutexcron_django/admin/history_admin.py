@@ -23,14 +23,15 @@ class JobRunAdmin(WrittenByMutexcron, ModelAdmin[JobRun]):
     """The run history: every fire on every instance, read-only."""
 
     list_display = ("job_name", "fire_time_display", "instance_id", "outcome", "started_at_display",
-                    "duration_display", "fired_count", "lock_lost", "manual")
-    list_filter = ("job_name", "outcome", ("started_at", admin.DateFieldListFilter), "lock_lost", "manual")
+                    "duration_display", "fired_count", "lock_lost", "manual", "backfill")
+    list_filter = ("job_name", "outcome", ("started_at", admin.DateFieldListFilter), "lock_lost", "manual",
+                   "backfill")
     search_fields = ("job_name", "instance_id", "error", "task_id")
     date_hierarchy = "started_at"
     list_per_page = 100
     fields = ("job_name", "fire_time_display", "instance_id", "outcome", "started_at_display",
-              "finished_at_display", "duration_display", "token", "lock_lost", "manual", "catch_up", "fired_count",
-              "fired_by_display", "task_id", "error_display")
+              "finished_at_display", "duration_display", "token", "lock_lost", "manual", "catch_up", "backfill",
+              "fired_count", "fired_by_display", "task_id", "error_display")
     readonly_fields = fields
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[JobRun]:

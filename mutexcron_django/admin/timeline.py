@@ -216,7 +216,7 @@ class _Judge:
         duration = finished - started if started is not None and finished is not None else None
         words = {"failed": "failed", "caught_up": "caught up (run late by its catch_up policy)",
                  "succeeded": "succeeded"}[state]
-        title = f"{when}: {words} on {run.instance_id}"
+        title = f"{when}: {words}{' by a backfill' if run.backfill else ''} on {run.instance_id}"
         if lateness is not None:
             title += f", {lateness.total_seconds():+.3f} s late"
         if duration is not None:

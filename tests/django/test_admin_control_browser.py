@@ -20,8 +20,8 @@ from tests.django.test_admin_browser import browser, declare_job, pytestmark  # 
 JOB = "browser.control_report"  # declared as "0 3 * * *"
 
 
-def login(driver: Any, wait: Any, base_url: str, username: str, password: str) -> None:
-    """Log in through the admin's form, landing on the Locks page."""
+def login(driver: Any, wait: Any, base_url: str, username: str, password: str, job: str = JOB) -> None:
+    """Log in through the admin's form, landing on the Locks page (once ``job``'s row is there)."""
     from selenium.webdriver.common.by import By
 
     driver.delete_all_cookies()
@@ -30,7 +30,7 @@ def login(driver: Any, wait: Any, base_url: str, username: str, password: str) -
     driver.find_element(By.ID, "id_username").send_keys(username)
     driver.find_element(By.ID, "id_password").send_keys(password)
     driver.find_element(By.CSS_SELECTOR, 'form#login-form input[type="submit"]').click()
-    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-job="{JOB}"]'))
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-job="{job}"]'))
 
 
 def save_page(driver: Any, stem: Path, what: str) -> None:

@@ -83,7 +83,7 @@ def test_a_subcommand_is_one_decorated_method() -> None:
     assert out.getvalue() == "hello ops\n"
     assert [spec.name for spec, _ in Extended.subcommands()] == [
         "list", "run", "trigger", "unlock", "seed", "prune", "worker", "health", "pause", "resume", "schedule",
-        "hello"]
+        "schedules", "backfill", "hello"]
 
 
 @pytest.mark.django_db
@@ -280,6 +280,7 @@ def test_trigger_with_the_store_down_is_an_error_without_the_password(declare: D
     assert "s3cret-pw" not in str(raised.value)
 
 
+@pytest.mark.django_db  # the store is asked for a run-time schedule of that name
 def test_trigger_of_an_unknown_job_lists_the_declared_jobs(declare: Declarations) -> None:
     declare("@yearly", name="tests.cmd.known")
 

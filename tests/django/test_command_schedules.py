@@ -120,3 +120,9 @@ def test_a_run_time_schedule_is_no_orphan_lock_for_the_checks(store: str, sent: 
         assert [w.obj for w in _orphans(built)] == []
     finally:
         built.close()
+
+
+def test_trigger_runs_a_run_time_schedule_now(store: str, sent: list[dict[str, Any]]) -> None:
+    mutexcron("schedules", "add", "report-ops", "0 7 * * *", "--target", TARGET, "--kwargs", '{"to": "ops"}')
+    assert "job 'report-ops' succeeded" in mutexcron("trigger", "report-ops")
+    assert sent == [{"to": "ops", "copies": 1}]

@@ -30,11 +30,11 @@ def on_each_database(transaction: bool = False) -> Any:
 
 
 def fire(instance: str, outcome: Outcome, *, tick: datetime = FIRE, late: float = 0.01, took: float = 0.0,
-         token: int | None = None, manual: bool = False, catch_up: bool = False, error: str | None = None
-         ) -> RunRecord:
+         token: int | None = None, manual: bool = False, catch_up: bool = False, error: str | None = None,
+         backfill: bool = False) -> RunRecord:
     started = tick + timedelta(seconds=late)
     return RunRecord(JOB, tick, instance, outcome, started, started + timedelta(seconds=took), error=error,
-                     token=token, manual=manual, catch_up=catch_up)
+                     token=token, manual=manual, catch_up=catch_up, backfill=backfill)
 
 
 def rows(alias: str) -> list[JobRun]:
@@ -113,6 +113,25 @@ def test_a_catch_up_run_is_the_row_of_its_tick(alias: str) -> None:
     history.write(run, using=alias)
 
     assert assert_one_row_for_the_tick(alias, run, ["web-1", "web-2"]).catch_up
+
+
+@on_each_database()
+def test_a_backfilled_run_keeps_a_row_of_its_own_beside_the_ticks_row(alias: str) -> None:
+    scheduled = fire("web-1", Outcome.SUCCEEDED, token=1)
+    history.write(scheduled, using=alias)
+    history.write(fire("ops", Outcome.FAILED, backfill=True, late=86400, token=2), using=alias)
+
+    tick_row, backfilled = rows(alias)
+    assert (tick_row.token, tick_row.backfill, tick_row.tick_key is not None) == (1, False, True)
+    assert (backfilled.token, backfilled.backfill, backfilled.tick_key, backfilled.outcome) == (2, True, None, "failed")
+
+
+@on_each_database()
+def test_a_backfills_ticks_taken_by_another_backfill_or_refused_by_a_pause_are_no_rows(alias: str) -> None:
+    history.write(fire("ops", Outcome.SKIPPED_ALREADY_RAN, backfill=True), using=alias)
+    history.write(fire("ops", Outcome.SKIPPED_PAUSED, backfill=True), using=alias)
+
+    assert rows(alias) == [] and not PauseSpan.objects.using(alias).exists()
 
 
 WRITERS = 6

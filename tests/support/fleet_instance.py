@@ -10,7 +10,8 @@ per event to its own ledger file (opened with O_APPEND; each line is written wit
 fsync'ed, so a ledger never loses, splits or merges lines, and no two processes share a file):
 
     {"event": "ready", ...}                  after Scheduler.start()
-    {"event": "record", "outcome": ...}      one per RunRecord of a run or a skip (listener)
+    {"event": "record", "outcome": ...}      one per RunRecord of a run or a skip (listener; an operator's
+                                            backfills too)
     {"event": "body", "fire_time": ...}      written by the job body before it returns
     {"event": "holding", "fire_time": ...}   --hang-first: the first body of the fleet, which never returns
     {"event": "alert", "kind": ...}          an "overdue", "failing" or "recovered" listener event
@@ -27,6 +28,7 @@ then reads commands from its standard input, one a line, and answers each with a
 
     pause | resume | schedule SPEC | reset | hold | unlock
                                             ->  {"event": "operated", "action": ..., "called": ISO, ...}
+    backfill START END                      ->  {"event": "operated", "action": "backfill", "ran": N, ...}
 
 (``hold`` takes the job's lock for an hour as a hung holder would; ``unlock`` forces it open.)
 
@@ -148,6 +150,11 @@ def operate(scheduler: Scheduler, ledger: Ledger, commands: TextIO) -> None:
         if action == "quit":
             return
         called = datetime.now(UTC).isoformat()
+        if action == "backfill":  # START END, ISO-8601: the job's ticks between them, in this thread
+            start, end = (datetime.fromisoformat(part) for part in argument.split())
+            ran = scheduler.backfill(JOB_NAME, start, end, by="fleet-operator")
+            ledger.write("operated", action=action, argument=argument, called=called, ran=ran)
+            continue
         state = actions[action](argument)
         ledger.write("operated", action=action, argument=argument, called=called, paused=state.paused,
                      schedule=state.schedule, schedule_version=state.schedule_version, definition=state.definition)
@@ -236,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     @mutex_cron(args.spec, name=JOB_NAME, lease=args.lease, catch_up=args.catch_up, registry=registry,
                 alert_after=alert_after)
     def tick(ctx: JobContext) -> None:
-        fields = {"fire_time": ctx.fire_time.isoformat(), "token": ctx.token, "catch_up": ctx.catch_up}
+        fields = {"fire_time": ctx.fire_time.isoformat(), "token": ctx.token, "catch_up": ctx.catch_up,
+                  "backfill": ctx.backfill}
         if args.fail_while is not None and args.fail_while.exists():
             ledger.write("body", failed=True, **fields)
             raise RuntimeError(f"{args.fail_while.name} exists")
@@ -266,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             lock_lost=record.lock_lost,
             error=record.error,
             catch_up=record.catch_up,
+            backfill=record.backfill,
         )
 
     stop = SignalFlag()  # a threading.Event set from a signal handler can deadlock the main thread
@@ -283,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.operator:
         # Blocked reading its input, it stops on SIGTERM at once (the handler's exception ends the read).
         signal.signal(signal.SIGTERM, _raise_stop)
+        scheduler.add_listener(on_record)  # the runs and skips of its backfills
         ledger.write("ready", pid=os.getpid(), operator=True)
         with contextlib.suppress(Stop):
             operate(scheduler, ledger, sys.stdin)

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from opentelemetry import trace
@@ -65,6 +65,18 @@ def test_one_span_per_run_with_its_attributes_none_for_skips(
     }
     assert span.kind is SpanKind.INTERNAL and span.parent is None  # a scheduled run starts its own trace
     assert span.status.status_code is StatusCode.UNSET
+
+
+def test_a_backfilled_runs_span_says_so(exporter: InMemorySpanExporter, registry: Registry,
+                                         new_scheduler: NewScheduler) -> None:
+    job = declare_job(registry)
+    tick = datetime(2026, 1, 5, tzinfo=UTC)
+
+    assert new_scheduler("memory://", tracing=True).backfill(job, tick, tick + timedelta(seconds=1)) == 1
+
+    (span,) = spans(exporter, f"mutexcron.job {job}")
+    attributes = dict(span.attributes or {})
+    assert attributes["mutexcron.backfill"] is True and attributes["mutexcron.fire_time"] == tick.isoformat()
 
 
 def test_a_failing_body_records_its_exception_and_sets_the_status_error(

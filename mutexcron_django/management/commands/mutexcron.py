@@ -12,6 +12,8 @@
   schedule on every instance, or go back to the code's (the same as ``python -m mutexcron``'s).
 - ``schedules add NAME SPEC --target T [--kwargs JSON] | remove NAME | list [--json]``: run-time schedules
   (docs/schedules.md).
+- ``backfill NAME START END [--by WHO]``: run each tick of a job's schedule from START to END (ISO-8601, read in
+  the job's zone without an offset), each once across the fleet; exit 1 if a tick failed or it stopped early.
 
 Each subcommand is one method decorated with :func:`subcommand`, which declares its arguments; the
 method hands over to its module in ``mutexcron_django/management/subcommands/`` (``jobs``, ``foreground``,
@@ -33,7 +35,7 @@ from ..subcommands.arguments import Argument, Subcommand, argument, subcommand
 
 class Command(BaseCommand):
     help = ("Inspect and operate mutexcron jobs and tasks: list, run, trigger, unlock, seed, prune, worker, health, "
-            "pause, resume, schedule, schedules.")
+            "pause, resume, schedule, schedules, backfill.")
 
     @classmethod
     def subcommands(cls) -> Iterator[tuple[Subcommand, str]]:
@@ -148,6 +150,10 @@ class Command(BaseCommand):
     @control.declared("schedules")
     def schedules(self, **options: Any) -> None:
         control.control(self, "schedules", options)
+
+    @control.declared("backfill")
+    def backfill(self, **options: Any) -> None:
+        control.control(self, "backfill", options)
 
 
 __all__ = ["Argument", "Command", "argument", "subcommand"]

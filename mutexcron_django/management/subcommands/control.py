@@ -1,4 +1,4 @@
-"""The run-time control subcommands: ``pause``, ``resume`` and ``schedule``. Their arguments and actions
+"""The run-time control subcommands: ``pause``, ``resume``, ``schedule`` and ``backfill``. Their arguments and actions
 are the core's (:data:`mutexcron.cli.CONTROL`, :func:`mutexcron.cli.run_control`), run here on a
 never-started scheduler built from the settings, like ``python -m mutexcron`` runs them."""
 
@@ -24,14 +24,16 @@ def declared(action: str) -> Callable[[SubcommandMethod], SubcommandMethod]:
 
 
 def control(command: BaseCommand, action: str, options: dict[str, Any]) -> None:
-    """Run ``action`` (pause, resume, schedule); CommandError (exit 1) with the core's one-line reason."""
+    """Run ``action`` (pause, resume, schedule, backfill); CommandError with the core's one-line reason (exit 2 for
+    bad input, 1 if it could not be done)."""
     store = get_settings().store_spec
     scheduler = runtime.build_scheduler()
     try:
         message = run_control(scheduler, action, options)
     except (UsageError, Failure) as error:
         text = str(error)
-        raise CommandError(scrub(text, store) if isinstance(store, str) else text) from None
+        raise CommandError(scrub(text, store) if isinstance(store, str) else text,
+                           returncode=2 if isinstance(error, UsageError) else 1) from None
     finally:
         scheduler.shutdown()  # it never started: this closes the store it built
     command.stdout.write(message)

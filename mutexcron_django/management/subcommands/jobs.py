@@ -79,11 +79,9 @@ def health(command: BaseCommand, *, as_json: bool) -> None:
 def trigger(command: BaseCommand, name: str) -> None:
     """Run job ``name`` now under its lock; CommandError (exit 1) unless it ran and succeeded."""
     try:
-        default_registry.get(name)
+        record = runtime.run_now(name)  # a declared job, or a run-time schedule of the store
     except UnknownJobError as error:
         raise CommandError(str(error)) from None
-    try:
-        record = runtime.run_now(name)
     except LockBusy as error:
         holder = error.record.error if isinstance(error.record, RunRecord) and error.record.error else ""
         raise CommandError(f"job {name!r} did not run: {error}{f' ({holder})' if holder else ''}") from None
