@@ -26,7 +26,6 @@ from ._options import MAX_DURATION
 from .errors import (
     ControlNotSupported,
     CronSpecError,
-    JobDefinitionError,
     SchedulerConfigError,
     StoreConfigError,
     StoreUnavailable,
@@ -174,7 +173,7 @@ def run_control(scheduler: Scheduler, action: str, options: dict[str, Any]) -> s
         return _rescheduled(scheduler, scheduler.set_schedule(name, spec, timezone=zone, by=by))
     except StoreUnavailable as error:
         raise Failure(f"the lock store {scheduler.store!r} cannot be reached: {error}") from None
-    except (UnknownJobError, CronSpecError, JobDefinitionError, ControlNotSupported) as error:
+    except (UnknownJobError, CronSpecError, ControlNotSupported) as error:
         raise Failure(str(error)) from None
     except ValueError as error:
         raise UsageError(str(error)) from None

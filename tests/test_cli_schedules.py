@@ -54,16 +54,16 @@ def test_schedules_remove_takes_it_out_of_the_store(redis_url: str) -> None:
         store.close()
 
 
-def test_a_target_the_app_does_not_allow_exits_1_naming_it(redis_url: str) -> None:
+def test_a_target_the_app_does_not_allow_exits_2_naming_it(redis_url: str) -> None:
     done = cli("schedules", "add", "shell", "0 7 * * *", "--target", "os.system", "--store", redis_url, "--app", APP)
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert "target 'os.system' is not allowed (allowed targets: tests.cli.send)" in done.stderr
 
 
-def test_kwargs_that_are_not_json_exit_1_naming_the_field(redis_url: str) -> None:
+def test_kwargs_that_are_not_json_exit_2_naming_the_field(redis_url: str) -> None:
     done = cli("schedules", "add", "report-ops", "0 7 * * *", "--target", TARGET, "--kwargs", "{to: ops}",
                "--store", redis_url, "--app", APP)
-    assert done.returncode == 1 and "--kwargs is not JSON" in done.stderr
+    assert done.returncode == 2 and "--kwargs is not JSON" in done.stderr
 
 
 def test_removing_an_unknown_schedule_exits_1(redis_url: str) -> None:
