@@ -223,8 +223,10 @@ default_registry = Registry()
 
 def check_run_on(run_on: object, job_name: str) -> RunOn:
     """``run_on`` if it is ``"here"`` or ``"tasks"``; JobDefinitionError naming the job and the value otherwise."""
-    if run_on == "here" or run_on == "tasks":
-        return run_on
+    if run_on == "here":
+        return "here"
+    if run_on == "tasks":
+        return "tasks"
     raise JobDefinitionError(f"job {job_name!r}: run_on must be one of {RUN_ON}, not {shown(run_on)}")
 
 
