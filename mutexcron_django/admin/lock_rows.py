@@ -27,7 +27,7 @@ from mutexcron.cron import iter_fire_times
 from mutexcron.errors import MutexcronError
 from mutexcron.ops.alerts import Problem
 from mutexcron.registry import Registry
-from mutexcron.scheduling.runtime import RuntimeSchedules
+from mutexcron.scheduling.runtime import with_stored
 from mutexcron.stores import LockState, LockStore, require_control
 
 from .. import runtime
@@ -56,9 +56,7 @@ def open_store() -> Iterator[tuple[MutexcronSettings, LockStore]]:
 def known_jobs(states: dict[str, LockState]) -> Registry:
     """The declared jobs and the run-time schedules ``states`` define, as every scheduler builds them (a
     schedule whose target this process does not allow is left out, and logged)."""
-    jobs = Registry(base=default_registry)
-    RuntimeSchedules(jobs).sync(states)
-    return jobs
+    return with_stored(default_registry, states)
 
 
 @dataclass
