@@ -39,6 +39,15 @@ class LockBusy(MutexcronError):
         self.record = record
 
 
+class JobCancelled(MutexcronError):
+    """Raised by ``ctx.check_cancelled()`` inside a body told to stop (its timeout passed, or a newer tick
+    replaces it); the run is recorded ``timed_out`` or ``replaced``, not ``failed``."""
+
+    def __init__(self, job_name: str) -> None:
+        super().__init__(f"job {job_name!r} was told to stop")
+        self.job_name = job_name
+
+
 class StoreConfigError(MutexcronError, ValueError):
     """A store URL or option is malformed; the message never contains a password."""
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+
+from mutexcron.errors import JobCancelled
 
 __all__ = ["JobContext", "Outcome", "RunRecord"]
 
@@ -20,11 +23,14 @@ class Outcome(StrEnum):
     SKIPPED_PAUSED = "skipped_paused"  # an operator paused the job (not written to the Django history)
     SKIPPED_STALE_SCHEDULE = "skipped_stale_schedule"  # a tick of a schedule an operator just replaced
     ENQUEUED = "enqueued"  # won, and the body handed to a task worker (run_on="tasks"): the record has its task_id
+    TIMED_OUT = "timed_out"  # the body ran past the job's timeout (told through ctx.cancelled)
+    REPLACED = "replaced"  # the body was told to stop for a newer tick (on_busy="replace")
+    SKIPPED_LATE = "skipped_late"  # the body would have started later than the job's start_deadline
 
     @property
     def ran(self) -> bool:
         """True if the body was run (whether it succeeded or not)."""
-        return self in (Outcome.SUCCEEDED, Outcome.FAILED)
+        return self in (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.TIMED_OUT, Outcome.REPLACED)
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,14 @@ class JobContext:
     catch_up: bool = False  # True for a missed tick run late (the job's catch_up option)
     _lost: list[bool] = field(default_factory=list, repr=False, compare=False)  # set by the heartbeat thread
     backfill: bool = False  # True for a tick run by Scheduler.backfill (an operator's range of past ticks)
+    # Set when the body should stop: its timeout passed, or a newer tick replaces it (on_busy="replace").
+    cancelled: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+
+    def check_cancelled(self) -> None:
+        """Raise :class:`~mutexcron.JobCancelled` if the body has been told to stop; a long body calls this
+        between steps."""
+        if self.cancelled.is_set():
+            raise JobCancelled(self.job_name)
 
     @property
     def lock_lost(self) -> bool:

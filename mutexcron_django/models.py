@@ -77,6 +77,9 @@ class JobRun(models.Model):
         SKIPPED_PAUSED = "skipped_paused"
         SKIPPED_STALE_SCHEDULE = "skipped_stale_schedule"
         ENQUEUED = "enqueued"  # run_on="tasks": handed to a task worker, whose run then takes the row over
+        TIMED_OUT = "timed_out"
+        REPLACED = "replaced"
+        SKIPPED_LATE = "skipped_late"
 
     job_name = models.CharField(max_length=200, db_index=True)
     fire_time = models.DateTimeField()
