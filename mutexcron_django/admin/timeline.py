@@ -44,8 +44,9 @@ WINDOW = timedelta(hours=24)
 MAX_TICKS = 200  # the Timeline page
 STRIP_TICKS = 30  # the Locks page
 RAN = (JobRun.Outcome.SUCCEEDED, JobRun.Outcome.FAILED, JobRun.Outcome.TIMED_OUT, JobRun.Outcome.REPLACED)
-RAN_STATES = {JobRun.Outcome.FAILED: "failed", JobRun.Outcome.TIMED_OUT: "timed_out",
-              JobRun.Outcome.REPLACED: "replaced"}  # a run's state by its outcome (else succeeded or caught_up)
+# A run's state by its outcome (else succeeded, or caught_up).
+RAN_STATES: dict[str, str] = {JobRun.Outcome.FAILED: "failed", JobRun.Outcome.TIMED_OUT: "timed_out",
+                              JobRun.Outcome.REPLACED: "replaced"}
 PLACEHOLDER = JobRun.Outcome.SKIPPED_ALREADY_RAN
 ENQUEUED = JobRun.Outcome.ENQUEUED  # run_on="tasks": the tick's row until its worker's run takes it over
 
@@ -213,7 +214,7 @@ class _Judge:
         return TickCell(tick, "missed", f"{when}: missed: no instance ran it")
 
     def _ran(self, tick: datetime, when: str, run: JobRun, rows: list[JobRun]) -> TickCell:
-        state = RAN_STATES.get(run.outcome, "caught_up" if run.catch_up else "succeeded")
+        state = RAN_STATES.get(str(run.outcome), "caught_up" if run.catch_up else "succeeded")
         started, finished = utc_time(run, "started_at"), utc_time(run, "finished_at")
         lateness = started - tick if started is not None else None
         duration = finished - started if started is not None and finished is not None else None
