@@ -199,13 +199,13 @@ def _backfill(scheduler: Scheduler, name: str, start: str, end: str, by: str | N
         ran = scheduler.backfill(name, first, last, by=by)
     finally:
         scheduler.remove_listener(listener)
-    failed = sum(record.outcome is Outcome.FAILED for record in records)
+    failed = sum(record.outcome in (Outcome.FAILED, Outcome.TIMED_OUT) for record in records)
     taken = sum(record.outcome is Outcome.SKIPPED_ALREADY_RAN for record in records)
     # A backfill that went on after a skip (a wait for the job's lock while another backfill of the range ticked
     # on) did not stop there: only a skip that is its last record stopped it.
     final = records[-1] if records else None
-    stop = final if final is not None and final.outcome not in (Outcome.SUCCEEDED, Outcome.FAILED,
-                                                                Outcome.SKIPPED_ALREADY_RAN) else None
+    stop = final if final is not None and final.outcome is not None and not final.outcome.ran and (
+        final.outcome is not Outcome.SKIPPED_ALREADY_RAN) else None
     message = (f"job {name!r}: backfill from {first.isoformat()} to {last.isoformat()} ran {ran} tick(s)"
                f"{f', {failed} failed' if failed else ''}"
                f"{f'; {taken} already run by a backfill of this range' if taken else ''}")

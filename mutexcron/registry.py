@@ -20,7 +20,7 @@ from .errors import DuplicateJobError, JobDefinitionError, UnknownJobError
 from .records import JobContext
 
 __all__ = ["BUSY_POLICIES", "CATCH_UP_POLICIES", "RUN_ON", "BusyPolicy", "CatchUp", "Job", "Registry", "RunOn",
-           "callable_target", "check_run_on", "default_registry", "mutex_cron", "validate_job_name"]
+           "callable_target", "check_run_on", "default_registry", "mutex_cron", "run_limit", "validate_job_name"]
 
 BusyPolicy = Literal["skip", "wait", "raise"]
 BUSY_POLICIES: tuple[str, ...] = ("skip", "wait", "raise")
@@ -77,6 +77,8 @@ class Job:
     runtime: bool = False  # a run-time schedule (Scheduler.add_schedule), not declared in code
     run_on: RunOn = "here"  # "tasks": the lock winner enqueues the body on the scheduler's TaskQueue
     # (docs/run-on-tasks.md)
+    timeout: timedelta | None = None  # the body is told to stop (ctx.cancelled) after this (docs/run-limits.md)
+    start_deadline: timedelta | None = None  # a tick whose body would start later than this is skipped_late
 
     def trigger(self, default_timezone: tzinfo) -> CronTrigger:
         return CronTrigger(self.spec, self.timezone or default_timezone)
@@ -230,6 +232,14 @@ def check_run_on(run_on: object, job_name: str) -> RunOn:
     raise JobDefinitionError(f"job {job_name!r}: run_on must be one of {RUN_ON}, not {shown(run_on)}")
 
 
+def run_limit(value: object, job_name: str, field: str) -> timedelta | None:
+    """A job's ``timeout`` or ``start_deadline``: None, or a positive finite duration (a timedelta or seconds);
+    JobDefinitionError naming the job, the field and the value otherwise."""
+    if value is None:
+        return None
+    return duration(value, what=f"job {job_name!r}: {field}", error=JobDefinitionError, allow_zero=False)
+
+
 def callable_target(name: str | None = None, *, registry: Registry | None = None) -> Callable[[T], T]:
     """Mark a function (or a django.tasks ``@task``) as a target run-time schedules may call, by ``name``
     (default ``module.qualname``): :meth:`Registry.allow` on ``registry`` (default: the default registry)."""
@@ -263,6 +273,8 @@ def mutex_cron(
     alert_after: timedelta | float | bool | None = None,
     ping_url: str | None = None,
     run_on: RunOn = "here",
+    timeout: timedelta | float | None = None,
+    start_deadline: timedelta | float | None = None,
 ) -> Callable[[F], F]:
     """Declare ``func`` as a job that fires on every instance at ``spec`` and runs on one.
 
@@ -276,6 +288,9 @@ def mutex_cron(
     never); ``ping_url``: a dead man's switch GET after each run (``/fail`` after its path, before its query, on
     failure). ``run_on="tasks"``: the instance that wins a tick's lock does not run the body but enqueues one task
     for it on the scheduler's TaskQueue, which a task worker runs under the same lock (docs/jobs.md).
+    ``timeout``: a body still running this long is told to stop (``ctx.cancelled``) and recorded ``timed_out``;
+    ``start_deadline``: a tick whose body would start later than this after its time is recorded ``skipped_late``
+    instead (docs/run-limits.md).
     """
 
     def decorate(func: F) -> F:
@@ -304,7 +319,9 @@ def mutex_cron(
         ping = http_url(ping_url, what=f"job {job_name!r}: ping_url", error=JobDefinitionError)
         where = check_run_on(run_on, job_name)
         job = Job(job_name, func, parsed, lease_duration, hold, zone, on_busy, _takes_context(func, job_name),
-                  catch_up, window, spread, alert, ping, run_on=where)
+                  catch_up, window, spread, alert, ping, run_on=where,
+                  timeout=run_limit(timeout, job_name, "timeout"),
+                  start_deadline=run_limit(start_deadline, job_name, "start_deadline"))
         (registry if registry is not None else default_registry).add(job)
         return func
 

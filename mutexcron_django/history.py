@@ -37,8 +37,10 @@ from .models import JobRun, PauseSpan
 
 __all__ = ["PRUNE_BATCH", "Pruned", "fire_entry", "fold", "note_pause", "prune", "take_over", "tick_key", "write"]
 
-FOLDED = (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.SKIPPED_ALREADY_RAN, Outcome.ENQUEUED)
-WORKER_RAN = (Outcome.SUCCEEDED, Outcome.FAILED)  # with a task id: a worker's run of an enqueued body
+# A tick's own outcomes (a skipped_late tick was taken: the other fires are refused as already run) and its refusals.
+FOLDED = (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.TIMED_OUT, Outcome.SKIPPED_LATE, Outcome.SKIPPED_ALREADY_RAN,
+          Outcome.ENQUEUED)
+WORKER_RAN = (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.TIMED_OUT)  # with a task id: a worker's run of its body
 PLACEHOLDER = Outcome.SKIPPED_ALREADY_RAN  # a tick row that no run has upgraded (yet)
 ATTEMPTS = 3  # update-or-insert rounds before a run is kept apart (its tick's row holds a run already)
 PRUNE_BATCH = 1000  # ids per DELETE: each statement locks few rows, briefly

@@ -21,15 +21,16 @@ from tests.batch_contract import AcquireManyContract
 from tests.catchup_contract import CatchUpContract
 from tests.control_contract import FleetControlContract
 from tests.document_contract import FIRE_1, FIRE_2, LONG, DocumentContract
+from tests.limits_contract import RunLimitsContract
 from tests.runtime_schedule_contract import RuntimeScheduleContract
 from tests.support import wait_until
 
 __all__ = ["FIRE_1", "FIRE_2", "LONG", "LockContract", "LockStoreContract"]
 
 
-class LockContract(AcquireManyContract, BackfillContract):
+class LockContract(AcquireManyContract, BackfillContract, RunLimitsContract):
     """The lock contract: what every LockStore does, a third party's of the lock methods alone included (backfills
-    too)."""
+    and run limits too)."""
 
     store: LockStore  # set by the subclass's autouse fixture
 

@@ -2,8 +2,8 @@
 
 A job is *overdue* when a nominal tick of its effective schedule (not paused) is older than its
 ``alert_after`` (default: one lease plus the scheduler's misfire grace, plus the tick's jitter) and no
-instance ran that tick or a later one; it is *failing* when its latest run failed. Every running scheduler
-judges its jobs from the lock documents it already reads at each schedule sync (no extra store read); the
+instance ran that tick or a later one; it is *failing* when its latest run failed (or timed out). Every running
+scheduler judges its jobs from the lock documents it already reads at each schedule sync (no extra store read); the
 first instance to see a problem opens the incident in the store (:meth:`ControlStore.open_incident`, atomic), so
 one ERROR and one ``"overdue"`` (or ``"failing"``) event go out per incident.
 
@@ -28,7 +28,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from ..errors import StoreUnavailable
-from ..stores.base import ControlStore
+from ..stores.base import FAILING, ControlStore
 from .control import jitter_delay
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ def job_problems(job: Job, state: LockState | None, trigger: CronTrigger, *, now
     if tick is not None:
         problems.append(Problem(job.name, "overdue", tick, f"no instance ran the tick of {tick.isoformat()} "
                                                            f"(alert after {delay})"))
-    if state.last_outcome == "failed":
+    if state.last_outcome in FAILING:  # a timed-out run is a failure too
         since = state.last_finished_at or now
         problems.append(Problem(job.name, "failing", since, state.last_error or "its latest run failed"))
     return problems

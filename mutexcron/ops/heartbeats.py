@@ -1,4 +1,5 @@
-"""The heartbeat registry: one thread per scheduler generation renews every lock its running bodies hold."""
+"""The heartbeat registry: one thread per scheduler generation renews every lock its running bodies hold, and
+tells a body that outlives its job's ``timeout`` to stop (docs/run-limits.md)."""
 
 from __future__ import annotations
 
@@ -26,15 +27,25 @@ class Beat:
     due: float  # time.monotonic() of the next renewal
     last_renewed: float
     in_flight: bool = False
+    deadline: float | None = None  # time.monotonic() when the job's timeout passes (None: no timeout)
+    timed_out: bool = False  # the deadline passed while the body ran: ctx.cancelled was set
+
+    def wake_at(self) -> float:
+        """When the thread must next look at this beat: its renewal, or its deadline if that comes first."""
+        if self.deadline is None or self.timed_out:
+            return self.due
+        return min(self.due, self.deadline)
 
 
 class Heartbeats:
     """One thread that renews every lock it was given every ``lease / 3``, until :meth:`stop`.
 
     A run whose lock was taken away (its lease ran out and another instance took it) is marked lost
-    and logged. One shared thread instead of one per run keeps a short job's overhead low. Stopping
-    is final: :meth:`add` then refuses, so a fire that was still acquiring when the scheduler shut down
-    can never start a second thread (nor revive the first, which a shutdown would then wait for forever).
+    and logged. A run past its job's ``timeout`` is told to stop (``ctx.cancelled``) and its lock is renewed no
+    more, so that a body ignoring the signal holds it at most ``timeout + lease``. One shared thread instead of
+    one per run keeps a short job's overhead low. Stopping is final: :meth:`add` then refuses, so a fire that was
+    still acquiring when the scheduler shut down can never start a second thread (nor revive the first, which a
+    shutdown would then wait for forever).
     """
 
     # When it holds no lock the thread still looks in once a second, so that adding a run whose first
@@ -56,7 +67,8 @@ class Heartbeats:
     def add(self, job: Job, ctx: JobContext) -> Beat | None:
         """Renew this run's lock from now on; None (and nothing renewed) once the registry is stopped."""
         now = time.monotonic()
-        beat = Beat(job, ctx, now + job.lease.total_seconds() / 3, now)
+        deadline = None if job.timeout is None else now + job.timeout.total_seconds()
+        beat = Beat(job, ctx, now + job.lease.total_seconds() / 3, now, deadline=deadline)
         with self._changed:
             if self._stopped:
                 return None
@@ -64,7 +76,7 @@ class Heartbeats:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="mutexcron-heartbeat", daemon=True)
                 self._thread.start()
-            elif beat.due < self._wake_at:
+            elif beat.wake_at() < self._wake_at:
                 self._changed.notify_all()
         return beat
 
@@ -94,13 +106,15 @@ class Heartbeats:
             with self._changed:
                 while not self._stopped:
                     now = time.monotonic()
+                    self._time_out(now)
                     due = [beat for beat in self._beats if beat.due <= now]
                     if due:
                         break
-                    self._wake_at = min((beat.due for beat in self._beats), default=now + self.IDLE_WAKE)
+                    self._wake_at = min((beat.wake_at() for beat in self._beats), default=now + self.IDLE_WAKE)
                     self._changed.wait(self._wake_at - now)
                 if self._stopped:
                     return
+                due = [beat for beat in due if not self._abandon(beat)]
                 for beat in due:
                     beat.in_flight = True
             for beat in due:
@@ -111,6 +125,27 @@ class Heartbeats:
                     if lost:
                         self._beats.discard(beat)
                     self._changed.notify_all()
+
+    def _time_out(self, now: float) -> None:
+        """Tell each body whose deadline passed to stop (called with the condition held)."""
+        for beat in self._beats:
+            if beat.deadline is not None and not beat.timed_out and beat.deadline <= now:
+                beat.timed_out = True
+                beat.ctx.cancelled.set()
+                logger.warning("job %r (fire %s): still running after its timeout (%s): told to stop (ctx.cancelled)",
+                               beat.job.name, beat.ctx.fire_time.isoformat(), beat.job.timeout)
+
+    def _abandon(self, beat: Beat) -> bool:
+        """True (and the beat dropped, its lock left to expire) for a renewal due after the body's timeout: a body
+        that ignores the signal keeps its lock at most ``timeout + lease`` (called with the condition held)."""
+        if not beat.timed_out:
+            return False
+        self._beats.discard(beat)
+        logger.error("job %r (fire %s, token %d): the body still runs past its timeout (%s) and ignores "
+                     "ctx.cancelled: its lock is no longer renewed and expires within its lease (%s), after which "
+                     "the next tick may run on any instance", beat.job.name, beat.ctx.fire_time.isoformat(),
+                     beat.ctx.token, beat.job.timeout, beat.job.lease)
+        return True
 
     def _renew(self, beat: Beat) -> bool:
         """Renew one lock; True if it is lost."""

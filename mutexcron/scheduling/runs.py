@@ -8,7 +8,6 @@ import dataclasses
 import functools
 import logging
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import StoreUnavailable
 from ..ops.control import missed_ticks
+from ..ops.run_limits import BodyEnd, late_start
 from ..records import JobContext, Outcome, RunRecord
 from ..stores import AcquireStatus, Acquisition, LockStore, require_control
 from .fires import Fire, HandOff
@@ -256,7 +256,14 @@ class Runs:
         return self._finish(record)
 
     def _gate(self, fire: Fire) -> tuple[Outcome, str] | None:
-        """The fire's gate's answer (None without a gate): a store it cannot ask is a skip for a store error."""
+        """Whether a fire whose lock is won runs (None) or is skipped: too late for its job's ``start_deadline``
+        (a scheduled tick: not a manual run, a catch-up or a backfill, late by design), else its gate's answer (a
+        store the gate cannot ask is a skip for a store error)."""
+        late = None if fire.manual or fire.catch_up or fire.backfill else late_start(fire.job, fire.time,
+                                                                                        self.options.now())
+        if late is not None:
+            logger.warning("job %r fire %s skipped: %s", fire.job.name, fire.time.isoformat(), late)
+            return Outcome.SKIPPED_LATE, late
         if fire.gate is None:
             return None
         try:
@@ -320,18 +327,18 @@ class Runs:
         if listeners.wants("started"):
             listeners.notify(RunRecord(job.name, fire_time, self.options.name(), None, started_at, None, token=token,
                                        manual=fire.manual, catch_up=ctx.catch_up, backfill=ctx.backfill), "started")
-        outcome, error = Outcome.SUCCEEDED, None
+        end = BodyEnd()
         try:
             with self.reports.telemetry.body(job, ctx):
                 job.call(ctx)
-        except Exception:
-            outcome, error = Outcome.FAILED, traceback.format_exc()
-            logger.exception("job %r (fire %s) failed", job.name, fire_time.isoformat())
-        except BaseException:  # SystemExit, KeyboardInterrupt: released as failed (not as a success), then raised
-            outcome, error = Outcome.FAILED, traceback.format_exc()
+        except Exception as raised:
+            end.raised(raised)
+        except BaseException as raised:  # SystemExit, KeyboardInterrupt: released as failed (or timed out), raised
+            end.raised(raised)
             raise
         finally:
             life.heartbeats.remove(beat)
+            outcome, error = end.verdict(job, beat, logger, f"fire {fire_time.isoformat()}")
             if life.finalized:
                 logger.warning("job %r (fire %s) ended after shutdown gave up waiting for it; its lock expires "
                                "with its lease", job.name, fire_time.isoformat())

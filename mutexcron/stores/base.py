@@ -20,7 +20,7 @@ from enum import StrEnum
 from .._common import duration_ms, epoch_ms, ms_to_datetime
 from ..errors import ControlNotSupported, StoreUnavailable
 
-__all__ = ["MAX_DEFINITION", "MAX_ERROR_LINE", "MAX_INCIDENT", "OUTCOMES", "AcquireRequest", "AcquireStatus",
+__all__ = ["FAILING", "MAX_DEFINITION", "MAX_ERROR_LINE", "MAX_INCIDENT", "OUTCOMES", "AcquireRequest", "AcquireStatus",
            "Acquisition", "ControlStore", "LockState", "LockStore", "check_definition", "check_incident",
            "check_outcome", "datetime_to_ms", "duration_ms", "ms_to_datetime", "require_control", "supports_control"]
 
@@ -51,7 +51,7 @@ class LockState:
     schedule_changed_at: datetime | None = None
     # What the runs left behind, for alerts (mutexcron.ops.alerts): written by release(outcome=...), atomically.
     created_at: datetime | None = None  # when the document was first made (kept across delete and revive)
-    last_outcome: str | None = None  # "succeeded" or "failed": the latest run released with an outcome
+    last_outcome: str | None = None  # "succeeded", "failed" or "timed_out": the latest run released with an outcome
     last_finished_at: datetime | None = None  # when that run was released (store clock)
     last_success_at: datetime | None = None  # when the latest succeeded run was released (store clock)
     last_error: str | None = None  # the failed run's error, one line (at most MAX_ERROR_LINE characters)
@@ -162,7 +162,7 @@ class LockStore(ABC):
     def release(self, name: str, *, token: int, hold_at_least: timedelta = timedelta(0),
                 outcome: str | None = None, error: str | None = None) -> bool:
         """Release the lock if ``token`` holds it; with ``hold_at_least``, keep it until the acquisition
-        time plus that duration. With ``outcome`` (``"succeeded"`` or ``"failed"``), in the same atomic step:
+        time plus that duration. With ``outcome`` (one of OUTCOMES), in the same atomic step:
         ``last_outcome``, ``last_finished_at`` = now, ``last_error`` (``error``, None on success) and, on
         success, ``last_success_at`` = now. Returns False (and changes nothing) for a stale token. A store
         without a control plane keeps no outcomes (they serve alerts) and may ignore ``outcome`` and ``error``."""
@@ -272,7 +272,8 @@ def require_control(store: LockStore, operation: str) -> ControlStore:
     return store
 
 
-OUTCOMES = ("succeeded", "failed")  # what release(outcome=) takes
+OUTCOMES = ("succeeded", "failed", "timed_out")  # what release(outcome=) takes
+FAILING = ("failed", "timed_out")  # the outcomes whose error a store keeps, and that alerts call failing
 MAX_ERROR_LINE = 500
 
 
@@ -281,7 +282,7 @@ def check_outcome(outcome: str | None, error: str | None) -> str | None:
     outcome release() does not take."""
     if outcome is not None and outcome not in OUTCOMES:
         raise ValueError(f"release outcome must be one of {OUTCOMES} or None, not {outcome!r}")
-    if outcome != "failed" or not error:
+    if outcome not in FAILING or not error:
         return None
     lines = [line for line in error.strip().splitlines() if line.strip()]
     line = lines[-1].strip() if lines else ""  # a traceback's last line names the exception

@@ -15,7 +15,6 @@ import logging
 import os
 import socket
 import time
-import traceback
 from collections.abc import Callable, Collection
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -24,6 +23,7 @@ from ..errors import StoreUnavailable
 from ..listeners import Listener, Listeners
 from ..ops.heartbeats import Heartbeats
 from ..ops.pings import Pings
+from ..ops.run_limits import BodyEnd
 from ..records import Outcome, RunRecord
 from ..registry import Job, Registry, default_registry
 from ..scheduling.runtime import ScheduleDefinition
@@ -38,7 +38,8 @@ __all__ = ["TASK_TYPE", "JobRunner", "JobTask", "declared_or_stored", "tick_task
 
 logger = logging.getLogger("mutexcron.tasks.jobs")
 
-FINISHED = ("succeeded", "failed")  # what a task's result says once its body ran (or was refused: "not_run")
+# What a task's result says once its body ran (or was refused: "not_run").
+FINISHED = ("succeeded", "failed", "timed_out")
 
 
 def declared_or_stored(registry: Registry, store: LockStore) -> Callable[[str], Job]:
@@ -135,16 +136,16 @@ class JobRunner:
         beat = self._heartbeats.add(job, ctx)
         if self.listeners.wants("started"):
             self.listeners.notify(task.record(self.instance_id, None, started_at), "started")
-        outcome, error = Outcome.SUCCEEDED, None
+        end = BodyEnd()  # the job's timeout holds here too: the heartbeat tells the body to stop
         try:
             with self.telemetry.body(job, ctx):
                 job.call(ctx)
-        except Exception:
-            outcome, error = Outcome.FAILED, traceback.format_exc()
-            logger.exception("job %r (tick %s) failed in task %s", job.name, task.fire_time.isoformat(), task.task_id)
+        except Exception as raised:
+            end.raised(raised)
         finally:
             if beat is not None:
                 self._heartbeats.remove(beat)
+        outcome, error = end.verdict(job, beat, logger, f"tick {task.fire_time.isoformat()}, task {task.task_id}")
         hold = job.hold_at_least.total_seconds()
         # The result first: a worker that dies between the two leaves a task that, tried again, only releases.
         self._store_result(task, {"outcome": str(outcome), "error": error, "token": task.token, "hold": hold,

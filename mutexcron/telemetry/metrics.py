@@ -172,7 +172,7 @@ class JobMetrics(Telemetry):
         if counter is None:
             counter = series.runs[outcome] = self._families.runs.labels(record.job_name, outcome.value)
         counter.inc()
-        if outcome is not Outcome.SUCCEEDED and outcome is not Outcome.FAILED:
+        if not outcome.ran:  # a skip: counted, no duration
             return
         token = record.token
         body_started = self._body_started.pop((record.job_name, token), None) if token is not None else None

@@ -179,10 +179,11 @@ class LockAdmin(LockControlAdmin):
         if outcome is Outcome.SUCCEEDED:
             self.message_user(request, f"Job “{name}” ran on {record.instance_id} and succeeded in {took}.",
                               messages.SUCCESS)
-        elif outcome is Outcome.FAILED:
+        elif outcome in (Outcome.FAILED, Outcome.TIMED_OUT):
+            verb = "timed out" if outcome is Outcome.TIMED_OUT else "failed"
             self.message_user(
                 request,
-                f"Job “{name}” ran on {record.instance_id} and failed after {took}: {last_line(record.error)} "
+                f"Job “{name}” ran on {record.instance_id} and {verb} after {took}: {last_line(record.error)} "
                 "(the traceback is in the run history).",
                 messages.ERROR,
             )

@@ -19,16 +19,19 @@ __all__ = ["STATES", "Bar", "Point", "StripCell", "histogram", "sparkline", "spr
 STATES: dict[str, str] = {
     "succeeded": "Succeeded",
     "failed": "Failed",
+    "timed_out": "Timed out",
+    "replaced": "Replaced",
     "caught_up": "Caught up",
     "missed": "Missed",
-    "skipped": "Skipped (busy, store error, stale schedule)",
+    "skipped": "Skipped (busy, store error, stale schedule, late)",
     "paused": "Paused",
     "running": "Running",
     "unrecorded": "Taken, no outcome recorded",
     "pending": "Pending (within its alert delay)",
 }
 # Shapes as well as colours, so the states differ without colour too: (y offset, height) as parts of a cell.
-_SHAPES: dict[str, tuple[float, float]] = {"paused": (0.3, 0.4), "skipped": (0.25, 0.75), "pending": (0.6, 0.4)}
+_SHAPES: dict[str, tuple[float, float]] = {"paused": (0.3, 0.4), "skipped": (0.25, 0.75), "pending": (0.6, 0.4),
+                                           "timed_out": (0.0, 0.6), "replaced": (0.4, 0.6)}
 SERIES = 8  # histogram colours (mx-series-0 .. 7), then they repeat
 HISTOGRAM_BAR, HISTOGRAM_GAP, HISTOGRAM_HEIGHT = 18.0, 4.0, 90.0  # a bar's width, the gap after it, the chart's height
 

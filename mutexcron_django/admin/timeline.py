@@ -43,7 +43,10 @@ __all__ = ["MAX_TICKS", "STRIP_TICKS", "WINDOW", "TickCell", "Timeline", "build_
 WINDOW = timedelta(hours=24)
 MAX_TICKS = 200  # the Timeline page
 STRIP_TICKS = 30  # the Locks page
-RAN = (JobRun.Outcome.SUCCEEDED, JobRun.Outcome.FAILED)
+RAN = (JobRun.Outcome.SUCCEEDED, JobRun.Outcome.FAILED, JobRun.Outcome.TIMED_OUT, JobRun.Outcome.REPLACED)
+# A run's state by its outcome (else succeeded, or caught_up).
+RAN_STATES: dict[str, str] = {JobRun.Outcome.FAILED: "failed", JobRun.Outcome.TIMED_OUT: "timed_out",
+                              JobRun.Outcome.REPLACED: "replaced"}
 PLACEHOLDER = JobRun.Outcome.SKIPPED_ALREADY_RAN
 ENQUEUED = JobRun.Outcome.ENQUEUED  # run_on="tasks": the tick's row until its worker's run takes it over
 
@@ -189,7 +192,8 @@ class _Judge:
         if runs:
             return self._ran(tick, when, runs[0], rows)
         placeholder = next((row for row in rows if row.outcome in (PLACEHOLDER, ENQUEUED)), None)
-        if placeholder is not None or self.state.last_fire_time == tick:
+        late = any(row.outcome == JobRun.Outcome.SKIPPED_LATE for row in rows)  # taken, then skipped unrun
+        if not late and (placeholder is not None or self.state.last_fire_time == tick):
             fires = placeholder.fires if placeholder is not None else []
             state = "running" if self.held_for(tick) else "unrecorded"
             told = "running now" if state == "running" else "taken, but no outcome was recorded"
@@ -210,18 +214,19 @@ class _Judge:
         return TickCell(tick, "missed", f"{when}: missed: no instance ran it")
 
     def _ran(self, tick: datetime, when: str, run: JobRun, rows: list[JobRun]) -> TickCell:
-        state = "failed" if run.outcome == JobRun.Outcome.FAILED else "caught_up" if run.catch_up else "succeeded"
+        state = RAN_STATES.get(str(run.outcome), "caught_up" if run.catch_up else "succeeded")
         started, finished = utc_time(run, "started_at"), utc_time(run, "finished_at")
         lateness = started - tick if started is not None else None
         duration = finished - started if started is not None and finished is not None else None
         words = {"failed": "failed", "caught_up": "caught up (run late by its catch_up policy)",
-                 "succeeded": "succeeded"}[state]
+                 "succeeded": "succeeded", "timed_out": "timed out (told to stop after its timeout)",
+                 "replaced": "replaced (told to stop for a newer tick)"}[state]
         title = f"{when}: {words}{' by a backfill' if run.backfill else ''} on {run.instance_id}"
         if lateness is not None:
             title += f", {lateness.total_seconds():+.3f} s late"
         if duration is not None:
             title += f", took {format_duration(duration)}"
-        if state == "failed" and last_line(run.error):
+        if state in ("failed", "timed_out") and last_line(run.error):
             title += f"\n{last_line(run.error)}"
         others = [row for row in rows if row is not run]
         fires = run.fires + [(row.instance_id, "" if row.outcome == PLACEHOLDER else row.outcome) for row in others]

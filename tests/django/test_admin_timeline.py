@@ -258,3 +258,24 @@ def test_a_job_in_its_own_zone_shows_its_ticks_there_and_keys_them_in_utc(admin_
     tick, _, title = found[0]
     assert tick.utcoffset() == timedelta(0) and tick.astimezone(ZoneInfo("Europe/Paris")).hour == 9
     assert title.startswith(tick.astimezone(ZoneInfo("Europe/Paris")).strftime("%Y-%m-%d 09:30:00 CE"))
+
+
+def test_timed_out_and_replaced_runs_have_their_own_states_and_a_skipped_late_tick_is_a_skip(
+        admin_client: Client, declare: Declarations) -> None:
+    known = known_history(declare, ["missed", "missed", "missed", "succeeded"])
+    timed_out, replaced, late = known.ticks[:3]
+    for record in (fire(timed_out, "web-1", Outcome.TIMED_OUT, took=2.0, error="timed out: past its timeout"),
+                   fire(timed_out, "web-2", Outcome.SKIPPED_ALREADY_RAN),
+                   fire(replaced, "web-2", Outcome.REPLACED, took=1.0),
+                   fire(late, "web-3", Outcome.SKIPPED_ALREADY_RAN),
+                   fire(late, "web-1", Outcome.SKIPPED_LATE, error="later than its start_deadline")):
+        history.write(record)
+
+    strip = section(page(admin_client, timeline_url(JOB)), 'id="mutexcron-timeline-strip"')
+    found = cells(strip)
+
+    assert [state for _, state, _ in found] == ["timed_out", "replaced", "skipped", "succeeded"]
+    assert 'class="mx-cell mx-timed_out"' in strip and 'class="mx-cell mx-replaced"' in strip
+    assert "timed out (told to stop after its timeout) on web-1" in found[0][2] and "past its timeout" in found[0][2]
+    assert "replaced (told to stop for a newer tick) on web-2" in found[1][2]
+    assert "skipped_late on web-1: later than its start_deadline" in found[2][2]

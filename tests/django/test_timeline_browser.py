@@ -29,7 +29,8 @@ from tests.django.timeline_history import known_history
 JOB = "reports.refresh_dashboards"
 STATES = (["succeeded"] * 18 + ["failed", "failed"] + ["succeeded"] * 9 + ["missed"] + ["succeeded"] * 8
           + ["paused"] * 8 + ["succeeded"] * 10 + ["missed", "missed", "caught_up"] + ["succeeded"] * 6
-          + ["skipped"] + ["succeeded"] * 14 + ["unrecorded"] + ["succeeded"] * 14 + ["pending"])
+          + ["skipped"] + ["succeeded"] * 6 + ["timed_out"] + ["succeeded"] * 7 + ["unrecorded"] + ["succeeded"] * 6
+          + ["replaced"] + ["succeeded"] * 7 + ["pending"])
 
 
 def artifacts(kind: str = "timeline") -> Path:
@@ -99,21 +100,22 @@ def test_the_timeline_shows_one_cell_per_tick_in_both_themes(live_server: Any, b
         assert strip.size["width"] <= browser.find_element(By.ID, "content-main").size["width"]
 
         def fills() -> dict[str, str]:
-            script = ("return Object.fromEntries(['succeeded','failed','missed','paused','caught_up'].map(s => "
+            script = ("return Object.fromEntries(['succeeded','failed','missed','paused','caught_up','timed_out',"
+                      "'replaced'].map(s => "
                       "[s, getComputedStyle(document.querySelector('#mutexcron-timeline-strip .mx-' + s)).fill]))")
             result: dict[str, str] = browser.execute_script(script)
             return result
 
         browser.execute_script("document.documentElement.dataset.theme = 'light'")
         light = fills()
-        assert len(set(light.values())) == 5, light  # five states, five colours
+        assert len(set(light.values())) == 7, light  # seven states, seven colours (timed_out, replaced their own)
         figure = browser.find_element(By.ID, "content")
         save(browser, shots / "timeline-light.png", "the timeline (light theme)")
         save(browser, shots / "timeline-light-figure.png", "the timeline's pictures (light theme)", figure)
 
         browser.execute_script("document.documentElement.dataset.theme = 'dark'")
         dark = fills()
-        assert dark != light and len(set(dark.values())) == 5, dark
+        assert dark != light and len(set(dark.values())) == 7, dark
         body = browser.execute_script("return getComputedStyle(document.documentElement).getPropertyValue("
                                       "'--body-bg').trim()")
         assert body == "#121212", body  # the admin's dark theme is on

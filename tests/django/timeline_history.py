@@ -68,10 +68,12 @@ def _fires(job: str, number: int, tick: datetime, state: str) -> list[RunRecord]
     skip = [fire(tick, other, Outcome.SKIPPED_ALREADY_RAN, late=0.01 + 0.4 * n, job=job)
             for n, other in enumerate(i for i in INSTANCES if i != runner)]
     took = duration(number)
-    if state in ("succeeded", "failed", "caught_up"):
+    if state in ("succeeded", "failed", "caught_up", "timed_out", "replaced"):
         failed = state == "failed"
         late = 330.5 if state == "caught_up" else 0.004 + number % 5 / 100
-        run = fire(tick, runner, Outcome.FAILED if failed else Outcome.SUCCEEDED, late=late,
+        outcome = {"failed": Outcome.FAILED, "timed_out": Outcome.TIMED_OUT, "replaced": Outcome.REPLACED}.get(
+            state, Outcome.SUCCEEDED)
+        run = fire(tick, runner, outcome, late=late,
                    took=took, token=number + 1, catch_up=state == "caught_up", job=job,
                    error="Traceback (most recent call last):\nValueError: boom" if failed else None)
         if state == "caught_up":

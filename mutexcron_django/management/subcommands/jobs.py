@@ -99,10 +99,11 @@ def _report(command: BaseCommand, record: RunRecord) -> None:
         command.stdout.write(f"job {record.job_name!r} enqueued {where} as task {record.task_id} (token "
                              f"{record.token}): a task worker runs it")
         return
-    if record.outcome is Outcome.FAILED:
+    if record.outcome in (Outcome.FAILED, Outcome.TIMED_OUT):
         error = (record.error or "").rstrip()
         command.stderr.write(error)
-        raise CommandError(f"job {record.job_name!r} failed after {took:.3f}s {where}: "
+        verb = "timed out" if record.outcome is Outcome.TIMED_OUT else "failed"
+        raise CommandError(f"job {record.job_name!r} {verb} after {took:.3f}s {where}: "
                            f"{error.splitlines()[-1] if error else 'unknown error'}")
     raise CommandError(f"job {record.job_name!r} did not run: {record.outcome}: {record.error}")
 
