@@ -100,9 +100,9 @@ def test_fastapi_example_under_uvicorn_with_three_workers_runs_each_tick_once(
 def test_flask_example_under_gunicorn_with_three_workers_runs_each_tick_once(
         tmp_path: Path, redis_url: str, redis_server_url: str, ticks_list: tuple[redis.Redis, str]) -> None:
     port = free_port()
-    command = [server_binary("gunicorn"), "--chdir", str(EXAMPLES / "flask_app"), "-c", str(EXAMPLES / "flask_app" / "gunicorn.conf.py"),
-               "app:app", "-w", str(WORKERS), "--bind", f"127.0.0.1:{port}", "--graceful-timeout", "20",
-               "--log-config-json", logging_config(tmp_path), "--no-control-socket"]
+    config = EXAMPLES / "flask_app" / "gunicorn.conf.py"
+    command = [server_binary("gunicorn"), "--chdir", str(EXAMPLES / "flask_app"), "-c", str(config), "app:app",
+               "-w", str(WORKERS), "--bind", f"127.0.0.1:{port}", "--graceful-timeout", "20", "--log-config-json", logging_config(tmp_path), "--no-control-socket"]
     server = WebServer.spawn("gunicorn", command, port=port, tmp=tmp_path, ticks=ticks_list,
                              env=environment(redis_url, redis_server_url, ticks_list[1], tmp_path))
     try:
