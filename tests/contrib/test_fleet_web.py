@@ -102,7 +102,8 @@ def test_flask_example_under_gunicorn_with_three_workers_runs_each_tick_once(
     port = free_port()
     config = EXAMPLES / "flask_app" / "gunicorn.conf.py"
     command = [server_binary("gunicorn"), "--chdir", str(EXAMPLES / "flask_app"), "-c", str(config), "app:app",
-               "-w", str(WORKERS), "--bind", f"127.0.0.1:{port}", "--graceful-timeout", "20", "--log-config-json", logging_config(tmp_path), "--no-control-socket"]
+               "-w", str(WORKERS), "--bind", f"127.0.0.1:{port}", "--graceful-timeout", "20",
+               "--log-config-json", logging_config(tmp_path), "--no-control-socket"]
     server = WebServer.spawn("gunicorn", command, port=port, tmp=tmp_path, ticks=ticks_list,
                              env=environment(redis_url, redis_server_url, ticks_list[1], tmp_path))
     try:
