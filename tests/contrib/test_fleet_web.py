@@ -80,21 +80,26 @@ def check_the_fleet(server: WebServer, supervisor: int) -> str:
     return f"{summary['ticks']} ticks each run once; runs per worker pid {summary['runs_per_pid']}; metrics {ran:.0f}"
 
 
+def serve_and_check(server: WebServer, label: str) -> None:
+    """Check the fleet of ``server``, then stop it: a clean exit (every worker shut its scheduler down)."""
+    try:
+        summary = check_the_fleet(server, supervisor=server.process.pid)
+        assert server.stop() == 0, server.tail()
+        print(f"{label}: {summary}")
+    finally:
+        server.stop()
+        print(server.tail())  # shown by pytest only if the test failed
+
+
 def test_fastapi_example_under_uvicorn_with_three_workers_runs_each_tick_once(
         tmp_path: Path, redis_url: str, redis_server_url: str, ticks_list: tuple[redis.Redis, str]) -> None:
     port = free_port()
     command = [server_binary("uvicorn"), "--app-dir", str(EXAMPLES / "fastapi_app"), "app:app",
                "--workers", str(WORKERS), "--host", "127.0.0.1", "--port", str(port),
                "--log-config", logging_config(tmp_path)]
-    server = WebServer.spawn("uvicorn", command, port=port, tmp=tmp_path, ticks=ticks_list,
-                             env=environment(redis_url, redis_server_url, ticks_list[1], tmp_path))
-    try:
-        summary = check_the_fleet(server, supervisor=server.process.pid)
-        assert server.stop() == 0, server.tail()
-        print(f"uvicorn --workers {WORKERS}: {summary}")
-    finally:
-        server.stop()
-        print(server.tail())  # shown by pytest only if the test failed
+    serve_and_check(WebServer.spawn("uvicorn", command, port=port, tmp=tmp_path, ticks=ticks_list,
+                                    env=environment(redis_url, redis_server_url, ticks_list[1], tmp_path)),
+                    f"uvicorn --workers {WORKERS}")
 
 
 def test_flask_example_under_gunicorn_with_three_workers_runs_each_tick_once(
@@ -104,14 +109,8 @@ def test_flask_example_under_gunicorn_with_three_workers_runs_each_tick_once(
     command = [server_binary("gunicorn"), "--chdir", str(EXAMPLES / "flask_app"), "-c", str(config), "app:app",
                "-w", str(WORKERS), "--bind", f"127.0.0.1:{port}", "--graceful-timeout", "20",
                "--log-config-json", logging_config(tmp_path), "--no-control-socket"]
-    server = WebServer.spawn("gunicorn", command, port=port, tmp=tmp_path, ticks=ticks_list,
-                             env=environment(redis_url, redis_server_url, ticks_list[1], tmp_path))
-    try:
-        summary = check_the_fleet(server, supervisor=server.process.pid)
-        assert server.stop() == 0, server.tail()
-        print(f"gunicorn -w {WORKERS}: {summary}")
-    finally:
-        server.stop()
-        print(server.tail())
+    serve_and_check(WebServer.spawn("gunicorn", command, port=port, tmp=tmp_path, ticks=ticks_list,
+                                    env=environment(redis_url, redis_server_url, ticks_list[1], tmp_path)),
+                    f"gunicorn -w {WORKERS}")
 
 
