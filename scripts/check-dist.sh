@@ -24,7 +24,7 @@ wanted = {
     "mutexcron_django/management/commands/": has("mutexcron_django/management/commands/", ".py"),
 }
 static = [n for n in names if n.startswith("mutexcron_django/static/")]
-unwanted = [n for n in names if n.split("/")[0] in {"tests", "bench", "example_project", "docs", "scripts", "typings"}]
+unwanted = [n for n in names if n.split("/")[0] in {"tests", "bench", "example_project", "examples", "docs", "scripts", "typings"}]
 missing = [what for what, found in wanted.items() if not found]
 print(f"check-dist: {len(names)} files in the wheel, {len(static)} static")
 if missing or unwanted:
