@@ -59,7 +59,7 @@ class TestRedisLockStoreWaitingForReplicas(LockStoreContract, OverlapContract):
         self.store.close()
 
 
-class TestMongoLockStore(LockStoreContract):
+class TestMongoLockStore(LockStoreContract, OverlapContract):
     @pytest.fixture(autouse=True)
     def _store(self, mongo_url: str) -> Iterator[None]:
         self.store = store_from_url(mongo_url)
