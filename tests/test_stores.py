@@ -12,15 +12,16 @@ from mutexcron.stores import AcquireRequest, AcquireStatus, Acquisition, LockSto
 from mutexcron.stores.mongo import MongoLockStore
 from mutexcron.stores.redis import RedisLockStore
 from tests.contract import LockStoreContract
+from tests.overlap_contract import OverlapContract
 
 
-class TestMemoryLockStore(LockStoreContract):
+class TestMemoryLockStore(LockStoreContract, OverlapContract):
     @pytest.fixture(autouse=True)
     def _store(self) -> None:
         self.store = MemoryLockStore()
 
 
-class TestRedisLockStore(LockStoreContract):
+class TestRedisLockStore(LockStoreContract, OverlapContract):
     @pytest.fixture(autouse=True)
     def _store(self, redis_url: str) -> Iterator[None]:
         self.store = store_from_url(redis_url)
@@ -28,7 +29,7 @@ class TestRedisLockStore(LockStoreContract):
         self.store.close()
 
 
-class TestRedisClusterLockStore(LockStoreContract):
+class TestRedisClusterLockStore(LockStoreContract, OverlapContract):
     """The contract on the shared Redis Cluster (3 masters, 3 replicas): each job's hash is in its own slot."""
 
     @pytest.fixture(autouse=True)
@@ -38,7 +39,7 @@ class TestRedisClusterLockStore(LockStoreContract):
         self.store.close()
 
 
-class TestRedisSentinelLockStore(LockStoreContract):
+class TestRedisSentinelLockStore(LockStoreContract, OverlapContract):
     """The contract on the master that the shared Sentinel group names."""
 
     @pytest.fixture(autouse=True)
@@ -48,7 +49,7 @@ class TestRedisSentinelLockStore(LockStoreContract):
         self.store.close()
 
 
-class TestRedisLockStoreWaitingForReplicas(LockStoreContract):
+class TestRedisLockStoreWaitingForReplicas(LockStoreContract, OverlapContract):
     """The contract with ``wait_replicas=1``: on the cluster (WAIT on the key's master) and through Sentinel."""
 
     @pytest.fixture(autouse=True, params=["cluster_url", "sentinel_url"], ids=["cluster", "sentinel"])
@@ -58,7 +59,7 @@ class TestRedisLockStoreWaitingForReplicas(LockStoreContract):
         self.store.close()
 
 
-class TestMongoLockStore(LockStoreContract):
+class TestMongoLockStore(LockStoreContract, OverlapContract):
     @pytest.fixture(autouse=True)
     def _store(self, mongo_url: str) -> Iterator[None]:
         self.store = store_from_url(mongo_url)

@@ -22,8 +22,11 @@ from .base import (
     ControlStore,
     LockState,
     LockStore,
+    OverlapStore,
+    Renewal,
     require_control,
     supports_control,
+    supports_overlap,
 )
 from .memory import MemoryLockStore
 
@@ -42,10 +45,13 @@ __all__ = [
     "LockStore",
     "MemoryLockStore",
     "MongoLockStore",
+    "OverlapStore",
     "RedisLockStore",
+    "Renewal",
     "require_control",
     "store_from_url",
     "supports_control",
+    "supports_overlap",
 ]
 
 # scheme -> dotted path of the store class (imported on first use); other packages add theirs (mutexcron.plugins)

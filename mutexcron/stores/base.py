@@ -21,8 +21,9 @@ from .._common import duration_ms, epoch_ms, ms_to_datetime
 from ..errors import ControlNotSupported, StoreUnavailable
 
 __all__ = ["FAILING", "MAX_DEFINITION", "MAX_ERROR_LINE", "MAX_INCIDENT", "OUTCOMES", "AcquireRequest", "AcquireStatus",
-           "Acquisition", "ControlStore", "LockState", "LockStore", "check_definition", "check_incident",
-           "check_outcome", "datetime_to_ms", "duration_ms", "ms_to_datetime", "require_control", "supports_control"]
+           "Acquisition", "ControlStore", "LockState", "LockStore", "OverlapStore", "Renewal", "check_definition",
+           "check_incident", "check_outcome", "datetime_to_ms", "duration_ms", "ms_to_datetime", "require_control",
+           "supports_control", "supports_overlap"]
 
 datetime_to_ms = epoch_ms  # the stores' name for it (Redis keeps times as epoch milliseconds)
 
@@ -258,6 +259,43 @@ class ControlStore(ABC):
     def close_incident(self, name: str, incident: str) -> bool:
         """Clear the document's incident if it is ``incident``. True only for the one call that closed it
         (the fleet's one "recovered"); False, changing nothing, otherwise."""
+
+
+class Renewal(StrEnum):
+    """What :meth:`OverlapStore.renew_watching` found."""
+
+    RENEWED = "renewed"
+    STOP = "stop"  # renewed, and a newer tick asked this holder to stop (on_busy="replace")
+    LOST = "lost"  # the token no longer holds the lock: nothing renewed
+
+
+class OverlapStore(ABC):
+    """The overlap policies' state (``on_busy="buffer_one"`` and ``"replace"``, docs/overlap.md), which a store adds
+    besides :class:`LockStore`: on each lock document, one *next tick* slot and a *stop request* to its holder.
+
+    A store with it also keeps the slot in :meth:`LockStore.acquire`: while a live slot holds a tick, every acquire
+    but one fired for that tick is refused BUSY (after the refusals PAUSED, STALE_SCHEDULE and ALREADY_RAN), so
+    that no other tick overtakes it; the acquire that takes the lock empties the slot. A slot is live until its
+    ``lease`` from its last claim runs out, and while its tick is later than the document's last fire time."""
+
+    @abstractmethod
+    def claim_next(self, name: str, *, fire_time: datetime, lease: timedelta, replace: bool = False) -> bool:
+        """Make ``fire_time`` the tick the slot holds, live for ``lease`` from now (store clock), in one atomic
+        step. True if the slot is now this tick's: it was empty or dead, or held this tick (its lease renewed), or,
+        with ``replace``, held an earlier tick (overwritten); with ``replace`` the holder of a live lock is then
+        asked to stop (its :meth:`renew_watching` answers STOP). False, changing nothing, when ``fire_time`` is at or
+        before the last fire time (the tick was taken) or a live slot holds another tick (with ``replace``: a
+        later one). A missing or deleted document is refused (False)."""
+
+    @abstractmethod
+    def renew_watching(self, name: str, *, token: int, lease: timedelta) -> Renewal:
+        """:meth:`LockStore.renew`, also saying (STOP) whether a ``claim_next(replace=True)`` asked the holder of
+        ``token`` to stop."""
+
+
+def supports_overlap(store: LockStore) -> bool:
+    """True if ``store`` keeps the overlap policies' state fleet-wide: it is an :class:`OverlapStore`."""
+    return isinstance(store, OverlapStore)
 
 
 def supports_control(store: LockStore) -> bool:

@@ -13,6 +13,8 @@ from .base import (
     ControlStore,
     LockState,
     LockStore,
+    OverlapStore,
+    Renewal,
     check_definition,
     check_incident,
     check_outcome,
@@ -25,7 +27,7 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class MemoryLockStore(LockStore, ControlStore):
+class MemoryLockStore(LockStore, ControlStore, OverlapStore):
     """Locks in a dict guarded by a mutex. ``clock`` replaces the store's clock (tests move time by hand).
 
     A deleted lock stays in the dict as a tombstone (its name in ``_deleted``), hidden from readers, so its
@@ -36,6 +38,8 @@ class MemoryLockStore(LockStore, ControlStore):
         self._mutex = threading.Lock()
         self._locks: dict[str, LockState] = {}
         self._deleted: set[str] = set()
+        self._next: dict[str, tuple[datetime, datetime]] = {}  # the overlap slot: (tick, live until)
+        self._stop: dict[str, int] = {}  # the token whose holder is asked to stop (on_busy="replace")
 
     @classmethod
     def from_url(cls, url: str) -> MemoryLockStore:
@@ -67,8 +71,10 @@ class MemoryLockStore(LockStore, ControlStore):
                 return Acquisition(AcquireStatus.STALE_SCHEDULE, schedule_version=state.schedule_version)
             if fire_time is not None and state.last_fire_time is not None and state.last_fire_time >= fire_time:
                 return Acquisition(AcquireStatus.ALREADY_RAN, holder=state.locked_by)
-            if state.is_held(now):
+            slot = self._live_slot(state, now)
+            if state.is_held(now) or (slot is not None and slot != fire_time):
                 return Acquisition(AcquireStatus.BUSY, holder=state.locked_by)
+            self._next.pop(name, None)
             token = state.token + 1
             self._locks[name] = replace(
                 state,
@@ -81,17 +87,48 @@ class MemoryLockStore(LockStore, ControlStore):
             )
             return Acquisition(AcquireStatus.ACQUIRED, token=token)
 
+    def _live_slot(self, state: LockState, now: datetime) -> datetime | None:
+        """The tick the document's overlap slot holds while it is live (OverlapStore), else None."""
+        fire, until = self._next.get(state.name, (None, now))
+        if fire is None or until <= now or (state.last_fire_time is not None and fire <= state.last_fire_time):
+            return None
+        return fire
+
+    def claim_next(self, name: str, *, fire_time: datetime, lease: timedelta, replace: bool = False) -> bool:
+        fire = fire_time.astimezone(UTC)
+        with self._mutex:
+            state, now = self._locks.get(name), self._clock()
+            if state is None or name in self._deleted or (
+                    state.last_fire_time is not None and fire <= state.last_fire_time):
+                return False
+            slot = self._live_slot(state, now)
+            if slot is not None and slot != fire and not (replace and slot < fire):
+                return False
+            self._next[name] = (fire, now + lease)
+            if replace and state.is_held(now):
+                self._stop[name] = state.token
+            return True
+
+    def renew_watching(self, name: str, *, token: int, lease: timedelta) -> Renewal:
+        with self._mutex:
+            if not self._renew(name, token, lease):
+                return Renewal.LOST
+            return Renewal.STOP if self._stop.get(name) == token else Renewal.RENEWED
+
     def _holding(self, name: str, token: int) -> LockState | None:
         state = self._locks.get(name)
         return state if state is not None and state.locked and state.token == token else None
 
     def renew(self, name: str, *, token: int, lease: timedelta) -> bool:
         with self._mutex:
-            state = self._holding(name, token)
-            if state is None:
-                return False
-            self._locks[name] = replace(state, lock_until=self._clock() + lease)
-            return True
+            return self._renew(name, token, lease)
+
+    def _renew(self, name: str, token: int, lease: timedelta) -> bool:
+        state = self._holding(name, token)
+        if state is None:
+            return False
+        self._locks[name] = replace(state, lock_until=self._clock() + lease)
+        return True
 
     def release(self, name: str, *, token: int, hold_at_least: timedelta = timedelta(0),
                 outcome: str | None = None, error: str | None = None) -> bool:

@@ -36,6 +36,8 @@ from .base import (
     ControlStore,
     LockState,
     LockStore,
+    OverlapStore,
+    Renewal,
     check_definition,
     check_incident,
     check_outcome,
@@ -62,6 +64,8 @@ _VISIBLE = {"deleted": {"$ne": True}}  # documents written before tombstones exi
 _NO_UNTIL = {"$eq": [{"$ifNull": ["$paused_until", None]}, None]}
 _PAUSED = {"$and": [{"$eq": ["$paused", True]}, {"$or": [_NO_UNTIL, {"$gt": ["$paused_until", "$$NOW"]}]}]}
 _HELD = {"$and": [{"$eq": ["$locked", True]}, {"$gt": ["$lock_until", "$$NOW"]}]}
+# The overlap slot (OverlapStore) is live: claimed less than its lease ago, for a tick not yet taken.
+_SLOT_LIVE = {"$and": [{"$gt": ["$next_until", "$$NOW"]}, {"$gt": ["$next_fire", "$last_fire_time"]}]}
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -69,7 +73,7 @@ T = TypeVar("T")
 Document = dict[str, Any]
 
 
-class MongoLockStore(LockStore, ControlStore):
+class MongoLockStore(LockStore, ControlStore, OverlapStore):
     """Lock documents in one collection, ``_id`` = job name. Writes use write concern ``majority`` so a
     lock survives a primary failover; datetimes are read back as aware UTC whatever the client's options."""
 
@@ -164,6 +168,8 @@ class MongoLockStore(LockStore, ControlStore):
             reasons.append((AcquireStatus.ALREADY_RAN, {"$gte": ["$last_fire_time", fire]}))
             changes["last_fire_time"] = {"$literal": fire}
         reasons.append((AcquireStatus.BUSY, _HELD))
+        reasons.append((AcquireStatus.BUSY, {"$and": [_SLOT_LIVE, {"$ne": ["$next_fire", fire]}]}))
+        changes["next_fire"] = {"$literal": None}
         # The first reason that holds, or null: the atomic update's condition, and afterwards what refused it.
         refusal = {"$switch": {"branches": [{"case": case, "then": status.value} for status, case in reasons],
                                "default": None}}
@@ -193,6 +199,24 @@ class MongoLockStore(LockStore, ControlStore):
         update = [{"$set": {"lock_until": {"$add": ["$$NOW", duration_ms(lease)]}}}]
         result = self._call(self.collection.update_one, {"_id": name, "locked": True, "token": token}, update)
         return result.matched_count == 1
+
+    def claim_next(self, name: str, *, fire_time: datetime, lease: timedelta, replace: bool = False) -> bool:
+        fire = ms_to_datetime(datetime_to_ms(fire_time))
+        # A live slot refuses another tick; with replace, only a later one.
+        other = {"$and": [_SLOT_LIVE, {"$gt" if replace else "$ne": ["$next_fire", fire]}]}
+        refused = {"$or": [{"$gte": ["$last_fire_time", fire]}, other]}
+        query = {"_id": name, **_VISIBLE, "$expr": {"$eq": [refused, False]}}
+        changes: Document = {"next_fire": {"$literal": fire}, "next_until": {"$add": ["$$NOW", duration_ms(lease)]}}
+        if replace:
+            changes["stop_token"] = {"$cond": [_HELD, "$token", "$stop_token"]}
+        return self._call(self.collection.find_one_and_update, query, [{"$set": changes}]) is not None
+
+    def renew_watching(self, name: str, *, token: int, lease: timedelta) -> Renewal:
+        update = [{"$set": {"lock_until": {"$add": ["$$NOW", duration_ms(lease)]}}}]
+        renewed = self._call(self.collection.find_one_and_update, {"_id": name, "locked": True, "token": token}, update)
+        if renewed is None:
+            return Renewal.LOST
+        return Renewal.STOP if renewed.get("stop_token") == token else Renewal.RENEWED
 
     def release(self, name: str, *, token: int, hold_at_least: timedelta = timedelta(0),
                 outcome: str | None = None, error: str | None = None) -> bool:

@@ -31,6 +31,8 @@ from .base import (
     ControlStore,
     LockState,
     LockStore,
+    OverlapStore,
+    Renewal,
     check_definition,
     check_incident,
     check_outcome,
@@ -72,7 +74,7 @@ def _acquisition(status: Any, detail: Any) -> Acquisition:
     return Acquisition(_STATUSES[status], holder=detail or None)
 
 
-class RedisLockStore(RedisClient, LockStore, ControlStore):
+class RedisLockStore(RedisClient, LockStore, ControlStore, OverlapStore):
     """Lock hashes at ``<prefix>{<job name>}``; the braces make the name the Redis Cluster hash tag."""
 
     kind = "Redis store"
@@ -92,6 +94,8 @@ class RedisLockStore(RedisClient, LockStore, ControlStore):
         self._acquire = client.register_script(scripts.ACQUIRE)
         self._acquire_many = client.register_script(scripts.ACQUIRE_MANY)
         self._renew = client.register_script(scripts.RENEW)
+        self._renew_watching = client.register_script(scripts.RENEW_WATCHING)
+        self._claim_next = client.register_script(scripts.CLAIM_NEXT)
         self._release = client.register_script(scripts.RELEASE)
         self._force_unlock = client.register_script(scripts.FORCE_UNLOCK)
         self._delete = client.register_script(scripts.DELETE)
@@ -181,6 +185,14 @@ class RedisLockStore(RedisClient, LockStore, ControlStore):
 
     def renew(self, name: str, *, token: int, lease: timedelta) -> bool:
         return bool(self._call(self._renew, keys=[self.key(name)], args=[token, duration_ms(lease)]))
+
+    def renew_watching(self, name: str, *, token: int, lease: timedelta) -> Renewal:
+        answer = self._call(self._renew_watching, keys=[self.key(name)], args=[token, duration_ms(lease)])
+        return (Renewal.LOST, Renewal.RENEWED, Renewal.STOP)[int(answer)]
+
+    def claim_next(self, name: str, *, fire_time: datetime, lease: timedelta, replace: bool = False) -> bool:
+        args = [datetime_to_ms(fire_time), duration_ms(lease), "1" if replace else "0"]
+        return bool(self._call(self._claim_next, keys=[self.key(name)], args=args))
 
     def release(self, name: str, *, token: int, hold_at_least: timedelta = timedelta(0),
                 outcome: str | None = None, error: str | None = None) -> bool:

@@ -5,6 +5,7 @@ on the server and timed by its clock.
 __all__ = [
     "ACQUIRE",
     "ACQUIRE_MANY",
+    "CLAIM_NEXT",
     "CLOSE_INCIDENT",
     "DEFINE",
     "DELETE",
@@ -13,6 +14,7 @@ __all__ = [
     "PAUSE",
     "RELEASE",
     "RENEW",
+    "RENEW_WATCHING",
     "RESUME",
     "SEED",
     "SET_SCHEDULE",
@@ -46,14 +48,15 @@ SEED = _NOW + _REVIVE + "return revive(KEYS[1], ARGV[1])"
 
 # After _REVIVE. acquire(key, name, owner, lease_ms, fire_ms ('' for a manual run), schedule_version ('' for
 # unchecked), attempt (unique to the call)). Refusals in the contract's order: paused, stale schedule, already ran,
-# busy; a refusal writes nothing (but for reviving the hash). The same attempt again, while it holds the lock, is
+# busy (held, or a live overlap slot holding another tick: OverlapStore); a refusal writes nothing (but for reviving
+# the hash), a win empties the slot. The same attempt again, while it holds the lock, is
 # a client's retry of this call after its reply was lost: it gets the same answer, not 'already_ran' for its own tick.
 # A loser costs one HMGET, a winner one HSET more: at 8 instances x 100 jobs a tick the server's work for
 # each instant is on the fleet's critical path (each instance's batch waits behind the others').
 _ACQUIRE_ONE = """
 local function acquire(key, name, owner, lease, fire, wanted, attempt)
   local fields = {'locked', 'lock_until', 'last_fire_time', 'token', 'locked_by', 'paused', 'paused_until',
-                  'schedule_version', 'attempt', 'deleted'}
+                  'schedule_version', 'attempt', 'deleted', 'next_fire', 'next_until'}
   local h = redis.call('HMGET', key, unpack(fields))
   if h[10] ~= '0' then  -- no hash, a tombstone, or a hash from before tombstones: revive(), then read again
     revive(key, name)
@@ -70,10 +73,13 @@ local function acquire(key, name, owner, lease, fire, wanted, attempt)
   local last_fire = tonumber(h[3])
   if fire ~= '' and last_fire and last_fire >= tonumber(fire) then return {'already_ran', holder} end
   if h[1] == '1' and (tonumber(h[2]) or 0) > now then return {'busy', holder} end
+  local slot = tonumber(h[11])
+  if slot and (tonumber(h[12]) or 0) > now and (not last_fire or slot > last_fire)
+     and (fire == '' or tonumber(fire) ~= slot) then return {'busy', holder} end
   local token = (tonumber(h[4]) or 0) + 1
   local won = {'locked', '1', 'locked_by', owner, 'last_locked_at', now, 'lock_until', now + tonumber(lease),
-               'token', token, 'attempt', attempt}
-  if fire ~= '' then won[13] = 'last_fire_time'; won[14] = fire end
+               'token', token, 'attempt', attempt, 'next_fire', ''}
+  if fire ~= '' then won[15] = 'last_fire_time'; won[16] = fire end
   redis.call('HSET', key, unpack(won))
   return {'acquired', tostring(token)}
 end
@@ -98,6 +104,33 @@ RENEW = _NOW + """
 local h = redis.call('HMGET', KEYS[1], 'locked', 'token')
 if h[1] ~= '1' or h[2] ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'lock_until', now + tonumber(ARGV[2]))
+return 1
+"""
+
+# ARGV: token, lease_ms. RENEW, answering 2 (renewed, and asked to stop) when CLAIM_NEXT asked this token to stop.
+RENEW_WATCHING = _NOW + """
+local h = redis.call('HMGET', KEYS[1], 'locked', 'token', 'stop_token')
+if h[1] ~= '1' or h[2] ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'lock_until', now + tonumber(ARGV[2]))
+if h[3] == ARGV[1] then return 2 end
+return 1
+"""
+
+# ARGV: fire_ms, lease_ms, replace ('1' or '0'). The overlap slot (OverlapStore.claim_next): 1 if it now holds the
+# tick; with replace, the live lock's token is asked to stop. A slot is live until next_until, while its tick is
+# later than the last fire time.
+CLAIM_NEXT = _NOW + """
+local h = redis.call('HMGET', KEYS[1], 'locked', 'lock_until', 'last_fire_time', 'token', 'next_fire', 'next_until',
+                     'deleted')
+if not h[4] or h[7] == '1' then return 0 end
+local fire, last_fire, slot = tonumber(ARGV[1]), tonumber(h[3]), tonumber(h[5])
+if last_fire and fire <= last_fire then return 0 end
+if slot and (tonumber(h[6]) or 0) > now and (not last_fire or slot > last_fire) and slot ~= fire
+   and not (ARGV[3] == '1' and slot < fire) then return 0 end
+redis.call('HSET', KEYS[1], 'next_fire', ARGV[1], 'next_until', now + tonumber(ARGV[2]))
+if ARGV[3] == '1' and h[1] == '1' and (tonumber(h[2]) or 0) > now then
+  redis.call('HSET', KEYS[1], 'stop_token', h[4])
+end
 return 1
 """
 
