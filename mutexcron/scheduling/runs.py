@@ -327,6 +327,8 @@ class Runs:
         if listeners.wants("started"):
             listeners.notify(RunRecord(job.name, fire_time, self.options.name(), None, started_at, None, token=token,
                                        manual=fire.manual, catch_up=ctx.catch_up, backfill=ctx.backfill), "started")
+        if job.ping_url is not None:  # <url>/start: the monitor measures the run's time and sees a hang
+            life.pings.ping(job.ping_url, "start")
         end = BodyEnd()
         try:
             with self.reports.telemetry.body(job, ctx):

@@ -136,6 +136,8 @@ class JobRunner:
         beat = self._heartbeats.add(job, ctx)
         if self.listeners.wants("started"):
             self.listeners.notify(task.record(self.instance_id, None, started_at), "started")
+        if job.ping_url is not None:  # <url>/start from where the body runs
+            self._pings.ping(job.ping_url, "start")
         end = BodyEnd()  # the job's timeout holds here too: the heartbeat tells the body to stop
         try:
             with self.telemetry.body(job, ctx):

@@ -82,16 +82,16 @@ def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
 def test_a_succeeded_run_gets_the_ping_url(server: PingServer, registry: Registry, scheduler: Scheduler) -> None:
     mutex_cron("0 6 * * *", name="job", registry=registry, ping_url=server.url)(lambda: None)
     scheduler.run_now("job")
-    wait_until(lambda: server.paths, timeout=5, what="a ping")
-    assert server.paths == ["/ping/3f1c"]
+    wait_until(lambda: len(server.paths) == 2, timeout=5, what="the start and the success pings")
+    assert server.paths == ["/ping/3f1c/start", "/ping/3f1c"]
 
 
 def test_a_failed_run_gets_the_ping_url_with_fail(server: PingServer, registry: Registry,
                                                  scheduler: Scheduler) -> None:
     mutex_cron("0 6 * * *", name="job", registry=registry, ping_url=server.url + "/")(failing_body)
     scheduler.run_now("job")
-    wait_until(lambda: server.paths, timeout=5, what="a ping")
-    assert server.paths == ["/ping/3f1c/fail"]
+    wait_until(lambda: len(server.paths) == 2, timeout=5, what="the start and the failure pings")
+    assert server.paths == ["/ping/3f1c/start", "/ping/3f1c/fail"]
 
 
 @pytest.mark.parametrize(("body", "path", "sent"), [
@@ -103,8 +103,8 @@ def test_the_query_of_the_ping_url_is_kept_as_written_after_the_suffix(
         sent: str) -> None:
     mutex_cron("0 6 * * *", name="job", registry=registry, ping_url=server.url + path)(body)
     scheduler.run_now("job")
-    wait_until(lambda: server.paths, timeout=5, what="a ping")
-    assert server.paths == [sent]
+    wait_until(lambda: len(server.paths) == 2, timeout=5, what="the start and the end pings")
+    assert server.paths == ["/ping/3f1c/start?rid=7&next=/x/", sent]
 
 
 @pytest.mark.parametrize(("url", "kind", "target"), [
@@ -124,8 +124,39 @@ def test_a_skipped_fire_sends_no_ping(server: PingServer, registry: Registry, sc
     scheduler.run_now("job")  # busy: skipped
     scheduler.store.force_unlock("job")
     scheduler.run_now("job")  # this one runs
-    wait_until(lambda: server.paths, timeout=5, what="the run's ping")
-    assert server.paths == ["/ping/3f1c"]
+    wait_until(lambda: len(server.paths) == 2, timeout=5, what="the run's pings")
+    assert server.paths == ["/ping/3f1c/start", "/ping/3f1c"]
+
+
+def test_the_start_ping_is_sent_while_the_body_runs(server: PingServer, registry: Registry,
+                                                    scheduler: Scheduler) -> None:
+    started = threading.Event()
+
+    def body() -> None:
+        wait_until(lambda: server.paths, timeout=5, what="the start ping, sent before the body ends")
+        started.set()
+
+    mutex_cron("0 6 * * *", name="job", registry=registry, ping_url=server.url)(body)
+    scheduler.run_now("job")
+    assert started.is_set()
+    wait_until(lambda: len(server.paths) == 2, timeout=5, what="the success ping")
+    assert server.paths == ["/ping/3f1c/start", "/ping/3f1c"]
+
+
+def test_a_fire_skipped_as_late_sends_no_start_ping(server: PingServer, registry: Registry) -> None:
+    ran = threading.Event()
+    mutex_cron("* * * * * *", name="late", registry=registry, ping_url=server.url,
+               start_deadline=timedelta(microseconds=1))(ran.set)
+    mutex_cron("* * * * * *", name="control", registry=registry, ping_url=server.url + "/control")(lambda: None)
+    made = Scheduler(MemoryLockStore(), registry=registry, instance_id="A")
+    made.start()
+    try:
+        wait_until(lambda: len([p for p in server.paths if p.startswith("/ping/3f1c/control")]) >= 4, timeout=10,
+                   what="two runs of the control job")
+    finally:
+        made.shutdown(timeout=timedelta(seconds=2))
+    assert not ran.is_set()
+    assert [p for p in server.paths if not p.startswith("/ping/3f1c/control")] == []
 
 
 # -- failures, logged masked ---------------------------------------------------------------------------------

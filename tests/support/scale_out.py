@@ -147,6 +147,11 @@ class _Topology:
         """"master" or "slave", as the server on ``port`` says ("" if it does not answer)."""
         return _info(port, "replication").get("role", "")
 
+    def linked(self, port: int) -> bool:
+        """The server on ``port`` is a replica whose link to its master is up: WAIT can count it again."""
+        replication = _info(port, "replication")
+        return replication.get("role") == "slave" and replication.get("master_link_status") == "up"
+
     def replica_of(self, port: int) -> int:
         """The port of a live replica of the master on ``port``."""
         for replica in self.processes:

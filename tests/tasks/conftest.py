@@ -7,6 +7,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from mutexcron.stores import LockStore, store_from_url
+from mutexcron.tasks import HandlerRegistry, TaskQueue
 from mutexcron.tasks.records.redis import RedisTaskRecords
 
 
@@ -30,3 +32,19 @@ def redis_records(redis_url: str) -> Iterator[RedisTaskRecords]:
     store = RedisTaskRecords.from_url(redis_url)
     yield store
     store.close()
+
+
+@pytest.fixture
+def redis_store(redis_url: str) -> Iterator[LockStore]:
+    """A Redis lock store of this test's own (its db and prefix)."""
+    store = store_from_url(redis_url)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def worker_queue(redis_tasks_url: str) -> Iterator[TaskQueue]:
+    """A Redis task queue of this test's own, with a handler registry of its own, as worker ``worker-1``."""
+    queue = TaskQueue(redis_tasks_url, handlers=HandlerRegistry(), worker_id="worker-1")
+    yield queue
+    queue.close()

@@ -164,13 +164,16 @@ def test_pings_dropped_from_a_full_queue_are_counted_by_host_without_the_path(re
         job = declare_job(registry, spec="0 6 * * *", ping_url=server.url)
         scheduler = new_scheduler(MemoryLockStore(), metrics=True)
         server.hold.clear()
-        scheduler.run_now(job)
+        scheduler.run_now(job)  # its start ping is held by the server, its success ping waits in the queue
         wait_until(lambda: server.paths, timeout=5, what="the first ping, held by the server")
-        for _ in range(MAX_QUEUED + 2):  # the queue fills up, then drops the two oldest
+        runs = MAX_QUEUED // 2 + 1  # two pings each (start, success): the queue overflows
+        for _ in range(runs):
             scheduler.run_now(job)
-        assert sample("mutexcron_pings_dropped_total", host=server.origin) == 2.0
+        dropped = 1 + 2 * runs - MAX_QUEUED
+        assert sample("mutexcron_pings_dropped_total", host=server.origin) == dropped
         exposed = render()[0].decode()
-        assert f'mutexcron_pings_dropped_total{{host="{server.origin}"}} 2.0' in exposed and "3f1c" not in exposed
+        assert f'mutexcron_pings_dropped_total{{host="{server.origin}"}} {float(dropped)}' in exposed
+        assert "3f1c" not in exposed
 
 
 # -- tasks ---------------------------------------------------------------------------------------------------
