@@ -116,6 +116,9 @@ CONTROL: dict[str, Action] = {
                    "offset is read as UTC. Not with --for."),
          _arg("--for", type=parse_duration, dest="duration", metavar="DURATION",
               help="End the pause by itself after this long: 90s, 15m, 2h30m, 1d. Not with --until."),
+         _arg("--note", metavar="TEXT",
+              help="Why, kept with the pause until resume and shown by list and the admin (at most 1,000 "
+                   "characters)."),
          _BY)),
     "resume": Action("Lift a job's pause on every instance; the ticks it skipped are not caught up.", (_NAME,)),
     "schedule": Action(
@@ -157,7 +160,7 @@ def run_control(scheduler: Scheduler, action: str, options: dict[str, Any]) -> s
                 raise UsageError("--until and --for do not go together; give one of them")
             if duration is not None:
                 until = scheduler.store.now() + duration  # the store's clock, as the admin's "for" does
-            return _paused(scheduler.pause(name, until=until, by=by))
+            return _paused(scheduler.pause(name, until=until, by=by, note=options.get("note")))
         if action == "backfill":
             return _backfill(scheduler, name, options["start"], options["end"], by)
         if action == "resume":
@@ -219,7 +222,8 @@ def _backfill(scheduler: Scheduler, name: str, start: str, end: str, by: str | N
 def _paused(state: LockState) -> str:
     until = f"until {when(state.paused_until)}" if state.paused_until else "until resumed"
     by = f" (by {state.paused_by})" if state.paused_by else ""
-    return f"paused job {state.name!r} on every instance {until}{by}"
+    note = f": {state.pause_note}" if state.pause_note else ""
+    return f"paused job {state.name!r} on every instance {until}{by}{note}"
 
 
 def _rescheduled(scheduler: Scheduler, state: LockState) -> str:

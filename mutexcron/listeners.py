@@ -18,7 +18,7 @@ __all__ = ["LISTENER_EVENTS", "Listener", "Listeners"]
 
 logger = logging.getLogger("mutexcron.scheduler")
 Listener = Callable[[Any], Any]  # gets a RunRecord ("started", "finished") or an Alert (the others)
-LISTENER_EVENTS = ("started", "finished", "overdue", "failing", "recovered")
+LISTENER_EVENTS = ("started", "finished", "overdue", "failing", "recovered", "paused")
 
 
 class Listeners:

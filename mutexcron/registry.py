@@ -22,8 +22,8 @@ from .records import JobContext
 __all__ = ["BUSY_POLICIES", "CATCH_UP_POLICIES", "RUN_ON", "BusyPolicy", "CatchUp", "Job", "Registry", "RunOn",
            "callable_target", "check_run_on", "default_registry", "mutex_cron", "run_limit", "validate_job_name"]
 
-BusyPolicy = Literal["skip", "wait", "raise"]
-BUSY_POLICIES: tuple[str, ...] = ("skip", "wait", "raise")
+BusyPolicy = Literal["skip", "wait", "raise", "buffer_one", "replace"]
+BUSY_POLICIES: tuple[str, ...] = ("skip", "wait", "raise", "buffer_one", "replace")
 CatchUp = Literal["skip", "latest", "all"]
 CATCH_UP_POLICIES: tuple[str, ...] = ("skip", "latest", "all")
 RunOn = Literal["here", "tasks"]
@@ -79,6 +79,7 @@ class Job:
     # (docs/run-on-tasks.md)
     timeout: timedelta | None = None  # the body is told to stop (ctx.cancelled) after this (docs/run-limits.md)
     start_deadline: timedelta | None = None  # a tick whose body would start later than this is skipped_late
+    pause_on_failure: int | None = None  # pause itself fleet-wide after this many failed runs in a row (None: never)
 
     def trigger(self, default_timezone: tzinfo) -> CronTrigger:
         return CronTrigger(self.spec, self.timezone or default_timezone)
@@ -258,6 +259,16 @@ def check_registry(value: object, *, what: str, error: type[Exception]) -> Regis
     return value
 
 
+def failures_in_a_row(value: object, job_name: str) -> int | None:
+    """A job's ``pause_on_failure``: False (never: None), or a number of failed runs in a row, at least 1."""
+    if value is False or value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise JobDefinitionError(f"job {job_name!r}: pause_on_failure must be False or a number of failed runs in a "
+                                 f"row (an int of at least 1), not {value!r}")
+    return value
+
+
 def mutex_cron(
     spec: str,
     *,
@@ -275,6 +286,7 @@ def mutex_cron(
     run_on: RunOn = "here",
     timeout: timedelta | float | None = None,
     start_deadline: timedelta | float | None = None,
+    pause_on_failure: int | bool = False,
 ) -> Callable[[F], F]:
     """Declare ``func`` as a job that fires on every instance at ``spec`` and runs on one.
 
@@ -286,11 +298,15 @@ def mutex_cron(
     between its ticks, or a tick could run after the next one and be lost). ``alert_after``: how long
     after a tick that no instance ran the job is overdue (None: one lease plus the misfire grace; False:
     never); ``ping_url``: a dead man's switch GET after each run (``/fail`` after its path, before its query, on
-    failure). ``run_on="tasks"``: the instance that wins a tick's lock does not run the body but enqueues one task
-    for it on the scheduler's TaskQueue, which a task worker runs under the same lock (docs/jobs.md).
+    failure; ``/start`` as the body starts). ``on_busy``: what a tick does while an earlier run holds the lock:
+    ``"skip"``, ``"wait"`` (up to a lease), ``"raise"``, ``"buffer_one"`` (runs once that run ends, one such tick
+    kept fleet-wide), ``"replace"`` (the running body is told to stop; runs once it released: docs/overlap.md).
+    ``run_on="tasks"``: the instance that wins a tick's lock does not run the body but enqueues one task for it on
+    the scheduler's TaskQueue, which a task worker runs under the same lock (docs/jobs.md).
     ``timeout``: a body still running this long is told to stop (``ctx.cancelled``) and recorded ``timed_out``;
     ``start_deadline``: a tick whose body would start later than this after its time is recorded ``skipped_late``
-    instead (docs/run-limits.md).
+    instead (docs/run-limits.md). ``pause_on_failure``: after that many failed (or timed-out) runs in a row the job
+    pauses itself on every instance, with a ``"paused"`` alert (False: never; docs/monitoring.md).
     """
 
     def decorate(func: F) -> F:
@@ -321,7 +337,8 @@ def mutex_cron(
         job = Job(job_name, func, parsed, lease_duration, hold, zone, on_busy, _takes_context(func, job_name),
                   catch_up, window, spread, alert, ping, run_on=where,
                   timeout=run_limit(timeout, job_name, "timeout"),
-                  start_deadline=run_limit(start_deadline, job_name, "start_deadline"))
+                  start_deadline=run_limit(start_deadline, job_name, "start_deadline"),
+                  pause_on_failure=failures_in_a_row(pause_on_failure, job_name))
         (registry if registry is not None else default_registry).add(job)
         return func
 

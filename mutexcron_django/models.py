@@ -24,6 +24,7 @@ class Lock(models.Model):
     paused_at = models.DateTimeField(null=True, blank=True)
     paused_until = models.DateTimeField(null=True, blank=True, help_text="the pause ends by itself then")
     paused_by = models.CharField(max_length=255, null=True, blank=True)
+    pause_note = models.TextField(null=True, blank=True, help_text="the operator's note given with the pause")
     resumed_at = models.DateTimeField(null=True, blank=True)
     schedule = models.CharField(max_length=255, null=True, blank=True, help_text="cron spec overriding the code's")
     schedule_timezone = models.CharField(max_length=64, null=True, blank=True)
@@ -36,9 +37,14 @@ class Lock(models.Model):
     last_finished_at = models.DateTimeField(null=True, blank=True)
     last_success_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(null=True, blank=True, help_text="the failed run's error, one line")
+    failures = models.IntegerField(default=0, help_text="failed (or timed-out) runs in a row")
     incident = models.CharField(max_length=255, null=True, blank=True, help_text="the open alert")
     incident_at = models.DateTimeField(null=True, blank=True)
     definition = models.TextField(null=True, blank=True, help_text="a run-time schedule's definition (JSON)")
+    # The overlap policies' state (mutexcron.stores.OverlapStore): the next tick slot and the stop request.
+    next_fire = models.DateTimeField(null=True, blank=True, help_text="the tick the overlap slot holds")
+    next_until = models.DateTimeField(null=True, blank=True, help_text="the overlap slot is live until then")
+    stop_token = models.BigIntegerField(null=True, blank=True, help_text="the token whose holder is asked to stop")
 
     class Meta:
         verbose_name = "lock"

@@ -125,8 +125,9 @@ def send_signal(record: RunRecord) -> None:
 
 
 def send_alert_signal(alert: Alert) -> None:
-    """``job_overdue``, ``job_failing`` or ``job_recovered``, with the alert."""
-    signal = {"overdue": signals.job_overdue, "failing": signals.job_failing}.get(alert.event, signals.job_recovered)
+    """``job_overdue``, ``job_failing``, ``job_recovered`` or ``job_paused``, with the alert."""
+    signal = {"overdue": signals.job_overdue, "failing": signals.job_failing, "recovered": signals.job_recovered,
+              "paused": signals.job_paused}[alert.event]
     signal.send(sender=Scheduler, alert=alert)
 
 

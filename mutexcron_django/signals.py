@@ -12,6 +12,7 @@ Once per incident across the fleet, on the instance that noticed it first, each 
 - ``job_overdue``: a tick of the job's schedule went unrun past its ``alert_after``.
 - ``job_failing``: the job's latest run failed.
 - ``job_recovered``: a run succeeded after an overdue or failing incident.
+- ``job_paused``: the job paused itself on every instance after its ``pause_on_failure`` failed runs in a row.
 """
 
 from django.dispatch import Signal
@@ -23,3 +24,4 @@ job_enqueued = Signal()
 job_overdue = Signal()
 job_failing = Signal()
 job_recovered = Signal()
+job_paused = Signal()

@@ -22,6 +22,7 @@ from tests.catchup_contract import CatchUpContract
 from tests.control_contract import FleetControlContract
 from tests.document_contract import FIRE_1, FIRE_2, LONG, DocumentContract
 from tests.limits_contract import RunLimitsContract
+from tests.pause_contract import PauseContract
 from tests.runtime_schedule_contract import RuntimeScheduleContract
 from tests.support import wait_until
 
@@ -287,6 +288,6 @@ class LockContract(AcquireManyContract, BackfillContract, RunLimitsContract):
 
 
 class LockStoreContract(LockContract, DocumentContract, FleetControlContract, AlertsContract, CatchUpContract,
-                        RuntimeScheduleContract):
+                        RuntimeScheduleContract, PauseContract):
     """A store with the control plane (memory, Redis, MongoDB, Django ORM): the lock contract, and its documents,
     operators' actions, alerts, catch-up and run-time schedules."""

@@ -2,7 +2,8 @@
 document, kept by acquire, and a stop request to the holder, seen by its renewal (docs: on_busy "buffer_one" and
 "replace").
 
-Mixed into the contract classes of the stores that implement OverlapStore (tests/test_stores.py).
+Mixed into the contract classes of the stores that implement OverlapStore (tests/test_stores.py,
+tests/django/test_django_store.py).
 """
 
 from __future__ import annotations
@@ -10,14 +11,16 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from mutexcron.stores import AcquireStatus, LockStore, OverlapStore, Renewal
+from tests.overlap_policy_contract import OverlapPolicyContract
 
 LONG = timedelta(seconds=30)
 T1 = datetime(2026, 3, 1, 6, 0, 0, tzinfo=UTC)
 T2, T3 = T1 + timedelta(minutes=1), T1 + timedelta(minutes=2)
 
 
-class OverlapContract:
-    """The slot and the stop request, decided atomically by the store on its clock."""
+class OverlapContract(OverlapPolicyContract):
+    """The slot and the stop request, decided atomically by the store on its clock; and the two policies built on
+    them (:class:`~tests.overlap_policy_contract.OverlapPolicyContract`)."""
 
     store: LockStore
 

@@ -80,6 +80,28 @@ def test_pause_until_and_for(url: str) -> None:
     assert until is not None and before + timedelta(seconds=89) <= until <= datetime.now(UTC) + timedelta(seconds=91)
 
 
+def test_pause_keeps_a_note_that_list_shows(url: str) -> None:
+    done = cli("pause", JOB, "--store", url, "--app", APP, "--by", "ops", "--note", "vendor outage INC-77")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("(by ops): vendor outage INC-77")
+    assert lock(url).pause_note == "vendor outage INC-77"
+    table = cli("list", "--store", url, "--app", APP).stdout
+    listing = json.loads(cli("list", "--json", "--store", url, "--app", APP).stdout)
+    assert "NOTE" in table and "vendor outage INC-77" in table
+    assert {job["name"]: job for job in listing["jobs"]}[JOB]["paused"]["note"] == "vendor outage INC-77"
+
+
+def test_a_note_too_long_is_a_usage_error_naming_the_job(url: str) -> None:
+    done = cli("pause", JOB, "--store", url, "--app", APP, "--note", "x" * 1001)
+    assert done.returncode == 2 and JOB in done.stderr and "pause note" in done.stderr
+    store = store_from_url(url)
+    try:
+        state = store.lock(JOB)
+    finally:
+        store.close()
+    assert state is None or not state.paused
+
+
 def test_schedule_and_reset(url: str) -> None:
     done = cli("schedule", JOB, "*/5 * * * *", "--timezone", "Asia/Tokyo", "--store", url, "--app", APP)
 

@@ -40,7 +40,7 @@ __all__ = ["ALERT_EVENTS", "Alert", "Alerts", "Problem", "alert_delay", "job_pro
 
 logger = logging.getLogger("mutexcron.alerts")
 ProblemKind = Literal["overdue", "failing"]
-ALERT_EVENTS = ("overdue", "failing", "recovered")
+ALERT_EVENTS = ("overdue", "failing", "recovered", "paused")  # "paused": mutexcron.ops.failures
 MAX_INCIDENT = 255  # what a store keeps of an incident's text
 
 
@@ -64,7 +64,7 @@ class Alert:
     """What ``"overdue"``, ``"failing"`` and ``"recovered"`` listeners get: the incident, and who told it."""
 
     job_name: str
-    event: str  # "overdue", "failing" or "recovered"
+    event: str  # "overdue", "failing", "recovered" or "paused" (pause_on_failure)
     incident: str  # the store's text of the incident ("overdue since <tick>: ..." or "failing since ...")
     instance_id: str  # the instance that opened (or closed) it
     at: datetime  # when this instance noticed

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ..cron import CronTrigger, iter_fire_times, parse_cron, resolve_timezone
 from ..cron_intervals import check_jitter
 from ..errors import CronSpecError, UnknownJobError
-from ..stores.base import require_control
+from ..stores.base import check_pause_note, require_control
 
 if TYPE_CHECKING:
     from ..registry import Job, Registry
@@ -101,7 +101,7 @@ def jitter_delay(job_name: str, fire_time: datetime, jitter: timedelta) -> timed
 # -- operator actions on a store, for Scheduler's methods and the command lines -----------------------------
 
 def pause(store: LockStore, registry: Registry, name: str, *, until: datetime | None = None,
-          by: str | None = None) -> LockState:
+          by: str | None = None, note: str | None = None) -> LockState:
     """Pause job ``name`` fleet-wide (see :meth:`mutexcron.Scheduler.pause`)."""
     controls = require_control(store, f"pause job {name!r}")
     if until is not None and (not isinstance(until, datetime) or until.utcoffset() is None):
@@ -109,9 +109,14 @@ def pause(store: LockStore, registry: Registry, name: str, *, until: datetime | 
     by = _by(by)
     if until is not None and until <= store.now():  # it would pause nothing, and hide ticks from catch-up
         raise ValueError(f"pause {name!r}: until={until.isoformat()} has already passed on the store's clock")
-    state = _on_known(store, registry, name, lambda: controls.pause(name, until=until, by=by))
-    logger.warning("job %r paused%s%s", name, f" by {state.paused_by}" if state.paused_by else "",
-                   f" until {state.paused_until.isoformat()}" if state.paused_until else "")
+    try:
+        note = check_pause_note(note)
+    except ValueError as error:
+        raise ValueError(f"pause {name!r}: {error}") from None
+    state = _on_known(store, registry, name, lambda: controls.pause(name, until=until, by=by, note=note))
+    logger.warning("job %r paused%s%s%s", name, f" by {state.paused_by}" if state.paused_by else "",
+                   f" until {state.paused_until.isoformat()}" if state.paused_until else "",
+                   f": {state.pause_note}" if state.pause_note else "")
     return state
 
 

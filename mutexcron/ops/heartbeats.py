@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ..errors import StoreUnavailable
 from ..records import JobContext
 from ..registry import Job
-from ..stores import LockStore
+from ..stores import LockStore, OverlapStore, Renewal
 
 __all__ = ["Beat", "Heartbeats"]
 
@@ -29,6 +29,7 @@ class Beat:
     in_flight: bool = False
     deadline: float | None = None  # time.monotonic() when the job's timeout passes (None: no timeout)
     timed_out: bool = False  # the deadline passed while the body ran: ctx.cancelled was set
+    replaced: bool = False  # a newer tick asked it to stop (on_busy="replace"): ctx.cancelled was set
 
     def wake_at(self) -> float:
         """When the thread must next look at this beat: its renewal, or its deadline if that comes first."""
@@ -151,7 +152,7 @@ class Heartbeats:
         """Renew one lock; True if it is lost."""
         job, ctx = beat.job, beat.ctx
         try:
-            renewed = self._store.renew(job.name, token=ctx.token, lease=job.lease)
+            renewed = self._renew_once(beat)
         except StoreUnavailable as error:
             if time.monotonic() - beat.last_renewed < job.lease.total_seconds():
                 logger.warning("job %r: could not renew its lock, will retry: %s", job.name, error)
@@ -166,3 +167,17 @@ class Heartbeats:
             "held by another instance", job.name, ctx.fire_time.isoformat(), ctx.token,
         )
         return True
+
+    def _renew_once(self, beat: Beat) -> bool:
+        """One renewal; for an ``on_busy="replace"`` job also whether a newer tick asks the body to stop."""
+        job, ctx = beat.job, beat.ctx
+        if job.on_busy != "replace" or not isinstance(self._store, OverlapStore):
+            return self._store.renew(job.name, token=ctx.token, lease=job.lease)
+        renewal = self._store.renew_watching(job.name, token=ctx.token, lease=job.lease)
+        if renewal is Renewal.STOP and not beat.replaced:
+            beat.replaced = True
+            ctx.cancelled.set()
+            logger.warning("job %r (fire %s): a newer tick replaces this run (on_busy='replace'): told to stop "
+                           "(ctx.cancelled); the newer tick runs once it released its lock", job.name,
+                           ctx.fire_time.isoformat())
+        return renewal is not Renewal.LOST

@@ -124,7 +124,16 @@ def listing_json(listing: Listing) -> dict[str, Any]:
 def _paused_json(state: LockState | None, now: datetime) -> dict[str, Any] | None:
     if state is None or not state.is_paused(now):
         return None
-    return {"since": iso(state.paused_at), "by": state.paused_by, "until": iso(state.paused_until)}
+    return {"since": iso(state.paused_at), "by": state.paused_by, "until": iso(state.paused_until),
+            "note": state.pause_note}
+
+
+def _one_line(note: str | None, width: int = 60) -> str:
+    """A pause note for a table cell: one line, clipped to ``width`` characters ("-" for none)."""
+    if not note:
+        return "-"
+    line = " ".join(note.split())
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 def _override_json(state: LockState | None) -> dict[str, Any] | None:
@@ -175,9 +184,10 @@ def listing_text(listing: Listing, *, command: str, no_jobs: str, orphans: str) 
     paused = listing.paused()
     if paused:
         parts += ["", f"Paused jobs (no run starts until the time shown; lift with: {command} resume NAME):",
-                  table(["JOB", "PAUSED SINCE", "BY", "UNTIL"],
+                  table(["JOB", "PAUSED SINCE", "BY", "UNTIL", "NOTE"],
                         [[line.job.name, when(_state(line).paused_at), _state(line).paused_by or "-",
-                          when(_state(line).paused_until) if _state(line).paused_until else "until resumed"]
+                          when(_state(line).paused_until) if _state(line).paused_until else "until resumed",
+                          _one_line(_state(line).pause_note)]
                          for line in paused])]
     overridden = [line for line in listing.jobs if line.overridden]
     if overridden:

@@ -65,9 +65,10 @@ class Pings:
         self._stop_at: float | None = None  # time.monotonic() once stopping: queued pings go out until then
 
     def send(self, url: str | None, record: RunRecord) -> None:
-        """Queue the ping for a run that this instance ran (nothing for a skip, or a job without a URL)."""
-        if url is None or record.outcome is None or not record.outcome.ran:
-            return
+        """Queue the ping for a run that this instance ran (nothing for a skip, a replaced run, or a job without a
+        URL)."""
+        if url is None or record.outcome is None or not record.outcome.ran or record.outcome is Outcome.REPLACED:
+            return  # a replaced run ends no check: the run that replaces it sends its own start
         self.ping(url, "success" if record.outcome is Outcome.SUCCEEDED else "fail")
 
     def ping(self, url: str, kind: PingKind) -> None:

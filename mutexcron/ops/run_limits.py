@@ -30,13 +30,18 @@ class BodyEnd:
 
     def verdict(self, job: Job, beat: Beat | None, logger: logging.Logger, where: str) -> tuple[Outcome, str | None]:
         """``(outcome, error)``: ``timed_out`` if the body ran past its timeout (whatever it did then), else
-        ``failed`` with the traceback if it raised, else ``succeeded``; logged against ``where`` (the fire)."""
+        ``replaced`` if a newer tick asked it to stop, else ``failed`` with the traceback if it raised, else
+        ``succeeded``; logged against ``where`` (the fire)."""
         if beat is not None and beat.timed_out:
             why = f"timed out: the body ran past its timeout ({job.timeout}) and was told to stop (ctx.cancelled)"
             if self.error is not None and not isinstance(self.exception, JobCancelled):
                 why += f"; then it raised:\n{self.error}"
             logger.error("job %r (%s) %s", job.name, where, why.splitlines()[0])
             return Outcome.TIMED_OUT, why
+        if beat is not None and beat.replaced:
+            why = "replaced: a newer tick asked it to stop (on_busy='replace')"
+            logger.warning("job %r (%s) %s", job.name, where, why)
+            return Outcome.REPLACED, why
         if self.error is not None:
             logger.error("job %r (%s) failed", job.name, where, exc_info=self.exception)
             return Outcome.FAILED, self.error

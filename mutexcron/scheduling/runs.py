@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING
 
 from ..errors import StoreUnavailable
 from ..ops.control import missed_ticks
+from ..ops.failures import count_failure
 from ..ops.run_limits import BodyEnd, late_start
 from ..records import JobContext, Outcome, RunRecord
 from ..stores import AcquireStatus, Acquisition, LockStore, require_control
 from .fires import Fire, HandOff
 from .offload import Offload
+from .overlap import Buffered, Overlap, keeps_slot
 
 if TYPE_CHECKING:
     from ..listeners import Listeners
@@ -82,7 +84,7 @@ class Runs:
         """Acquire, run, release, report; None for a lock won after shutdown began (released unrun)."""
         started_at = _utc_now()
         try:
-            acquisition: Acquisition | StoreUnavailable = self._acquire(fire)
+            acquisition: Buffered = self._acquire(fire)
         except StoreUnavailable as error:
             acquisition = error
         return self._decided(fire, acquisition, started_at)
@@ -101,7 +103,9 @@ class Runs:
         inline, waiting = [], []  # skips recorded here; busy fires waited out together in one worker thread
         for (fire, done), result in zip(fires, results, strict=True):
             patience = self._patience(fire)
-            if (isinstance(result, Acquisition) and result.status is AcquireStatus.BUSY
+            if isinstance(result, Acquisition) and result.status is AcquireStatus.BUSY and keeps_slot(fire):
+                self._hand_off_wait(fire, result, started_at, done, hand_off)
+            elif (isinstance(result, Acquisition) and result.status is AcquireStatus.BUSY
                     and patience is not None and patience > timedelta(0)):
                 waiting.append(_Waiting(fire, result, time.monotonic() + patience.total_seconds(), done))
             elif isinstance(result, Acquisition) and result.acquired:
@@ -149,6 +153,18 @@ class Runs:
         assert won.acquisition.token is not None
         self._release_unrun(won.fire, won.fire.context(self.options.name(), won.acquisition.token))
         won.done()
+
+    def _hand_off_wait(self, fire: Fire, busy: Acquisition, started_at: datetime, done: Callable[[], None],
+                       hand_off: HandOff) -> None:
+        """A busy tick that keeps its job's slot (:mod:`.overlap`) waits in a worker thread of its own."""
+        def wait() -> None:
+            try:
+                self._decided(fire, Overlap(self.store, self.options.name()).wait(fire, busy), started_at)
+            finally:
+                done()
+
+        if not hand_off(wait):
+            done()  # no worker takes calls any more: shutdown closed the pool
 
     def _wait_out_together(self, waiting: list[_Waiting], started_at: datetime, hand_off: HandOff) -> None:
         """The busy fires of one batch, in one worker thread, so that a dead holder's locks do not take a worker
@@ -203,8 +219,7 @@ class Runs:
         finally:
             won.done()
 
-    def _decided(self, fire: Fire, acquisition: Acquisition | StoreUnavailable, started_at: datetime
-                 ) -> RunRecord | None:
+    def _decided(self, fire: Fire, acquisition: Buffered, started_at: datetime) -> RunRecord | None:
         """What the store answered (or that it could not be asked): skip and record why, or run the body."""
         job, fire_time = fire.job, fire.time
 
@@ -213,6 +228,8 @@ class Runs:
                                           error=why, manual=fire.manual, catch_up=fire.catch_up,
                                           backfill=fire.backfill))
 
+        if isinstance(acquisition, tuple):  # an overlap slot's wait ended without the lock
+            return skipped(*acquisition)
         if isinstance(acquisition, StoreUnavailable):
             self.health.failed(acquisition)
             return skipped(Outcome.SKIPPED_STORE_ERROR, str(acquisition))
@@ -288,11 +305,14 @@ class Runs:
         logger.info("job %r fire %s skipped: not a tick of its new schedule", job.name, fire_time.isoformat())
         return skipped(Outcome.SKIPPED_STALE_SCHEDULE, "the schedule changed; this is not a tick of the new one")
 
-    def _acquire(self, fire: Fire) -> Acquisition:
-        """The store's answer for ``fire``, a busy lock waited out within the fire's patience (its error raised)."""
+    def _acquire(self, fire: Fire) -> Buffered:
+        """The store's answer for ``fire``, a busy lock waited out within the fire's patience (its error raised), or
+        in the job's overlap slot."""
         job = fire.job
         acquisition = self.store.acquire(job.name, owner=self.options.name(), lease=job.lease, fire_time=fire.tick,
                                          schedule_version=fire.version)
+        if acquisition.status is AcquireStatus.BUSY and keeps_slot(fire):
+            return Overlap(self.store, self.options.name()).wait(fire, acquisition)
         patience = self._patience(fire)
         if acquisition.status is not AcquireStatus.BUSY or patience is None:
             return acquisition
@@ -375,12 +395,14 @@ class Runs:
         try:
             released = self.store.release(job.name, token=token, hold_at_least=job.hold_at_least,
                                           outcome=None if outcome is None else str(outcome), error=error)
-        except StoreUnavailable as error:
-            self.health.failed(error)
-            logger.error("job %r: could not release its lock (it expires with its lease): %s", job.name, error)
+        except StoreUnavailable as failure:
+            self.health.failed(failure)
+            logger.error("job %r: could not release its lock (it expires with its lease): %s", job.name, failure)
             return
         if not released:
             logger.warning("job %r: lock (token %d) was no longer ours at release; left untouched", job.name, token)
+        elif outcome in (Outcome.FAILED, Outcome.TIMED_OUT):
+            count_failure(self.store, job, error, instance_id=self.options.name(), notify=self.reports.listeners.notify)
 
     def _finish(self, record: RunRecord) -> RunRecord:
         if record.outcome is Outcome.SKIPPED_STORE_ERROR:

@@ -31,6 +31,7 @@ from .batch import batched_fires
 from .catchup import CatchUps
 from .executor import LockingExecutor, run_by_locking_executor
 from .fires import Fire
+from .job_checks import check_jobs
 from .lifecycle import Generation
 from .offload import Offload, TasksOption
 from .options import SchedulerOptions
@@ -136,7 +137,7 @@ class Scheduler:
         """Seed a lock document for every declared job, then start firing their triggers."""
         if self._aps is not None:
             raise RuntimeError("scheduler is already running")
-        self._runs.offload.check(self.registry)  # the declared jobs (a run-time schedule's fires fail without it)
+        check_jobs(self.store, self.registry, self._runs.offload)
         if self._life.closing.is_set():
             self._life = self._new_generation()  # a fire left over from the last run keeps the old one
         life = self._life
@@ -248,11 +249,13 @@ class Scheduler:
 
     # -- run-time control, fleet-wide (docs/fleet-control.md) --------------------------------------
 
-    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None) -> LockState:
+    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None,
+              note: str | None = None) -> LockState:
         """Pause job ``name`` on every instance: once this returns, no run of it starts (the store's acquire
-        refuses it) until :meth:`resume` or the aware ``until``. A running body goes on. Works on a scheduler
-        that was never started; :class:`UnknownJobError` for a job the store does not know."""
-        return control.pause(self.store, self.jobs, name, until=until, by=by)
+        refuses it) until :meth:`resume` or the aware ``until``; ``note`` (why, at most 1,000 characters) is kept
+        until then. A running body goes on. Works on a scheduler never started; :class:`UnknownJobError` for a job
+        the store does not know."""
+        return control.pause(self.store, self.jobs, name, until=until, by=by, note=note)
 
     def resume(self, name: str) -> LockState:
         """Lift job ``name``'s pause; the ticks it skipped are never caught up."""

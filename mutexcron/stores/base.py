@@ -20,10 +20,10 @@ from enum import StrEnum
 from .._common import duration_ms, epoch_ms, ms_to_datetime
 from ..errors import ControlNotSupported, StoreUnavailable
 
-__all__ = ["FAILING", "MAX_DEFINITION", "MAX_ERROR_LINE", "MAX_INCIDENT", "OUTCOMES", "AcquireRequest", "AcquireStatus",
-           "Acquisition", "ControlStore", "LockState", "LockStore", "OverlapStore", "Renewal", "check_definition",
-           "check_incident", "check_outcome", "datetime_to_ms", "duration_ms", "ms_to_datetime", "require_control",
-           "supports_control", "supports_overlap"]
+__all__ = ["FAILING", "MAX_DEFINITION", "MAX_ERROR_LINE", "MAX_INCIDENT", "MAX_PAUSE_NOTE", "OUTCOMES",
+           "AcquireRequest", "AcquireStatus", "Acquisition", "ControlStore", "LockState", "LockStore", "OverlapStore",
+           "Renewal", "check_definition", "check_incident", "check_outcome", "check_pause_note", "datetime_to_ms",
+           "duration_ms", "ms_to_datetime", "require_control", "supports_control", "supports_overlap"]
 
 datetime_to_ms = epoch_ms  # the stores' name for it (Redis keeps times as epoch milliseconds)
 
@@ -44,6 +44,7 @@ class LockState:
     paused_at: datetime | None = None  # when pause() was last called (store clock)
     paused_until: datetime | None = None  # the pause ends by itself then (None: until resume())
     paused_by: str | None = None
+    pause_note: str | None = None  # the operator's note given to pause() (at most MAX_PAUSE_NOTE characters)
     resumed_at: datetime | None = None  # when resume() lifted the last pause: no catch-up of ticks before it
     schedule: str | None = None  # the operator's cron spec overriding the code's (None: the code's)
     schedule_timezone: str | None = None  # the override's IANA zone (None: the job's or the scheduler's)
@@ -56,6 +57,7 @@ class LockState:
     last_finished_at: datetime | None = None  # when that run was released (store clock)
     last_success_at: datetime | None = None  # when the latest succeeded run was released (store clock)
     last_error: str | None = None  # the failed run's error, one line (at most MAX_ERROR_LINE characters)
+    failures: int = 0  # failed (or timed-out) runs in a row: record_failure() counts them, a succeeded release resets
     incident: str | None = None  # the open alert ("overdue ..." or "failing ..."), claimed by one instance
     incident_at: datetime | None = None  # when it was opened (store clock)
     definition: str | None = None  # a run-time schedule's definition, JSON (None: a declared job's document)
@@ -217,15 +219,26 @@ class ControlStore(ABC):
     # -- run-time control by operators (docs/fleet-control.md) ---------------------------------------
 
     @abstractmethod
-    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None) -> LockState | None:
+    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None,
+              note: str | None = None) -> LockState | None:
         """Refuse every acquire of ``name`` from now (store clock) until :meth:`resume` or ``until`` (aware);
-        sets ``paused_at`` to now. A running body is not touched. Returns the new state, or ``None`` (and
-        changes nothing) if the store has no visible document for ``name``."""
+        sets ``paused_at`` to now and keeps ``by`` and the operator's ``note`` (:func:`check_pause_note`). A running
+        body is not touched. Returns the new state, or ``None`` (and changes nothing) if the store has no visible
+        document for ``name``."""
 
     @abstractmethod
     def resume(self, name: str) -> LockState | None:
-        """Lift a pause: clear the pause fields and, if it was paused, set ``resumed_at`` to now (store clock).
-        Returns the new state, or ``None`` if the store has no visible document for ``name``."""
+        """Lift a pause: clear the pause fields (its note too) and, if it was paused, set ``resumed_at`` to now
+        (store clock). Returns the new state, or ``None`` if the store has no visible document for ``name``."""
+
+    @abstractmethod
+    def record_failure(self, name: str, *, pause_after: int | None = None, by: str | None = None,
+                       note: str | None = None) -> tuple[int, bool]:
+        """Count one more failed (or timed-out) run of ``name`` in ``failures``, and with ``pause_after`` pause the
+        job (as ``pause(by=by, note=note)``) once the count reaches it, if it is not paused: one atomic step.
+        ``(failures, paused)``: ``paused`` True only for the one call that paused it (the fleet's one alert).
+        ``(0, False)``, changing nothing, without a visible document. ``release(outcome="succeeded")`` resets
+        ``failures`` to 0."""
 
     @abstractmethod
     def set_schedule(self, name: str, spec: str | None, *, timezone: str | None = None,
@@ -310,7 +323,7 @@ def require_control(store: LockStore, operation: str) -> ControlStore:
     return store
 
 
-OUTCOMES = ("succeeded", "failed", "timed_out")  # what release(outcome=) takes
+OUTCOMES = ("succeeded", "failed", "timed_out", "replaced")  # what release(outcome=) takes
 FAILING = ("failed", "timed_out")  # the outcomes whose error a store keeps, and that alerts call failing
 MAX_ERROR_LINE = 500
 
@@ -328,6 +341,16 @@ def check_outcome(outcome: str | None, error: str | None) -> str | None:
 
 
 MAX_INCIDENT = 255  # the longest incident text a store keeps
+MAX_PAUSE_NOTE = 1_000  # the longest pause note a store keeps, in characters
+
+
+def check_pause_note(note: object) -> str | None:
+    """``note`` if a store can keep it: None, or a string of at most MAX_PAUSE_NOTE characters (empty: None)."""
+    if note is None or note == "":
+        return None
+    if not isinstance(note, str) or len(note) > MAX_PAUSE_NOTE:
+        raise ValueError(f"a pause note must be a string of at most {MAX_PAUSE_NOTE} characters, not {note!r:.80}")
+    return note
 
 
 def check_incident(incident: object) -> str:

@@ -18,6 +18,7 @@ from .base import (
     check_definition,
     check_incident,
     check_outcome,
+    check_pause_note,
 )
 
 __all__ = ["MemoryLockStore"]
@@ -143,7 +144,8 @@ class MemoryLockStore(LockStore, ControlStore, OverlapStore):
             held = hold_until > now
             ran = {} if outcome is None else {
                 "last_outcome": outcome, "last_finished_at": now, "last_error": error,
-                "last_success_at": now if outcome == "succeeded" else state.last_success_at}
+                "last_success_at": now if outcome == "succeeded" else state.last_success_at,
+                "failures": 0 if outcome == "succeeded" else state.failures}
             self._locks[name] = replace(state, locked=held, lock_until=hold_until if held else now,
                                         last_released_at=now, **ran)  # type: ignore[arg-type]
             return True
@@ -181,18 +183,37 @@ class MemoryLockStore(LockStore, ControlStore, OverlapStore):
             self._locks[name] = change(state, self._clock())
             return self._locks[name]
 
-    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None) -> LockState | None:
+    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None,
+              note: str | None = None) -> LockState | None:
+        note = check_pause_note(note)
         return self._change(name, lambda state, now: replace(
-            state, paused=True, paused_at=now, paused_until=until.astimezone(UTC) if until else None, paused_by=by))
+            state, paused=True, paused_at=now, paused_until=until.astimezone(UTC) if until else None, paused_by=by,
+            pause_note=note))
 
     def resume(self, name: str) -> LockState | None:
         def resume(state: LockState, now: datetime) -> LockState:
             if not state.paused:
                 return state
             ended = state.pause_ended_at(now) or now  # a pause whose until passed ended then
-            return replace(state, paused=False, paused_at=None, paused_until=None, paused_by=None, resumed_at=ended)
+            return replace(state, paused=False, paused_at=None, paused_until=None, paused_by=None, pause_note=None,
+                           resumed_at=ended)
 
         return self._change(name, resume)
+
+    def record_failure(self, name: str, *, pause_after: int | None = None, by: str | None = None,
+                       note: str | None = None) -> tuple[int, bool]:
+        note = check_pause_note(note)
+        paused = False
+
+        def count(state: LockState, now: datetime) -> LockState:
+            nonlocal paused
+            state = replace(state, failures=state.failures + 1)
+            paused = pause_after is not None and state.failures >= pause_after and not state.is_paused(now)
+            return replace(state, paused=True, paused_at=now, paused_until=None, paused_by=by,
+                           pause_note=note) if paused else state
+
+        state = self._change(name, count)
+        return (0, False) if state is None else (state.failures, paused)
 
     def set_schedule(self, name: str, spec: str | None, *, timezone: str | None = None,
                      by: str | None = None) -> LockState | None:

@@ -41,6 +41,7 @@ from .base import (
     check_definition,
     check_incident,
     check_outcome,
+    check_pause_note,
     datetime_to_ms,
     duration_ms,
     ms_to_datetime,
@@ -234,7 +235,7 @@ class MongoLockStore(LockStore, ControlStore, OverlapStore):
                 changes |= {"last_outcome": {"$literal": outcome}, "last_finished_at": "$$NOW",
                             "last_error": {"$literal": error}}
                 if outcome == "succeeded":
-                    changes["last_success_at"] = "$$NOW"
+                    changes |= {"last_success_at": "$$NOW", "failures": 0}
             update = [{"$set": changes}]
         result = self._call(self.collection.update_one, {"_id": name, "locked": True, "token": token}, update)
         return result.matched_count == 1
@@ -252,16 +253,32 @@ class MongoLockStore(LockStore, ControlStore, OverlapStore):
         document = self._call(self.collection.find_one_and_update, query, update, return_document=ReturnDocument.AFTER)
         return None if document is None else _state(document)
 
-    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None) -> LockState | None:
+    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None,
+              note: str | None = None) -> LockState | None:
         until = None if until is None else ms_to_datetime(datetime_to_ms(until))  # as precise as the store
-        changes = {"paused": True, "paused_until": until, "paused_by": by}
+        changes = {"paused": True, "paused_until": until, "paused_by": by, "pause_note": check_pause_note(note)}
         return self._control({"_id": name, **_VISIBLE}, {"$set": changes, "$currentDate": {"paused_at": True}})
+
+    def record_failure(self, name: str, *, pause_after: int | None = None, by: str | None = None,
+                       note: str | None = None) -> tuple[int, bool]:
+        note = check_pause_note(note)
+        counted = self._control({"_id": name, **_VISIBLE}, {"$inc": {"failures": 1}})
+        if counted is None:
+            return 0, False
+        if pause_after is None or counted.failures < pause_after:
+            return counted.failures, False
+        # A second atomic step: only the call that finds the job not paused (on the server's clock) pauses it.
+        not_paused = {"$or": [{"paused": {"$ne": True}}, {"paused_until": {"$ne": None, "$lte": self.now()}}]}
+        changes = {"paused": True, "paused_until": None, "paused_by": by, "pause_note": note}
+        paused = self._control({"_id": name, **_VISIBLE, **not_paused},
+                               {"$set": changes, "$currentDate": {"paused_at": True}})
+        return counted.failures, paused is not None
 
     def resume(self, name: str) -> LockState | None:
         # A pause whose until has passed ended then, not now: the ticks after it are missed, not paused.
         ended = {"$cond": [{"$or": [_NO_UNTIL, {"$gt": ["$paused_until", "$$NOW"]}]}, "$$NOW", "$paused_until"]}
         update = [{"$set": {"resumed_at": ended, "paused": False, "paused_at": None, "paused_until": None,
-                            "paused_by": None}}]
+                            "paused_by": None, "pause_note": None}}]
         resumed = self._control({"_id": name, "paused": True, **_VISIBLE}, update)
         return resumed if resumed is not None else self.lock(name)  # not paused: nothing to change
 

@@ -36,6 +36,7 @@ from .base import (
     check_definition,
     check_incident,
     check_outcome,
+    check_pause_note,
     datetime_to_ms,
     duration_ms,
     ms_to_datetime,
@@ -100,6 +101,7 @@ class RedisLockStore(RedisClient, LockStore, ControlStore, OverlapStore):
         self._force_unlock = client.register_script(scripts.FORCE_UNLOCK)
         self._delete = client.register_script(scripts.DELETE)
         self._pause = client.register_script(scripts.PAUSE)
+        self._record_failure = client.register_script(scripts.RECORD_FAILURE)
         self._resume = client.register_script(scripts.RESUME)
         self._set_schedule = client.register_script(scripts.SET_SCHEDULE)
         self._define = client.register_script(scripts.DEFINE)
@@ -212,8 +214,17 @@ class RedisLockStore(RedisClient, LockStore, ControlStore, OverlapStore):
         reply = self._call(script, keys=[self.key(name)], args=args)
         return None if reply is None else _state(name, dict(zip(reply[::2], reply[1::2], strict=True)), hidden=hidden)
 
-    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None) -> LockState | None:
-        return self._control(self._pause, name, ["" if until is None else str(datetime_to_ms(until)), by or ""])
+    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None,
+              note: str | None = None) -> LockState | None:
+        note = check_pause_note(note)
+        return self._control(self._pause, name, ["" if until is None else str(datetime_to_ms(until)), by or "",
+                                                 note or ""])
+
+    def record_failure(self, name: str, *, pause_after: int | None = None, by: str | None = None,
+                       note: str | None = None) -> tuple[int, bool]:
+        args = ["" if pause_after is None else str(pause_after), by or "", check_pause_note(note) or ""]
+        failures, paused = self._call(self._record_failure, keys=[self.key(name)], args=args)
+        return int(failures), bool(paused)
 
     def resume(self, name: str) -> LockState | None:
         return self._control(self._resume, name, [])
@@ -277,6 +288,7 @@ def _state(name: str, fields: dict[Any, Any], *, hidden: bool = False) -> LockSt
         paused_at=ms_to_datetime(data.get("paused_at")),
         paused_until=ms_to_datetime(data.get("paused_until")),
         paused_by=data.get("paused_by") or None,
+        pause_note=data.get("pause_note") or None,
         resumed_at=ms_to_datetime(data.get("resumed_at")),
         schedule=data.get("schedule") or None,
         schedule_timezone=data.get("schedule_timezone") or None,
@@ -288,6 +300,7 @@ def _state(name: str, fields: dict[Any, Any], *, hidden: bool = False) -> LockSt
         last_finished_at=ms_to_datetime(data.get("last_finished_at")),
         last_success_at=ms_to_datetime(data.get("last_success_at")),
         last_error=data.get("last_error") or None,
+        failures=int(data.get("failures") or 0),
         incident=data.get("incident") or None,
         incident_at=ms_to_datetime(data.get("incident_at")),
         definition=data.get("definition") or None,

@@ -145,7 +145,9 @@ if ARGV[3] ~= '' then
   for _, v in ipairs({'last_outcome', ARGV[3], 'last_finished_at', now, 'last_error', ARGV[4]}) do
     fields[#fields + 1] = v
   end
-  if ARGV[3] == 'succeeded' then fields[#fields + 1] = 'last_success_at'; fields[#fields + 1] = now end
+  if ARGV[3] == 'succeeded' then
+    for _, v in ipairs({'last_success_at', now, 'failures', '0'}) do fields[#fields + 1] = v end
+  end
 end
 redis.call('HSET', KEYS[1], unpack(fields))
 return 1
@@ -169,17 +171,31 @@ if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HGET', KEYS[1], 'deleted') 
 """
 _RETURN_ALL = "\nreturn redis.call('HGETALL', KEYS[1])\n"
 
-# ARGV: until_ms ('' for until resume()), by
+# ARGV: until_ms ('' for until resume()), by, note
 PAUSE = _NOW + _VISIBLE + """
-redis.call('HSET', KEYS[1], 'paused', '1', 'paused_at', now, 'paused_until', ARGV[1], 'paused_by', ARGV[2])
+redis.call('HSET', KEYS[1], 'paused', '1', 'paused_at', now, 'paused_until', ARGV[1], 'paused_by', ARGV[2],
+           'pause_note', ARGV[3])
 """ + _RETURN_ALL
+
+# ARGV: pause_after ('' for never), by, note. RECORD_FAILURE: {failures, 1 if this call paused the job}.
+RECORD_FAILURE = _NOW + """
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HGET', KEYS[1], 'deleted') == '1' then return {0, 0} end
+local failures = redis.call('HINCRBY', KEYS[1], 'failures', 1)
+local h = redis.call('HMGET', KEYS[1], 'paused', 'paused_until')
+local paused = h[1] == '1' and (h[2] == false or h[2] == '' or tonumber(h[2]) > now)
+if ARGV[1] == '' or failures < tonumber(ARGV[1]) or paused then return {failures, 0} end
+redis.call('HSET', KEYS[1], 'paused', '1', 'paused_at', now, 'paused_until', '', 'paused_by', ARGV[2],
+           'pause_note', ARGV[3])
+return {failures, 1}
+"""
 
 # A pause whose until has passed ended then, not now: ticks after it stay missed (to catch up), not paused.
 RESUME = _NOW + _VISIBLE + """
 if redis.call('HGET', KEYS[1], 'paused') == '1' then
   local ended = tonumber(redis.call('HGET', KEYS[1], 'paused_until'))
   if ended == nil or ended > now then ended = now end
-  redis.call('HSET', KEYS[1], 'paused', '0', 'paused_at', '', 'paused_until', '', 'paused_by', '', 'resumed_at', ended)
+  redis.call('HSET', KEYS[1], 'paused', '0', 'paused_at', '', 'paused_until', '', 'paused_by', '', 'pause_note', '',
+             'resumed_at', ended)
 end
 """ + _RETURN_ALL
 

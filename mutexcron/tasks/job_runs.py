@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import StoreUnavailable
 from ..listeners import Listener, Listeners
+from ..ops.failures import count_failure
 from ..ops.heartbeats import Heartbeats
 from ..ops.pings import Pings
 from ..ops.run_limits import BodyEnd
@@ -153,6 +154,8 @@ class JobRunner:
         self._store_result(task, {"outcome": str(outcome), "error": error, "token": task.token, "hold": hold,
                                   "worker": self.instance_id})
         self._release(task, hold, str(outcome), error)
+        if outcome in (Outcome.FAILED, Outcome.TIMED_OUT):
+            count_failure(self.store, job, error, instance_id=self.instance_id, notify=self.listeners.notify)
         record = task.record(self.instance_id, outcome, started_at, finished_at=datetime.now(UTC), error=error,
                              lock_lost=ctx.lock_lost)
         if outcome is Outcome.SUCCEEDED:

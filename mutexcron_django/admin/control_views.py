@@ -158,7 +158,7 @@ class LockControlAdmin(LivePageAdmin[Lock]):
             try:
                 with open_store() as (_, store):
                     state = control.pause(store, default_registry, name, until=form.end(store.now()),
-                                          by=request.user.get_username())
+                                          by=request.user.get_username(), note=form.cleaned_data.get("note") or None)
             except (ImproperlyConfigured, MutexcronError, ValueError) as error:
                 failed = self._fail(request, f"pause “{name}”", error)
                 continue

@@ -16,6 +16,7 @@ from mutexcron.cli import parse_duration
 from mutexcron.cron import CronTrigger, parse_cron, resolve_timezone
 from mutexcron.errors import CronSpecError
 from mutexcron.ops.control import checked_override
+from mutexcron.stores.base import MAX_PAUSE_NOTE
 
 from .schedules import describe, next_fires
 
@@ -29,6 +30,9 @@ class PauseForm(forms.Form):
     duration = forms.CharField(
         required=False, max_length=32, label="For",
         help_text="Or a duration such as 90s, 15m, 2h30m or 1d. Leave both empty to pause until resumed.")
+    note = forms.CharField(
+        required=False, max_length=MAX_PAUSE_NOTE, widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+        help_text="Why: kept with the pause until it is lifted, shown in the list of locks and by mutexcron list.")
 
     def clean_duration(self) -> timedelta | None:
         text = str(self.cleaned_data.get("duration") or "").strip()

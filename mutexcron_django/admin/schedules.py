@@ -74,10 +74,11 @@ def job_schedule(job: Job, state: LockState | None, default_zone: tzinfo) -> Job
 
 
 def paused_line(state: LockState | None, now: datetime) -> str:
-    """"Paused since …, by …, until …" for a job paused at ``now``; "" otherwise."""
+    """"Paused since …, by …, until …: note" for a job paused at ``now``; "" otherwise."""
     if state is None or not state.is_paused(now):
         return ""
     since = f" since {show_time(state.paused_at)}" if state.paused_at is not None else ""
     who = state.paused_by or "an unknown operator"
     until = f"until {show_time(state.paused_until)}" if state.paused_until else "until resumed"
-    return f"Paused{since}, by {who}, {until}"
+    note = f": {state.pause_note}" if state.pause_note else ""
+    return f"Paused{since}, by {who}, {until}{note}"

@@ -23,20 +23,25 @@ from mutexcron.stores.base import (
     ControlStore,
     LockState,
     LockStore,
+    OverlapStore,
+    Renewal,
     check_definition,
     check_incident,
     check_outcome,
+    check_pause_note,
 )
 
 from ..models import Lock
 from .clock import AsUTC, DbNow, aware, db_now, now_minus, now_plus, plus
 from .databases import checked_alias, parse_django_url, sql_errors
+from .overlap import SLOT_LIVE, claim_next, renew_watching, slot_allows
+from .states import lock_states
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 
-class DjangoLockStore(LockStore, ControlStore):
+class DjangoLockStore(LockStore, ControlStore, OverlapStore):
     """The ``Lock`` model as a lock store; ``using`` picks the database alias (default: the router's)."""
 
     def __init__(self, using: str | None = None) -> None:
@@ -98,9 +103,11 @@ class DjangoLockStore(LockStore, ControlStore):
 
     def _update_one(self, request: AcquireRequest) -> Acquisition | None:
         """One conditional UPDATE decides it all on the database's clock: not paused (or the pause's until passed),
-        fired for the current schedule, a new fire, and free. None: no row, or a deleted one it did not take."""
+        fired for the current schedule, a new fire, free, and no live overlap slot holding another tick. None: no
+        row, or a deleted one it did not take."""
         name, fire_time, schedule_version = request.name, request.fire_time, request.schedule_version
-        free = self._locks.filter(Q(name=name) & _NOT_PAUSED & (Q(locked=False) | Q(lock_until__lte=DbNow())))
+        free = self._locks.filter(Q(name=name) & _NOT_PAUSED & (Q(locked=False) | Q(lock_until__lte=DbNow()))
+                                  & slot_allows(fire_time))
         if fire_time is not None:
             free = free.filter(Q(last_fire_time__isnull=True) | Q(last_fire_time__lt=fire_time))
             if schedule_version is not None:
@@ -141,6 +148,14 @@ class DjangoLockStore(LockStore, ControlStore):
         return self._call(lambda: self._locks.filter(name=name, locked=True, token=token)
                           .update(lock_until=now_plus(lease)) == 1)
 
+    # -- the overlap policies' state (OverlapStore, see .overlap): one conditional UPDATE each ----------------
+
+    def claim_next(self, name: str, *, fire_time: datetime, lease: timedelta, replace: bool = False) -> bool:
+        return self._call(claim_next, self._locks, name, fire_time, lease, replace)
+
+    def renew_watching(self, name: str, *, token: int, lease: timedelta) -> Renewal:
+        return self._call(renew_watching, self._locks, self.using, name, token, lease)
+
     def release(self, name: str, *, token: int, hold_at_least: timedelta = timedelta(0),
                 outcome: str | None = None, error: str | None = None) -> bool:
         error = check_outcome(outcome, error)
@@ -148,7 +163,7 @@ class DjangoLockStore(LockStore, ControlStore):
         if outcome is not None:
             finished = {"last_outcome": outcome, "last_finished_at": DbNow(), "last_error": error}
             if outcome == "succeeded":
-                finished["last_success_at"] = DbNow()
+                finished |= {"last_success_at": DbNow(), "failures": 0}
 
         def run() -> bool:
             mine = self._locks.filter(name=name, locked=True, token=token)
@@ -170,34 +185,52 @@ class DjangoLockStore(LockStore, ControlStore):
         return self._call(lambda: self._locks.filter(name=name, deleted=False).update(deleted=True) == 1)
 
     def lock(self, name: str) -> LockState | None:
-        states = self._call(lambda: _states(self._locks.filter(name=name, deleted=False)))
+        states = self._call(lambda: lock_states(self._locks.filter(name=name, deleted=False)))
         return states[0] if states else None
 
     def locks(self) -> list[LockState]:
-        return self._call(lambda: _states(self._locks.filter(deleted=False).order_by("name")))
+        return self._call(lambda: lock_states(self._locks.filter(deleted=False).order_by("name")))
 
     # -- run-time control by operators: one UPDATE on the database's clock each, then the row read back ----
 
     def _control(self, name: str, rows: Callable[[QuerySet[Lock]], QuerySet[Lock]], **changes: Any) -> LockState | None:
         def run() -> LockState | None:
             rows(self._locks.filter(name=name, deleted=False)).update(**changes)
-            states = _states(self._locks.filter(name=name, deleted=False))
+            states = lock_states(self._locks.filter(name=name, deleted=False))
             return states[0] if states else None
 
         return self._call(run)
 
-    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None) -> LockState | None:
+    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None,
+              note: str | None = None) -> LockState | None:
         if until is not None and until.tzinfo is None:
             raise ValueError(f"naive datetime {until!r}; pass an aware one")
-        return self._control(name, lambda rows: rows, paused=True, paused_at=DbNow(),
-                             paused_until=until.astimezone(UTC) if until is not None else None, paused_by=by)
+        return self._control(name, lambda rows: rows, paused=True, paused_at=DbNow(), paused_by=by,
+                             paused_until=until.astimezone(UTC) if until is not None else None,
+                             pause_note=check_pause_note(note))
+
+    def record_failure(self, name: str, *, pause_after: int | None = None, by: str | None = None,
+                       note: str | None = None) -> tuple[int, bool]:
+        note = check_pause_note(note)
+
+        def run() -> tuple[int, bool]:
+            rows = self._locks.filter(name=name, deleted=False)
+            with transaction.atomic(using=self.using):  # the row stays locked from the count to the pause
+                if rows.update(failures=F("failures") + 1) != 1:
+                    return 0, False
+                failures = rows.values_list("failures", flat=True).get()
+                paused = pause_after is not None and failures >= pause_after and rows.filter(_NOT_PAUSED).update(
+                    paused=True, paused_at=DbNow(), paused_until=None, paused_by=by, pause_note=note) == 1
+            return failures, paused
+
+        return self._call(run)
 
     def resume(self, name: str) -> LockState | None:
         # A pause whose until has passed ended then, not now: the ticks after it are missed, not paused.
         # resumed_at first: MySQL's SET sees the columns assigned before it (paused_until would be NULL).
         ended = Case(When(paused_until__lte=DbNow(), then=F("paused_until")), default=DbNow())
         return self._control(name, lambda rows: rows.filter(paused=True), resumed_at=ended, paused=False,
-                             paused_at=None, paused_until=None, paused_by=None)
+                             paused_at=None, paused_until=None, paused_by=None, pause_note=None)
 
     def set_schedule(self, name: str, spec: str | None, *, timezone: str | None = None,
                      by: str | None = None) -> LockState | None:
@@ -234,7 +267,7 @@ class DjangoLockStore(LockStore, ControlStore):
         with transaction.atomic(using=self.using):
             if rows.update(**changes) != 1:
                 return None
-            return _states(self._locks.filter(name=name))[0]
+            return lock_states(self._locks.filter(name=name))[0]
 
     # -- alerts: one conditional UPDATE each, so exactly one caller opens (replaces or closes) an incident ----
 
@@ -285,7 +318,8 @@ def acquire_batch(locks: QuerySet[Lock], using: str, batch: Sequence[AcquireRequ
             wanted = locks.select_for_update().filter(name__in=names).order_by("name").values(
                 "name", "token", "locked_by", "deleted", "schedule_version", last_fire=AsUTC("last_fire_time"),
                 paused_now=ExpressionWrapper(_PAUSED, output_field=BooleanField()),
-                free=ExpressionWrapper(Q(locked=False) | Q(lock_until__lte=DbNow()), output_field=BooleanField()))
+                free=ExpressionWrapper(Q(locked=False) | Q(lock_until__lte=DbNow()), output_field=BooleanField()),
+                slot_fire=AsUTC("next_fire"), slot_live=SLOT_LIVE)
             rows = _read_for_update(connection, wanted)
             answers, won = _decide(batch, {row["name"]: row for row in rows})
             for (owner, lease, fire_time), taken in won.items():
@@ -316,9 +350,10 @@ def _read_for_update(connection: Any, rows: QuerySet[Lock, Any]) -> list[dict[st
 
 
 def _taken(owner: str, lease: timedelta, fire_time: datetime | None) -> dict[str, Any]:
-    """What an acquire writes to the row it takes (a manual run, without a fire time, leaves the last fire)."""
+    """What an acquire writes to the row it takes (a manual run, without a fire time, leaves the last fire); it
+    empties the overlap slot."""
     changes = {"locked": True, "locked_by": owner, "last_locked_at": DbNow(), "lock_until": now_plus(lease),
-               "token": F("token") + 1, "deleted": False}
+               "token": F("token") + 1, "deleted": False, "next_fire": None, "next_until": None}
     if fire_time is not None:
         changes["last_fire_time"] = fire_time
     return changes
@@ -334,7 +369,8 @@ def _lock_wait_timed_out(error: OperationalError) -> bool:
 def _decide(batch: Sequence[AcquireRequest], states: Mapping[str, Mapping[str, Any]],
             ) -> tuple[dict[str, Acquisition], dict[tuple[str, timedelta, datetime | None], list[str]]]:
     """Each request's answer from its locked row (none for a name without one), and the won names grouped by
-    what their UPDATE writes: owner, lease and fire time. Won: a refusal would only have said BUSY, and it is free."""
+    what their UPDATE writes: owner, lease and fire time. Won: a refusal would only have said BUSY, it is free, and
+    no live overlap slot holds another tick."""
     answers: dict[str, Acquisition] = {}
     won: dict[tuple[str, timedelta, datetime | None], list[str]] = {}
     for request in batch:
@@ -342,7 +378,8 @@ def _decide(batch: Sequence[AcquireRequest], states: Mapping[str, Mapping[str, A
         if state is None:
             continue
         refusal = _refusal(state, request.fire_time, request.schedule_version)
-        if refusal.status is AcquireStatus.BUSY and state["free"]:
+        slot_held = bool(state["slot_live"]) and aware(state["slot_fire"]) != request.fire_time
+        if refusal.status is AcquireStatus.BUSY and state["free"] and not slot_held:
             answers[request.name] = Acquisition(AcquireStatus.ACQUIRED, token=state["token"] + 1)
             won.setdefault((request.owner, request.lease, request.fire_time), []).append(request.name)
         elif not state["deleted"]:  # a deleted row refused is left to the caller, which revives it and asks again
@@ -362,19 +399,3 @@ def _refusal(state: Mapping[str, Any], fire_time: datetime | None, schedule_vers
         return Acquisition(AcquireStatus.ALREADY_RAN, holder=holder)
     return Acquisition(AcquireStatus.BUSY, holder=holder)
 
-
-# LockState's fields as the row holds them; the times are read as UTC whatever the session's time zone.
-_PLAIN = ("name", "locked", "locked_by", "token", "paused", "paused_by", "schedule", "schedule_timezone",
-          "schedule_version", "schedule_by", "last_outcome", "last_error", "incident", "definition")
-_TIMES = ("last_locked_at", "last_released_at", "lock_until", "last_fire_time", "paused_at", "paused_until",
-          "resumed_at", "schedule_changed_at", "created_at", "last_finished_at", "last_success_at", "incident_at")
-
-
-def _states(rows: QuerySet[Lock]) -> list[LockState]:
-    """The rows as lock states."""
-    states = []
-    for row in rows.values(*_PLAIN, **{f"utc_{field}": AsUTC(field) for field in _TIMES}):
-        fields: dict[str, Any] = {field: row[field] for field in _PLAIN}
-        fields.update((field, aware(row[f"utc_{field}"])) for field in _TIMES)
-        states.append(LockState(**fields))
-    return states

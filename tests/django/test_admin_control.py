@@ -121,6 +121,17 @@ def test_pause_for_a_duration_after_a_confirmation_page(admin_client: Client, jo
 
 
 @pytest.mark.django_db
+def test_a_pause_keeps_the_operators_note_shown_with_the_lock(admin_client: Client, job: str) -> None:
+    response = admin_client.post(PAUSE_URL, {"name": job, "confirm": "yes", "note": "vendor outage INC-77"})
+
+    assert response.status_code == 302
+    state = state_of(job)
+    assert state is not None and state.paused and state.pause_note == "vendor outage INC-77"
+    assert "vendor outage INC-77" in row_of(text(admin_client.get(LOCKS_URL)), job)
+    assert "vendor outage INC-77" in job_page(admin_client, job)
+
+
+@pytest.mark.django_db
 def test_pause_until_a_time_and_until_resumed(admin_client: Client, job: str, declare: Declarations) -> None:
     until = timezone.localtime(timezone.now() + timedelta(days=2)).replace(microsecond=0, second=0)
     admin_client.post(PAUSE_URL, {"name": job, "confirm": "yes", "until_0": until.strftime("%Y-%m-%d"),

@@ -91,6 +91,14 @@ def test_pause_for_a_duration(store: str) -> None:
     assert until <= after + timedelta(hours=2, minutes=30) + timedelta(seconds=1)
 
 
+def test_pause_keeps_an_operators_note(store: str) -> None:
+    output = mutexcron("pause", JOB, "--note", "the warehouse is being migrated")
+
+    assert lock().pause_note == "the warehouse is being migrated"
+    assert output.strip().endswith(": the warehouse is being migrated")
+    assert "the warehouse is being migrated" in mutexcron("list")
+
+
 def test_pause_until_a_past_time_is_refused(store: str) -> None:
     mutexcron("seed")
 

@@ -1,4 +1,4 @@
-"""The SQL lock store passes the store contract on SQLite, PostgreSQL and MariaDB."""
+"""The SQL lock store passes the store contract and the overlap contract on SQLite, PostgreSQL and MariaDB."""
 
 from __future__ import annotations
 
@@ -6,16 +6,18 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.core.management import call_command
 from django.db import connections
 
-from mutexcron.stores import AcquireStatus, store_from_url
+from mutexcron.stores import AcquireRequest, AcquireStatus, store_from_url
 from mutexcron_django.models import Lock
 from mutexcron_django.sql.store import DjangoLockStore
 from tests.contract import FIRE_1, FIRE_2, LockStoreContract
 from tests.django.session_zone import InSessionZone, session_time_zone, set_session_zone
+from tests.overlap_contract import OverlapContract
 
 
-class DjangoStoreContract(InSessionZone, LockStoreContract):
+class DjangoStoreContract(InSessionZone, LockStoreContract, OverlapContract):
     alias = "default"
 
     @pytest.fixture(autouse=True)
@@ -110,3 +112,24 @@ def test_a_row_from_before_alerts_has_no_outcome_and_takes_one(alias: str) -> No
     assert failed is not None and failed.last_outcome == "failed" and failed.last_error == "ValueError: boom"
     assert failed.last_success_at is None and failed.created_at is None
     assert store.open_incident("job", "failing since 06:00") and store.close_incident("job", "failing since 06:00")
+
+
+@pytest.mark.parametrize("alias", [pytest.param(alias, marks=pytest.mark.django_db(transaction=True, databases=[alias]))
+                                   for alias in ("default", "postgres", "mariadb")])
+def test_a_batch_keeps_each_rows_overlap_slot(alias: str) -> None:
+    """acquire_many (one transaction, rows read FOR UPDATE): a live slot refuses other ticks, its own tick wins."""
+    store, lease = DjangoLockStore(alias), timedelta(seconds=30)
+    for name in ("a", "b"):
+        token = store.acquire(name, owner="A", lease=lease, fire_time=FIRE_1).token
+        assert token is not None and store.claim_next(name, fire_time=FIRE_2, lease=lease)
+        assert store.release(name, token=token)
+    later = FIRE_2 + timedelta(minutes=1)
+    answers = store.acquire_many([AcquireRequest("a", "B", lease, FIRE_2), AcquireRequest("b", "B", lease, later)])
+    assert [getattr(answer, "status", answer) for answer in answers] == [AcquireStatus.ACQUIRED, AcquireStatus.BUSY]
+    assert Lock.objects.using(alias).get(name="a").next_fire is None  # the winner emptied its slot
+
+
+@pytest.mark.django_db(databases="__all__")  # makemigrations checks each database's migration history
+def test_the_models_have_all_their_migrations() -> None:
+    """makemigrations finds nothing to write (the Lock's overlap columns are migration 0014's)."""
+    call_command("makemigrations", "mutexcron", check=True, dry_run=True, verbosity=0)

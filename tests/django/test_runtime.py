@@ -561,6 +561,33 @@ def test_job_failing_and_job_recovered_carry_the_alert_once_each(declare: Declar
 
 @pytest.mark.django_db(transaction=True)
 @override_settings(MUTEXCRON={"AUTOSTART": False, "SYNC_INTERVAL": 0.2})
+def test_job_paused_carries_the_alert_of_a_job_that_paused_itself(declare: Declarations) -> None:
+    def body() -> None:
+        raise ValueError("no upstream")
+
+    declare("* * * * * *", body, name="tests.rt.pausing", pause_on_failure=2)
+    alerts: list[tuple[Any, Any]] = []
+
+    def receiver(sender: Any, alert: Any, signal: Any, **_: Any) -> None:
+        alerts.append((signal, alert))
+
+    signals.job_paused.connect(receiver)
+    scheduler = runtime.build_scheduler()
+    try:
+        scheduler.start()
+        wait_for(lambda: alerts, timeout=10, what="job_paused")
+    finally:
+        scheduler.shutdown(timeout=timedelta(seconds=2))
+        signals.job_paused.disconnect(receiver)
+    [(signal, alert)] = alerts
+    assert signal is signals.job_paused and alert.job_name == "tests.rt.pausing" and alert.event == "paused"
+    assert "2 failed runs in a row" in alert.incident and "ValueError: no upstream" in alert.incident
+    state = scheduler.store.lock("tests.rt.pausing")  # type: ignore[attr-defined]
+    assert state.paused_by == "mutexcron:pause_on_failure" and state.pause_note == alert.incident
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(MUTEXCRON={"AUTOSTART": False, "SYNC_INTERVAL": 0.2})
 def test_job_overdue_and_job_recovered_carry_a_missed_tick_once_each(declare: Declarations) -> None:
     name = declare("* * * * * *", name="tests.rt.overdue", alert_after=timedelta(seconds=1), lease=5)
     alerts: list[tuple[Any, Any]] = []

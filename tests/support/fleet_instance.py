@@ -4,6 +4,7 @@
         [--spec "* * * * * *"] [--lease SECONDS] [--clock-skew SECONDS] [--body-seconds SECONDS] [--hang-first]
         [--catch-up skip|latest|all] [--sync-interval SECONDS] [--start-gate PATH] [--django-settings MODULE]
         [--alert-after SECONDS] [--fail-while PATH] [--fence REDIS_URL] [--operator] [--scheme NAME=DOTTED.PATH]
+        [--on-busy POLICY]
 
 Declares one job, "fleet.tick", in a registry of its own, runs a Scheduler on it and appends one JSON line
 per event to its own ledger file (opened with O_APPEND; each line is written with a single write() and
@@ -12,7 +13,8 @@ fsync'ed, so a ledger never loses, splits or merges lines, and no two processes 
     {"event": "ready", ...}                  after Scheduler.start()
     {"event": "record", "outcome": ...}      one per RunRecord of a run or a skip (listener; an operator's
                                             backfills too)
-    {"event": "body", "fire_time": ...}      written by the job body before it returns
+    {"event": "body", "fire_time": ...}      written by the job body before it returns ("began": when it
+                                            started; "cancelled": it stopped early, told by ctx.cancelled)
     {"event": "holding", "fire_time": ...}   --hang-first: the first body of the fleet, which never returns
     {"event": "alert", "kind": ...}          an "overdue", "failing" or "recovered" listener event
     {"event": "fenced", "phase": ..., "accepted": ..., "token": ..., "lock_lost": ...}
@@ -35,7 +37,8 @@ then reads commands from its standard input, one a line, and answers each with a
 ("called" is the wall clock before the call, "at" after it returned), until "quit" or the end of its input.
 
 The body's ``--body-seconds`` are its own working time, spent in steps of at most 50 ms: a SIGSTOP of the
-process does not count as work (the body still has that much to do once continued).
+process does not count as work (the body still has that much to do once continued). It stops early once told
+to (``ctx.cancelled``: a timeout, or a newer tick with ``--on-busy replace``).
 
 With ``--fence REDIS_URL`` the body writes its fencing token to a sink at its start and again at its end, as a
 job that guards a resource with the token would. The sink (a Redis key holding the highest token it accepted,
@@ -56,7 +59,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -110,6 +112,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--alert-after", type=float, help="the job's alert_after in seconds (default: None)")
     parser.add_argument("--fail-while", type=Path, help="the body raises while this file exists")
     parser.add_argument("--fence", help="Redis URL of a fencing sink the body writes its token to")
+    parser.add_argument("--on-busy", default="skip", help="the job's on_busy policy (default skip)")
     parser.add_argument("--scheme", help="NAME=DOTTED.PATH: serve --store URLs of scheme NAME with that store class")
     parser.add_argument("--operator", action="store_true",
                         help="run no scheduler: pause, resume or re-time the job on commands from stdin")
@@ -160,13 +163,16 @@ def operate(scheduler: Scheduler, ledger: Ledger, commands: TextIO) -> None:
                      schedule=state.schedule, schedule_version=state.schedule_version, definition=state.definition)
 
 
-def work(seconds: float) -> None:
-    """``seconds`` of the body's own time, in steps of at most WORK_STEP: time stopped does not count."""
+def work(seconds: float, cancelled: threading.Event) -> bool:
+    """``seconds`` of the body's own time, in steps of at most WORK_STEP (time stopped does not count), or less if
+    ``cancelled`` is set meanwhile; True if it was."""
     remaining = seconds
     while remaining > 0:
         step = min(remaining, WORK_STEP)
-        time.sleep(step)
+        if cancelled.wait(step):
+            return True
         remaining -= step
+    return False
 
 
 def fencing_sink(url: str | None, ledger: Ledger, instance: str) -> Callable[[JobContext, str], None]:
@@ -241,10 +247,10 @@ def main(argv: list[str] | None = None) -> int:
     alert_after = None if args.alert_after is None else timedelta(seconds=args.alert_after)
 
     @mutex_cron(args.spec, name=JOB_NAME, lease=args.lease, catch_up=args.catch_up, registry=registry,
-                alert_after=alert_after)
+                alert_after=alert_after, on_busy=args.on_busy)
     def tick(ctx: JobContext) -> None:
         fields = {"fire_time": ctx.fire_time.isoformat(), "token": ctx.token, "catch_up": ctx.catch_up,
-                  "backfill": ctx.backfill}
+                  "backfill": ctx.backfill, "began": datetime.now(UTC).isoformat()}
         if args.fail_while is not None and args.fail_while.exists():
             ledger.write("body", failed=True, **fields)
             raise RuntimeError(f"{args.fail_while.name} exists")
@@ -253,9 +259,9 @@ def main(argv: list[str] | None = None) -> int:
             hanging.set()
             never.wait()  # holds the lock until this process is killed; the heartbeat keeps renewing it
         fenced(ctx, "begin")
-        work(args.body_seconds)
+        cancelled = work(args.body_seconds, ctx.cancelled)
         fenced(ctx, "end")
-        ledger.write("body", **fields)
+        ledger.write("body", cancelled=cancelled, **fields)
 
     def target(ctx: JobContext, label: str) -> None:  # the target of run-time schedules (operator: add)
         ledger.write("body", job=ctx.job_name, label=label, fire_time=ctx.fire_time.isoformat(), token=ctx.token)

@@ -7,8 +7,8 @@
 - ``seed``: create the missing lock documents; ``prune [--older-than DAYS]``: delete old run history.
 - ``health [--json]``: exit 0 when the store answers and no job is overdue or failing, else 1.
 - ``worker [--types A,B] [--prefetch N]``: a foreground task worker; SIGTERM or SIGINT stops it cleanly.
-- ``pause NAME [--until ISO-8601 | --for 2h30m] [--by WHO]``, ``resume NAME``: stop and restart a job's runs
-  on every instance; ``schedule NAME SPEC [--timezone TZ]`` / ``schedule NAME --reset``: override its
+- ``pause NAME [--until ISO-8601 | --for 2h30m] [--note TEXT] [--by WHO]``, ``resume NAME``: stop and restart a
+  job's runs on every instance; ``schedule NAME SPEC [--timezone TZ]`` / ``schedule NAME --reset``: override its
   schedule on every instance, or go back to the code's (the same as ``python -m mutexcron``'s).
 - ``schedules add NAME SPEC --target T [--kwargs JSON] | remove NAME | list [--json]``: run-time schedules
   (docs/schedules.md).

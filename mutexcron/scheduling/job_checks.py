@@ -1,0 +1,20 @@
+"""What a scheduler checks of its declared jobs when it starts: that its store and its options can do what each job
+asks (a task queue for ``run_on="tasks"``, the overlap state for ``buffer_one``/``replace``, the control plane for
+``pause_on_failure``), each refusal a SchedulerConfigError naming the jobs."""
+
+from __future__ import annotations
+
+from ..ops.failures import check_pause_on_failure
+from ..registry import Registry
+from ..stores import LockStore
+from .offload import Offload
+from .overlap import check_overlap
+
+__all__ = ["check_jobs"]
+
+
+def check_jobs(store: LockStore, registry: Registry, offload: Offload) -> None:
+    """SchedulerConfigError for the first declared job(s) ``store`` or ``offload`` cannot serve."""
+    offload.check(registry)  # the declared jobs (a run-time schedule's fires fail without it)
+    check_overlap(store, registry)
+    check_pause_on_failure(store, registry)
