@@ -14,6 +14,7 @@ from ..errors import SchedulerConfigError, StoreConfigError
 from ..registry import Registry, default_registry
 from ..scheduling.scheduler import Scheduler
 from ..stores import LockStore
+from ..tasks.queue import TaskQueue
 from ..urls import shown
 
 __all__ = ["DEFAULTS", "PREFIX", "AppSettings", "read_config", "start_mode"]
@@ -30,6 +31,7 @@ DEFAULTS: dict[str, Any] = {
     "MUTEXCRON_METRICS": False,  # Prometheus metrics of the runs (the "prometheus" extra), served at metrics/
     "MUTEXCRON_TRACING": False,  # OpenTelemetry spans of the runs (the "otel" extra)
     "MUTEXCRON_HEALTH_TOKEN": None,  # health/ shows job names and errors to "Authorization: Bearer <token>" only
+    "MUTEXCRON_TASKS": None,  # where run_on="tasks" bodies are enqueued: a task backend URL or a TaskQueue
 }
 RELOADER_CHILD = "WERKZEUG_RUN_MAIN"  # set to "true" by Werkzeug's reloader in the child it serves from
 
@@ -52,6 +54,7 @@ class AppSettings:
     metrics: bool = False
     tracing: bool = False
     health_token: str | None = None
+    tasks: str | TaskQueue | None = None
 
     def __repr__(self) -> str:  # reprs reach logs: the store URL's password and the token stay out
         masked = {"health_token": "***"} if self.health_token else {}
@@ -64,7 +67,7 @@ class AppSettings:
         try:
             return Scheduler(self.store, registry=registry or default_registry, instance_id=self.instance_id,
                              timezone=self.timezone, sync_interval=self.sync_interval, max_workers=self.max_workers,
-                             metrics=self.metrics, tracing=self.tracing)
+                             metrics=self.metrics, tracing=self.tracing, tasks=self.tasks)
         except StoreConfigError as error:
             raise _fail("MUTEXCRON_STORE", f"is not a usable store: {error}") from None
 
@@ -88,6 +91,10 @@ def read_config(config: Mapping[str, Any]) -> AppSettings:
     token = values["MUTEXCRON_HEALTH_TOKEN"]
     if token is not None and (not isinstance(token, str) or len(token.strip()) < 16):
         raise _fail("MUTEXCRON_HEALTH_TOKEN", "must be None or a secret string of at least 16 characters")
+    tasks = values["MUTEXCRON_TASKS"]
+    if tasks is not None and not isinstance(tasks, TaskQueue) and not (isinstance(tasks, str) and "://" in tasks):
+        raise _fail("MUTEXCRON_TASKS", f"must be None, a task backend URL (redis://, amqp://) or a TaskQueue, "
+                                       f"not {shown(tasks)}")
     return AppSettings(
         store=store,
         autostart=values["MUTEXCRON_AUTOSTART"],
@@ -103,6 +110,7 @@ def read_config(config: Mapping[str, Any]) -> AppSettings:
         metrics=values["MUTEXCRON_METRICS"],
         tracing=values["MUTEXCRON_TRACING"],
         health_token=token,
+        tasks=tasks,
     )
 
 

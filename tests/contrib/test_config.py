@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from mutexcron import Outcome, Registry, mutex_cron
 from mutexcron.contrib.config import AppSettings, read_config, start_mode
 from mutexcron.errors import SchedulerConfigError
 
@@ -26,7 +27,7 @@ def test_a_missing_store_is_an_error_naming_the_key() -> None:
 @pytest.mark.parametrize(("key", "value"), [
     ("MUTEXCRON_AUTOSTART", "yes"), ("MUTEXCRON_MAX_WORKERS", 0), ("MUTEXCRON_SYNC_INTERVAL", 0),
     ("MUTEXCRON_TIMEZONE", "Mars/Base"), ("MUTEXCRON_MODULES", "myapp.cron"), ("MUTEXCRON_HEALTH_TOKEN", "short"),
-    ("MUTEXCRON_INSTANCE_ID", ""), ("MUTEXCRON_METRICS", 1),
+    ("MUTEXCRON_INSTANCE_ID", ""), ("MUTEXCRON_METRICS", 1), ("MUTEXCRON_TASKS", "redis"), ("MUTEXCRON_TASKS", 42),
 ])
 def test_a_bad_value_is_an_error_naming_its_key(key: str, value: object) -> None:
     with pytest.raises(SchedulerConfigError, match=key):
@@ -60,3 +61,14 @@ def test_the_reloader_child_starts_at_once() -> None:
 @pytest.mark.parametrize("environ", [{}, {"WERKZEUG_RUN_MAIN": "false"}], ids=["unset", "false"])
 def test_any_other_process_waits_for_a_request_so_the_reloader_parent_never_starts(environ: dict[str, str]) -> None:
     assert start_mode(environ) == "first_request"
+
+
+def test_the_tasks_key_is_where_the_apps_run_on_tasks_bodies_are_enqueued(redis_url: str) -> None:
+    registry = Registry()
+    mutex_cron("0 2 * * *", name="reports.offloaded", registry=registry, run_on="tasks")(lambda: None)
+    scheduler = read_config({"MUTEXCRON_STORE": "memory://", "MUTEXCRON_TASKS": redis_url}).build_scheduler(registry)
+    try:
+        record = scheduler.run_tick("reports.offloaded", datetime(2026, 3, 1, 2, 0, tzinfo=UTC))
+    finally:
+        scheduler.shutdown()
+    assert record.outcome is Outcome.ENQUEUED and record.task_id is not None

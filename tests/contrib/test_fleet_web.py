@@ -1,7 +1,8 @@
 """The example apps in 3 server processes against one Redis: FastAPI under ``uvicorn --workers 3``, Flask under
 ``gunicorn -w 3`` with the example's gunicorn.conf.py (its ``post_worker_init`` hook). Each worker starts one
 scheduler (none in the supervisor or the master), each per-second tick runs exactly once across them, and the
-``health/`` and ``metrics/`` endpoints answer (metrics summed across the workers' files)."""
+``health/`` and ``metrics/`` endpoints answer (metrics summed across the workers' files). And ``flask run --debug``:
+one scheduler, in the reloader's child, none in the parent that watches the files."""
 
 from __future__ import annotations
 
@@ -114,3 +115,25 @@ def test_flask_example_under_gunicorn_with_three_workers_runs_each_tick_once(
                     f"gunicorn -w {WORKERS}")
 
 
+
+
+def test_flask_run_debug_starts_one_scheduler_in_the_reloaders_child_only(
+        tmp_path: Path, redis_url: str, redis_server_url: str, ticks_list: tuple[redis.Redis, str]) -> None:
+    port = free_port()
+    command = [server_binary("flask"), "--app", str(EXAMPLES / "flask_app" / "app.py"), "run", "--debug",
+               "--host", "127.0.0.1", "--port", str(port)]
+    server = WebServer.spawn("flask-run", command, port=port, tmp=tmp_path, ticks=ticks_list,
+                             env=environment(redis_url, redis_server_url, ticks_list[1], tmp_path))
+    try:
+        # No request: the reloader's child starts its scheduler at once; judge the ticks from its first run on.
+        wait_until(lambda: server.assert_alive() or server.entries(), timeout=30, what="the first tick to run")
+        window = server.wait_for_ticks(TICKS)
+        summary = server.assert_each_tick_once(window)
+        [child] = serving_pids(server, 1)
+        assert child != server.process.pid and parent_pid(child) == server.process.pid
+        # Every tick ran in the child: the reloader's parent, which watches the files, runs no scheduler.
+        assert set(summary["runs_per_pid"]) == {child}, summary  # type: ignore[call-overload]
+        print(f"flask run --debug: {summary['ticks']} ticks each run once, all by the reloader's child {child}")
+    finally:
+        server.stop()
+        print(server.tail())  # shown by pytest only if the test failed
