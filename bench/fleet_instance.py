@@ -169,13 +169,19 @@ class CountingStore(LockStore, ControlStore):
         self._count("delete")
         return self.inner.delete(name)
 
-    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None) -> LockState | None:
+    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None,
+              note: str | None = None) -> LockState | None:
         self._count("pause")
-        return self.inner.pause(name, until=until, by=by)
+        return self.inner.pause(name, until=until, by=by, note=note)
 
     def resume(self, name: str) -> LockState | None:
         self._count("resume")
         return self.inner.resume(name)
+
+    def record_failure(self, name: str, *, pause_after: int | None = None, by: str | None = None,
+                       note: str | None = None) -> tuple[int, bool]:
+        self._count("record_failure")
+        return self.inner.record_failure(name, pause_after=pause_after, by=by, note=note)
 
     def set_schedule(self, name: str, spec: str | None, *, timezone: str | None = None,
                      by: str | None = None) -> LockState | None:

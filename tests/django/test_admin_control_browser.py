@@ -81,12 +81,16 @@ def test_operator_pauses_resumes_and_reschedules_a_job_and_a_viewer_cannot(
         assert "At 03:00" in row().find_element(By.CLASS_NAME, "mutexcron-spec").text
         assert row().find_element(By.CLASS_NAME, "mutexcron-spec").get_attribute("title").count("\n") == 5
 
-        # Pause for 2h30m: a form first, then the badge and the paused line.
+        # Pause for 2h30m with a note: a form first, then the badge and the paused line with the note.
         click('input[name="pause"]')
         browser.find_element(By.ID, "id_duration").send_keys("2h30m")
+        browser.find_element(By.ID, "id_note").send_keys("warehouse migration, INC-4411")
         confirm_and_wait_for(lambda d: "Paused until" in badges(d))
-        assert "by operator" in row().find_element(By.CLASS_NAME, "mutexcron-paused-line").text
+        paused_line = row().find_element(By.CLASS_NAME, "mutexcron-paused-line").text
+        assert "by operator" in paused_line and "warehouse migration, INC-4411" in paused_line
         assert state().paused and state().paused_by == "operator"
+        assert state().pause_note == "warehouse migration, INC-4411"
+        save_page(browser, tmp_path / "admin-paused-with-note", "the paused job and its note")
 
         # Resume.
         click('input[name="resume"]')

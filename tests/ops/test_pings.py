@@ -170,7 +170,8 @@ def test_a_failing_ping_is_logged_once_per_outage_without_its_path(server: PingS
     with caplog.at_level(logging.DEBUG, logger="mutexcron.pings"):
         for count in (1, 2, 3):
             scheduler.run_now("job")
-            wait_until(lambda count=count: len(server.paths) == count, timeout=5, what=f"ping {count}")  # type: ignore[misc]
+            wait_until(lambda count=count: len(server.paths) == 2 * count, timeout=5,  # type: ignore[misc]
+                       what=f"the start and end pings of run {count}")
         server.status = 200
         scheduler.run_now("job")
         wait_until(lambda: any("work again" in r.getMessage() for r in caplog.records), timeout=5,

@@ -98,11 +98,16 @@ class SlowStore(LockStore, ControlStore):
     def delete(self, name: str) -> bool:
         return self.inner.delete(name)
 
-    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None) -> LockState | None:
-        return self.inner.pause(name, until=until, by=by)
+    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None,
+              note: str | None = None) -> LockState | None:
+        return self.inner.pause(name, until=until, by=by, note=note)
 
     def resume(self, name: str) -> LockState | None:
         return self.inner.resume(name)
+
+    def record_failure(self, name: str, *, pause_after: int | None = None, by: str | None = None,
+                       note: str | None = None) -> tuple[int, bool]:
+        return self.inner.record_failure(name, pause_after=pause_after, by=by, note=note)
 
     def set_schedule(self, name: str, spec: str | None, *, timezone: str | None = None,
                      by: str | None = None) -> LockState | None:

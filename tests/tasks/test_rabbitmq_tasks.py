@@ -545,8 +545,9 @@ def test_lateness_is_small_and_never_early(queues: Callable[..., TaskQueue], rec
     print(f"lateness over {count} tasks: min {lateness[0] * 1000:.1f} ms, p50 {p50 * 1000:.1f} ms, "
           f"p99 {p99 * 1000:.1f} ms, max {lateness[-1] * 1000:.1f} ms")
     # A bound on a backlog, not a performance figure (bench/tasks.py measures that): in CI the broker also serves
-    # the other workers' throughput tests, which can make every task of this one hundreds of ms late.
-    assert lateness[-1] < 1.0
+    # the other workers' throughput tests and two suites share the two cores, which can make the slowest of these
+    # 300 tasks over a second late; "never early" above is the guarantee.
+    assert lateness[-1] < 2.0
 
 
 def test_a_message_that_comes_a_little_early_waits_in_the_worker_until_its_due_time(
