@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import django.contrib.admin
 import pytest
 from django.contrib.auth.models import Permission
 
@@ -49,6 +50,9 @@ def test_operator_pauses_resumes_and_reschedules_a_job_and_a_viewer_cannot(
     from selenium.webdriver.support.ui import WebDriverWait
 
     settings.MUTEXCRON = {"AUTOSTART": False, "STORE": redis_url}
+    # The live server serves STATIC_ROOT (the test site has no staticfiles app): the admin's CSS, so that the
+    # screenshots show the pages as they look.
+    settings.STATIC_ROOT = str(Path(django.contrib.admin.__file__).parent / "static")
     declare_job(JOB)
     django_user_model.objects.create_superuser("operator", "operator@example.com", "correct horse")
     viewer = django_user_model.objects.create_user("viewer", password="battery staple", is_staff=True)

@@ -291,15 +291,18 @@ def test_workers_start_tasks_on_time(fleet: Fleet, producer: TaskQueue) -> None:
     fleet.wait_ready()
     fleet.wait_idle()
     now = datetime.now(UTC)
-    due = {n: now + timedelta(milliseconds=200 + 37 * n) for n in range(40)}
+    # 120 ms apart: each of the 3 workers has 360 ms per task, far more than a claim and a run take even on a
+    # loaded machine, so the lateness measured is the wake-up's, not a backlog's.
+    due = {n: now + timedelta(milliseconds=200 + 120 * n) for n in range(40)}
     producer.schedule_many([(TASK_TYPE, {"n": n}, {"run_at": at}) for n, at in due.items()])
-    wait_until(lambda: len(fleet.ran()) >= len(due), timeout=20, what="every task to run")
+    wait_until(lambda: len(fleet.ran()) >= len(due), timeout=30, what="every task to run")
     lateness = sorted(e["started_at"] - due[e["n"]].timestamp() for e in fleet.ran())
     print(f"lateness over {len(lateness)} tasks: min {lateness[0] * 1000:.1f} ms, "
           f"median {lateness[len(lateness) // 2] * 1000:.1f} ms, max {lateness[-1] * 1000:.1f} ms")
-    # Each worker knows the next due time and sleeps until it: tens of ms late. A worker that missed it would
-    # wait out its max_sleep (1 s at the least), so the median shows on time and the worst stays under that
-    # bound, with room for the other fleet lanes sharing the machine's two cores.
+    # Each worker knows the next due time and sleeps until it: under 15 ms late on an idle machine. A worker that
+    # missed it would wait out its max_sleep (1 s at the least), so the median shows on time and the worst stays
+    # under that bound; the median's bound leaves room for CPU starvation by the other fleet lanes sharing the
+    # machine's two cores (scheduling delays of up to about 100 ms).
     assert lateness[0] > -0.03, f"a task started before it was due: {lateness[0]:.3f} s"
-    assert lateness[len(lateness) // 2] < 0.15 and lateness[-1] < 0.9, f"tasks started late: {lateness}"
+    assert lateness[len(lateness) // 2] < 0.25 and lateness[-1] < 0.9, f"tasks started late: {lateness}"
     fleet.stop()
