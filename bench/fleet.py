@@ -4,15 +4,17 @@
 A benchmark report, not a test. Every measurement starts its processes, lets them fire for a warm-up, then
 counts the ticks of a window of ``--seconds`` (default 20) whole seconds:
 
-- **mutexcron redis**: N bench/fleet_instance.py processes, each a core ``Scheduler`` with the same M jobs
+- **mutexcron redis**: N bench/fleet_instance.py processes, each a core ``Scheduler`` (a pool of ``--workers``
+  threads) with the same M jobs
   (``* * * * * *``, a no-op body that records its start) on one Redis: a redis-server of the run's own on a free
   port unless ``--redis URL``, so that its INFO commandstats count this benchmark's commands alone;
 - **mutexcron django/pg**: the same on ``django://`` (the Django SQL store) in a PostgreSQL database of the
   run's own (bench/fleet_settings.py: persistent connections), ``--pg-workers`` threads per instance;
 - **mutexcron cluster**: the same on a Redis Cluster (``--cluster URL``, default the 3 masters on 127.0.0.1:7000-
   7002 that scripts/services.sh starts), if one answers and this mutexcron takes ``redis+cluster://`` URLs;
-- **APScheduler floor**: the same N x M jobs on plain BackgroundSchedulers, no lock (every instance runs every
-  tick: the lateness that mutexcron adds to is this one);
+- **APScheduler floor**: the same N x M jobs on plain BackgroundSchedulers with the same pool, no lock (every
+  instance runs every tick: the lateness that mutexcron adds to is this one), measured just before mutexcron at
+  each pool size of ``--workers`` (default 10 and 20);
 - **Celery beat + celery-redbeat**: one beat process (redbeat, the usual way to run beat safely: one leader lock)
   sends the same M per-second entries to one Celery worker (prefork, its default concurrency) on the same
   Redis server (its own database), which is what most users would pick instead (bench/celery_app.py);
@@ -22,14 +24,15 @@ Reported for each: ticks run (job x tick), duplicates (must be 0), missed ticks,
 (body start minus nominal fire time, one clock), store round trips per tick (counted in each instance's client,
 and by the private Redis server), CPU seconds per instance per minute (/proc), and the load average. Then a
 sweep over M on Redis and PostgreSQL (``--sweep-seconds`` each, default 10) finds the largest job fires/s with
-0 duplicates and 0 misses, and the targets are judged (p99 within 25 ms of the floor; >= 1,000 job fires/s on
-one Redis; lateness better than Celery beat's at every percentile).
+0 duplicates and 0 misses, and the targets are judged (p99 within 25 ms of the floor's and CPU per instance at
+most 1.2x the floor's, at each pool size; 0 duplicates and 0 misses at 1,000 and 2,000 job fires/s on one Redis,
+each tick run before the next at 1,000; lateness better than Celery beat's at every percentile).
 
-    python bench/fleet.py [--instances N] [--jobs M] [--seconds S] [--sweep-seconds S]
+    python bench/fleet.py [--instances N] [--jobs M] [--workers W,W] [--seconds S] [--sweep-seconds S]
                           [--sweep-redis M,M,...] [--sweep-postgres M,M,...] [--pg-workers W]
                           [--redis URL] [--cluster URL | --no-cluster] [--skip SYSTEM] [--json]
 
-A default run takes about 6-8 minutes on 2 CPUs. The exit status is 0 whatever the figures. Everything is
+A default run takes about 10-12 minutes on 2 CPUs. The exit status is 0 whatever the figures. Everything is
 removed afterwards: the private redis-server, the Redis keys of a unique prefix on --redis or the cluster, the
 PostgreSQL database, the temporary directory.
 """
@@ -85,7 +88,9 @@ from bench.fleet_support import (  # noqa: E402
 WARMUP = 3  # seconds of ticks after the last instance started, before the window
 SETTLE = 10.0  # how long after the window its last ticks may still be run
 TARGET_FLOOR_MS = 25.0  # p99 within this of the APScheduler floor's
-TARGET_FIRES = 1000  # job fires/s across the fleet on one Redis
+TARGET_FIRES = 1000  # job fires/s across the fleet on one Redis, each tick run before the next
+TARGET_CLEAN_FIRES = (1000, 2000)  # job fires/s on one Redis with 0 duplicates and 0 misses
+TARGET_CPU_RATIO = 1.2  # instance CPU per minute at most this times the floor's (same pool size)
 DEFAULT_CLUSTER = "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002"
 SYSTEMS = ("redis", "postgres", "cluster", "floor", "celery", "memory", "sweep")
 
@@ -98,6 +103,7 @@ class Measure:
     label: str
     instances: int
     jobs: int
+    workers: int = 10  # each instance's thread pool (the floor's too: BackgroundScheduler's executor)
     seconds: int = 0
     settings: str = ""
     load_start: str = ""
@@ -154,7 +160,7 @@ class Fleet:
 
     def __init__(self, directory: Path, measure: Measure, options: list[str], env: dict[str, str]) -> None:
         self.measure = measure
-        tag = f"{measure.key}-{measure.jobs}-{uuid.uuid4().hex[:6]}"
+        tag = f"{measure.key}-{measure.jobs}-w{measure.workers}-{uuid.uuid4().hex[:6]}"
         self.gate = directory / f"{tag}.gate"
         self.procs: list[Proc] = []
         for n in range(measure.instances):
@@ -297,19 +303,21 @@ def run_instances(directory: Path, measure: Measure, options: list[str], *, env:
 
 
 def mutexcron_redis(directory: Path, instances: int, jobs: int, seconds: int, url: str,
-                    server: PrivateRedis | None, key: str = "redis", label: str = "mutexcron redis") -> Measure:
+                    server: PrivateRedis | None, key: str = "redis", label: str = "mutexcron redis",
+                    workers: int = 10) -> Measure:
     prefix = f"mutexcron-bench-fleet:{uuid.uuid4().hex[:10]}:"
-    measure = Measure(key, label, instances, jobs, seconds, settings="max_workers 10 (default)")
+    measure = Measure(key, label, instances, jobs, workers, seconds, settings=_pool(workers))
     joiner = "&" if "?" in url else "?"
     try:
-        return run_instances(directory, measure, ["--store", f"{url}{joiner}prefix={prefix}"], server=server)
+        return run_instances(directory, measure, ["--store", f"{url}{joiner}prefix={prefix}",
+                                                  "--max-workers", str(workers)], server=server)
     finally:
         with suppress(Exception):
             delete_redis_keys(url, prefix + "*")
 
 
 def mutexcron_postgres(directory: Path, instances: int, jobs: int, seconds: int, workers: int) -> Measure:
-    measure = Measure("postgres", "mutexcron django/pg", instances, jobs, seconds,
+    measure = Measure("postgres", "mutexcron django/pg", instances, jobs, workers, seconds,
                       settings=f"max_workers {workers}; CONN_MAX_AGE None")
     with postgres_database(directory) as name:
         return run_instances(directory, measure, ["--store", "django://default", "--django-settings",
@@ -318,21 +326,24 @@ def mutexcron_postgres(directory: Path, instances: int, jobs: int, seconds: int,
 
 
 def mutexcron_memory(directory: Path, jobs: int, seconds: int) -> Measure:
-    measure = Measure("memory", "mutexcron memory:// (1 instance)", 1, jobs, seconds,
-                      settings="max_workers 10 (default)")
+    measure = Measure("memory", "mutexcron memory:// (1 instance)", 1, jobs, 10, seconds, settings=_pool(10))
     return run_instances(directory, measure, ["--store", "memory://"])
 
 
-def apscheduler_floor(directory: Path, instances: int, jobs: int, seconds: int) -> Measure:
-    measure = Measure("floor", "APScheduler floor (no lock)", instances, jobs, seconds,
-                      settings="BackgroundScheduler, pool of 10")
-    return run_instances(directory, measure, ["--mode", "apscheduler"])
+def apscheduler_floor(directory: Path, instances: int, jobs: int, seconds: int, workers: int = 10) -> Measure:
+    measure = Measure("floor", "APScheduler floor (no lock)", instances, jobs, workers, seconds,
+                      settings=f"BackgroundScheduler, pool of {workers}")
+    return run_instances(directory, measure, ["--mode", "apscheduler", "--max-workers", str(workers)])
+
+
+def _pool(workers: int) -> str:
+    return f"max_workers {workers}" + (" (default)" if workers == 10 else "")
 
 
 def celery_redbeat(directory: Path, jobs: int, seconds: int, server: PrivateRedis) -> Measure:
     """One beat (redbeat) and one worker (prefork, default concurrency) on database 1 of the private server."""
     concurrency = os.cpu_count() or 1
-    measure = Measure("celery", "Celery beat + redbeat", 2, jobs, seconds,
+    measure = Measure("celery", "Celery beat + redbeat", 2, jobs, concurrency, seconds,
                       settings=f"beat + 1 worker (prefork x {concurrency}, default)")
     measure.load_start = load()
     out = directory / f"celery-{uuid.uuid4().hex[:6]}"
@@ -485,19 +496,30 @@ def run(args: argparse.Namespace, directory: Path, report: Report) -> None:
             redis_url = server.url(0)
         report.header["redis"] = f"Redis {server.version if server else '?'} at {redis_url}" + (
             " (private redis-server)" if server else "")
-        by_key: dict[str, Measure] = {}
+        by_key: dict[tuple[str, int], Measure] = {}
+        pools, first_pool = args.workers, args.workers[0]
 
         def add(measure: Measure | None) -> Measure | None:
             if measure is not None:
                 report.measures.append(measure)
-                by_key[measure.key] = measure
+                by_key[(measure.key, measure.workers)] = measure
             return measure
 
-        if "floor" not in skip:
-            add(attempt(report, f"APScheduler floor {n} x {m}", lambda: apscheduler_floor(directory, n, m, seconds)))
-        if "redis" not in skip:
-            add(attempt(report, f"mutexcron redis {n} x {m}",
-                        lambda: mutexcron_redis(directory, n, m, seconds, redis_url, server)))
+        cluster_why = None if "cluster" in skip or not args.cluster else cluster_available(args.cluster)
+        if cluster_why:
+            say(f"[cluster] skipped: {cluster_why}")
+            report.skipped["cluster"] = cluster_why
+        for w in pools:  # the floor and mutexcron on the same pool size, one after the other
+            if "floor" not in skip:
+                add(attempt(report, f"APScheduler floor {n} x {m}, {w} workers",
+                            lambda w=w: apscheduler_floor(directory, n, m, seconds, w)))
+            if "redis" not in skip:
+                add(attempt(report, f"mutexcron redis {n} x {m}, {w} workers",
+                            lambda w=w: mutexcron_redis(directory, n, m, seconds, redis_url, server, workers=w)))
+            if "cluster" not in skip and args.cluster and not cluster_why:
+                add(attempt(report, f"mutexcron cluster {n} x {m}, {w} workers",
+                            lambda w=w: mutexcron_redis(directory, n, m, seconds, args.cluster, None, key="cluster",
+                                                        label="mutexcron redis cluster", workers=w)))
         if "celery" not in skip:
             if server is None:
                 report.skipped["celery"] = "needs the private redis-server (no --redis)"
@@ -509,15 +531,6 @@ def run(args: argparse.Namespace, directory: Path, report: Report) -> None:
             report.header["postgres"] = f"PostgreSQL {postgres_version()} at {pg_params('')['host']}"
             add(attempt(report, f"mutexcron django/pg {n} x {m}",
                         lambda: mutexcron_postgres(directory, n, m, seconds, args.pg_workers)))
-        if "cluster" not in skip and args.cluster:
-            why = cluster_available(args.cluster)
-            if why:
-                say(f"[cluster] skipped: {why}")
-                report.skipped["cluster"] = why
-            else:
-                add(attempt(report, f"mutexcron cluster {n} x {m}",
-                            lambda: mutexcron_redis(directory, n, m, seconds, args.cluster, None, key="cluster",
-                                                    label="mutexcron redis cluster")))
         if "memory" not in skip:
             add(attempt(report, f"mutexcron memory:// 1 x {m}", lambda: mutexcron_memory(directory, m, seconds)))
         if "sweep" in skip:
@@ -525,14 +538,17 @@ def run(args: argparse.Namespace, directory: Path, report: Report) -> None:
         s = args.sweep_seconds
         if "redis" not in skip:
             sweep(report, "redis", args.sweep_redis,
-                  lambda jobs: mutexcron_redis(directory, n, jobs, s, redis_url, server), by_key.get("redis"))
+                  lambda jobs: mutexcron_redis(directory, n, jobs, s, redis_url, server, workers=first_pool),
+                  by_key.get(("redis", first_pool)))
         if "postgres" not in skip:
             sweep(report, "postgres", args.sweep_postgres,
-                  lambda jobs: mutexcron_postgres(directory, n, jobs, s, args.pg_workers), by_key.get("postgres"))
-        if "cluster" in by_key:
+                  lambda jobs: mutexcron_postgres(directory, n, jobs, s, args.pg_workers),
+                  by_key.get(("postgres", args.pg_workers)))
+        if ("cluster", first_pool) in by_key:
             sweep(report, "cluster", args.sweep_redis,
                   lambda jobs: mutexcron_redis(directory, n, jobs, s, args.cluster, None, key="cluster",
-                                               label="mutexcron redis cluster"), by_key.get("cluster"))
+                                               label="mutexcron redis cluster", workers=first_pool),
+                  by_key.get(("cluster", first_pool)))
 
 
 @contextmanager
@@ -557,16 +573,30 @@ def _num(value: float | None, digits: int = 2) -> str:
 
 
 def targets(report: Report) -> list[dict[str, Any]]:
-    by_key = {m.key: m for m in report.measures}
+    by_key = {(m.key, m.workers): m for m in report.measures}
+    floors = {m.workers: m for m in report.measures if m.key == "floor"}
+    first_floor = next(iter(floors.values()), None)
     out: list[dict[str, Any]] = []
-    floor = by_key.get("floor")
-    for key in ("redis", "postgres", "cluster"):
-        mine = by_key.get(key)
-        if mine and floor and mine.lateness_ms.get("p99") is not None and floor.lateness_ms.get("p99") is not None:
+    for mine in report.measures:
+        if mine.key not in ("redis", "postgres", "cluster"):
+            continue
+        # The floor of the same pool size; PostgreSQL's instances run --pg-workers threads (its connections are the
+        # bound), measured against the first floor.
+        floor = floors.get(mine.workers) if mine.key != "postgres" else first_floor
+        if floor is None:
+            continue
+        pools = f"{mine.workers} workers" + ("" if floor.workers == mine.workers else f"; floor {floor.workers}")
+        if mine.lateness_ms.get("p99") is not None and floor.lateness_ms.get("p99") is not None:
             gap = mine.lateness_ms["p99"] - floor.lateness_ms["p99"]  # type: ignore[operator]
-            out.append({"target": f"{mine.label} p99 within {TARGET_FLOOR_MS:g} ms of the floor's",
+            out.append({"target": f"{mine.label} p99 within {TARGET_FLOOR_MS:g} ms of the floor's ({pools})",
                         "value": f"{_ms(mine.lateness_ms['p99'])} - {_ms(floor.lateness_ms['p99'])} = {_ms(gap)} ms",
                         "verdict": "PASS" if gap <= TARGET_FLOOR_MS else "MISS"})
+        if mine.key != "postgres" and mine.cpu_per_instance_min is not None and floor.cpu_per_instance_min:
+            ratio = mine.cpu_per_instance_min / floor.cpu_per_instance_min
+            out.append({"target": f"{mine.label} CPU per instance at most {TARGET_CPU_RATIO:g}x the floor's ({pools})",
+                        "value": f"{mine.cpu_per_instance_min:.2f} / {floor.cpu_per_instance_min:.2f} s/min = "
+                                 f"{ratio:.2f}x",
+                        "verdict": "PASS" if ratio <= TARGET_CPU_RATIO else "MISS"})
     points = report.sweeps.get("redis", [])
     if points:
         best, timely = largest_clean(points), largest_clean(points, on_time=True)
@@ -578,30 +608,38 @@ def targets(report: Report) -> list[dict[str, Any]]:
         out.append({"target": f"job fires/s on one Redis across {points[0].instances} instances, 0 duplicates, "
                               f"0 misses, each tick run before the next: at least {TARGET_FIRES:,}",
                     "value": value, "verdict": "PASS" if timely and timely.jobs >= TARGET_FIRES else "MISS"})
-    celery, redis = by_key.get("celery"), by_key.get("redis")
+        for fires in TARGET_CLEAN_FIRES:
+            point = next((p for p in points if p.jobs == fires), None)
+            value = ("not measured (the sweep stopped before it, or --sweep-redis leaves it out)" if point is None
+                     else f"{point.runs:,} runs, {point.duplicates} duplicates, {point.missed} missed")
+            out.append({"target": f"0 duplicates and 0 misses at {fires:,} job fires/s on one Redis",
+                        "value": value, "verdict": "PASS" if point is not None and point.clean else "MISS"})
+    celery = by_key.get(("celery", next((m.workers for m in report.measures if m.key == "celery"), 0)))
+    redis = next((m for m in report.measures if m.key == "redis"), None)
     if celery and redis and celery.lateness_ms.get("p50") is not None and redis.lateness_ms.get("p50") is not None:
         worse = [p for p in ("p50", "p90", "p99", "max")
                  if (redis.lateness_ms[p] or 0) >= (celery.lateness_ms[p] or 0)]
         value = ", ".join(f"{p} {_ms(redis.lateness_ms[p])} vs {_ms(celery.lateness_ms[p])}"
                           for p in ("p50", "p90", "p99", "max"))
-        out.append({"target": "mutexcron redis lateness better than Celery beat's at every percentile",
+        out.append({"target": f"mutexcron redis ({redis.workers} workers) lateness better than Celery beat's at "
+                              "every percentile",
                     "value": value + " ms", "verdict": "MISS" if worse else "PASS"})
     return out
 
 
-ROW = ("{label:<34} {shape:>8} {runs:>7} {dup:>4} {missed:>6} {p50:>7} {p90:>7} {p99:>7} {max:>7} "
+ROW = ("{label:<34} {shape:>8} {workers:>7} {runs:>7} {dup:>4} {missed:>6} {p50:>7} {p90:>7} {p99:>7} {max:>7} "
        "{rt:>7} {cpu:>7}  {load:<15}")
 
 
 def print_table(measures: list[Measure]) -> None:
-    head = ROW.format(label="system", shape="N x M", runs="runs", dup="dup", missed="missed", p50="p50",
-                      p90="p90", p99="p99", max="max", rt="rt/tick", cpu="cpu/min", load="load (1 5 15)")
+    head = ROW.format(label="system", shape="N x M", workers="workers", runs="runs", dup="dup", missed="missed",
+                      p50="p50", p90="p90", p99="p99", max="max", rt="rt/tick", cpu="cpu/min", load="load (1 5 15)")
     print(head)
     print("-" * len(head))
     for m in measures:
         late = m.lateness_ms
         shape = f"{m.instances} x {m.jobs}" if m.key != "celery" else f"1 x {m.jobs}"
-        print(ROW.format(label=m.label[:34], shape=shape,
+        print(ROW.format(label=m.label[:34], shape=shape, workers=m.workers,
                          runs=f"{m.runs:,}", dup=m.duplicates, missed=m.missed, p50=_ms(late.get("p50")),
                          p90=_ms(late.get("p90")), p99=_ms(late.get("p99")), max=_ms(late.get("max")),
                          rt=_num(m.round_trips_per_tick), cpu=_num(m.cpu_per_instance_min), load=m.load_start))
@@ -687,9 +725,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=100, metavar="M", help="per-second jobs (default 100)")
     parser.add_argument("--seconds", type=int, default=20, metavar="S", help="window of each measurement (default 20)")
     parser.add_argument("--sweep-seconds", type=int, default=10, metavar="S", help="window of each sweep point")
-    parser.add_argument("--sweep-redis", type=_sizes, default=[200, 400, 700, 1000, 1400], metavar="M,M",
+    parser.add_argument("--workers", type=_sizes, default=[10, 20], metavar="W,W",
+                        help="the thread pool of each instance, mutexcron's and the floor's alike, one measurement "
+                             "of each per size (default 10,20; the sweeps use the first)")
+    parser.add_argument("--sweep-redis", type=_sizes, default=[200, 400, 700, 1000, 1400, 2000], metavar="M,M",
                         help="job counts of the Redis (and cluster) sweep, besides --jobs (default "
-                             "200,400,700,1000,1400)")
+                             "200,400,700,1000,1400,2000)")
     parser.add_argument("--sweep-postgres", type=_sizes, default=[25, 50, 200], metavar="M,M",
                         help="job counts of the PostgreSQL sweep, besides --jobs (default 25,50,200)")
     parser.add_argument("--pg-workers", type=int, default=4, metavar="W",
@@ -705,6 +746,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.instances < 1 or args.jobs < 1 or args.seconds < 2 or args.sweep_seconds < 2:
         parser.error("--instances and --jobs must be at least 1, --seconds and --sweep-seconds at least 2")
+    if not args.workers or min(args.workers) < 1:
+        parser.error(f"--workers must list pool sizes of at least 1, not {args.workers}")
 
     def interrupted(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt  # a kill cleans up as Ctrl-C does
@@ -712,6 +755,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, interrupted)
     report = Report({
         "python": platform.python_version(), "cpus": os.cpu_count(), "load": load(), "instances": args.instances,
+        "workers": args.workers,
         "jobs": args.jobs, "seconds": args.seconds, "sweep_seconds": args.sweep_seconds,
         "versions": {name: _version(name) for name in ("APScheduler", "redis", "celery", "celery-redbeat",
                                                         "Django", "psycopg")},

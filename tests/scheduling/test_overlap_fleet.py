@@ -23,7 +23,7 @@ EVERY_THREE_SECONDS = ("--spec", "*/3 * * * * *")
 PERIOD = timedelta(seconds=3)
 LEASE = 3.0  # seconds: the holder renews, and so sees a stop request, every second
 # How long after a run ends the waiting tick's body starts: it asks again at most every 0.5 s, plus the round
-# trips and the start of a worker thread on a machine whose two cores run the other fleet lanes too.
+# trips and the start of a worker thread on a machine whose two cores run other fleet tests too.
 HAND_OVER = timedelta(seconds=1.5)
 
 

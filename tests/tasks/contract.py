@@ -389,10 +389,11 @@ class TaskQueueContract(TaskIdContract, TaskTelemetryContract):
     ) -> None:
         task_type = self.define()
         queue = self.worker(make_queue)
-        task_id = queue.schedule(task_type, "cancelled", delay=timedelta(milliseconds=300))
+        # Due in 1.5 s: the cancel comes well before, even on a loaded machine (a worker runs the task once due).
+        task_id = queue.schedule(task_type, "cancelled", delay=timedelta(milliseconds=1500))
         assert queue.cancel(task_id) is True
         assert queue.status(task_id) == TaskStatus.CANCELLED
-        queue.schedule(task_type, "marker", delay=timedelta(milliseconds=500))
+        queue.schedule(task_type, "marker", delay=timedelta(milliseconds=1700))  # due after the cancelled one
         self.runs.wait_for("marker")
         assert self.runs.payloads() == ["marker"]
         assert queue.status(task_id) == TaskStatus.CANCELLED

@@ -280,7 +280,7 @@ def test_a_task_scheduled_by_another_process_wakes_sleeping_workers_at_once(
         waits.append(entry["started_at"] - scheduled_at)
     print(f"scheduled-to-started: {', '.join(f'{w * 1000:.1f}' for w in waits)} ms")
     # Tens of ms each here; a worker not woken would wait its max_sleep (1 s at the least). The bound is half of
-    # that, leaving room for a broker shared with the other fleet lanes (a few hundred ms at worst).
+    # that, leaving room for a broker shared with other fleet tests (a few hundred ms at worst).
     assert max(waits) < 0.5, f"a sleeping worker was not woken at once: {waits}"
     fleet.stop()
 
@@ -301,7 +301,7 @@ def test_workers_start_tasks_on_time(fleet: Fleet, producer: TaskQueue) -> None:
           f"median {lateness[len(lateness) // 2] * 1000:.1f} ms, max {lateness[-1] * 1000:.1f} ms")
     # Each worker knows the next due time and sleeps until it: under 15 ms late on an idle machine. A worker that
     # missed it would wait out its max_sleep (1 s at the least), so the median shows on time and the worst stays
-    # under that bound; the median's bound leaves room for CPU starvation by the other fleet lanes sharing the
+    # under that bound; the median's bound leaves room for CPU starvation by other fleet tests sharing the
     # machine's two cores (scheduling delays of up to about 100 ms).
     assert lateness[0] > -0.03, f"a task started before it was due: {lateness[0]:.3f} s"
     assert lateness[len(lateness) // 2] < 0.25 and lateness[-1] < 0.9, f"tasks started late: {lateness}"
