@@ -573,7 +573,6 @@ def _num(value: float | None, digits: int = 2) -> str:
 
 
 def targets(report: Report) -> list[dict[str, Any]]:
-    by_key = {(m.key, m.workers): m for m in report.measures}
     floors = {m.workers: m for m in report.measures if m.key == "floor"}
     first_floor = next(iter(floors.values()), None)
     out: list[dict[str, Any]] = []
@@ -614,7 +613,7 @@ def targets(report: Report) -> list[dict[str, Any]]:
                      else f"{point.runs:,} runs, {point.duplicates} duplicates, {point.missed} missed")
             out.append({"target": f"0 duplicates and 0 misses at {fires:,} job fires/s on one Redis",
                         "value": value, "verdict": "PASS" if point is not None and point.clean else "MISS"})
-    celery = by_key.get(("celery", next((m.workers for m in report.measures if m.key == "celery"), 0)))
+    celery = next((m for m in report.measures if m.key == "celery"), None)
     redis = next((m for m in report.measures if m.key == "redis"), None)
     if celery and redis and celery.lateness_ms.get("p50") is not None and redis.lateness_ms.get("p50") is not None:
         worse = [p for p in ("p50", "p90", "p99", "max")
