@@ -80,7 +80,7 @@ class Fleet:
 
     def wait_ready(self, timeout: float = 30.0) -> datetime:
         """Wait until every instance has started its scheduler; return when the last one did (30 s by default: an
-        instance imports and starts in seconds when CI runs five fleet tests on two cores)."""
+        instance imports and starts in seconds when CI runs four fleet tests on two cores)."""
 
         def ready() -> list[datetime] | None:
             for instance in self.instances:
