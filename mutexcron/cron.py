@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import calendar
 import re
+from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -258,6 +259,7 @@ class CronTrigger(BaseTrigger):
         self.timezone = timezone
         self._fixed = fixed_offset(timezone)  # a zone without changes: the fire after an instant is arithmetic
         self._last: tuple[datetime, datetime | None] | None = None  # the last (previous fire, next fire) answered
+        self._minute: datetime | None = None  # a naive wall minute all fields but the second match (the last found)
         fields: _TimeFields = {
             "second": _compact(spec.seconds, 0, 59),
             "minute": _compact(spec.minutes, 0, 59),
@@ -346,9 +348,21 @@ class CronTrigger(BaseTrigger):
             wall = max(candidate, skip_to)
 
     def _next_wall_match(self, wall: datetime) -> datetime | None:
-        """The first wall time strictly after the naive ``wall`` that the fields match (naive)."""
+        """The first wall time strictly after the naive ``wall`` that the fields match (naive).
+
+        Within the minute of the last match found, every minute-and-larger field matches, so the next match there
+        is the next allowed second: a lookup, where APScheduler's search costs a per-second job most of its fire."""
+        minute = wall.replace(second=0, microsecond=0)
+        if minute == self._minute:
+            index = bisect_right(self.spec.seconds, wall.second)
+            if index < len(self.spec.seconds):
+                return minute.replace(second=self.spec.seconds[index])
         match = self._wall.get_next_fire_time(None, (wall + _ONE_MICROSECOND).replace(tzinfo=UTC))
-        return None if match is None else match.replace(tzinfo=None)
+        if match is None:
+            return None
+        match = match.replace(tzinfo=None)
+        self._minute = match.replace(second=0)  # one assignment: another thread reads the old minute or this one
+        return match
 
     def _instant(self, wall: datetime) -> datetime:
         """The UTC instant a wall time fires at: fold=0, the first pass or shifted forward past a gap."""

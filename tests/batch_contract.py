@@ -1,4 +1,5 @@
-"""acquire_many() in the lock store contract: the answers of acquire(), in order, each atomic on its own.
+"""acquire_many() and release_many() in the lock store contract: the answers of acquire() and release(), in order,
+each atomic on its own.
 
 The scheduler asks for the locks of every job due at one instant with one acquire_many (one round trip on a
 store that batches, such as Redis); each answer must be exactly what acquire() would have said.
@@ -10,8 +11,10 @@ import threading
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from mutexcron.errors import StoreUnavailable
-from mutexcron.stores import AcquireRequest, AcquireStatus, Acquisition, ControlStore, LockStore
+from mutexcron.stores import AcquireRequest, AcquireStatus, Acquisition, ControlStore, LockStore, ReleaseRequest
 
 LONG = timedelta(seconds=30)
 TICK = datetime(2026, 3, 1, 6, 0, 0, tzinfo=UTC)
@@ -109,3 +112,60 @@ class AcquireManyContract:
         assert taken == Counter(names)  # each once
         statuses = {answer.status for got in answers for answer in got if isinstance(answer, Acquisition)}
         assert statuses <= {AcquireStatus.ACQUIRED, AcquireStatus.BUSY, AcquireStatus.ALREADY_RAN}
+
+
+class ReleaseManyContract:
+    """Every store answers release_many(); Redis in one round trip (``batches_releases``): the scheduler gives back
+    together the locks of bodies that end at once, and each answer must be exactly what release() would have said."""
+
+    store: LockStore
+
+    def test_release_many_of_nothing_is_nothing(self) -> None:
+        assert self.store.release_many([]) == []
+
+    def test_release_many_answers_each_request_as_release_would_in_order(self) -> None:
+        self.store.seed(["mine", "stale", "other"])
+        mine = self.store.acquire("mine", owner="A", lease=LONG, fire_time=TICK)
+        stale = self.store.acquire("stale", owner="A", lease=LONG, fire_time=TICK)
+        other = self.store.acquire("other", owner="B", lease=LONG, fire_time=TICK)
+        assert mine.token is not None and stale.token is not None and other.token is not None
+
+        answers = self.store.release_many([ReleaseRequest("mine", mine.token),
+                                           ReleaseRequest("stale", stale.token + 1),
+                                           ReleaseRequest("other", other.token, outcome="succeeded")])
+
+        assert answers == [True, False, True]
+        later = TICK + timedelta(minutes=1)
+        assert self.store.acquire("mine", owner="C", lease=LONG, fire_time=later).acquired  # released
+        assert self.store.acquire("stale", owner="C", lease=LONG, fire_time=later).status is AcquireStatus.BUSY
+        assert self.store.acquire("other", owner="C", lease=LONG, fire_time=later).acquired
+
+    def test_release_many_keeps_each_outcome_and_hold(self) -> None:
+        self.store.seed(["ok", "failed", "held"])
+        tokens: dict[str, int] = {}
+        for name in ("ok", "failed", "held"):
+            token = self.store.acquire(name, owner="A", lease=LONG, fire_time=TICK).token
+            assert token is not None
+            tokens[name] = token
+
+        answers = self.store.release_many([ReleaseRequest("ok", tokens["ok"], outcome="succeeded"),
+                                           ReleaseRequest("failed", tokens["failed"], outcome="failed", error="boom"),
+                                           ReleaseRequest("held", tokens["held"], hold_at_least=LONG)])
+
+        assert answers == [True, True, True]
+        later = TICK + timedelta(minutes=1)
+        assert self.store.acquire("held", owner="C", lease=LONG, fire_time=later).status is AcquireStatus.BUSY
+        if isinstance(self.store, ControlStore):
+            ok, failed = self.store.lock("ok"), self.store.lock("failed")
+            assert ok is not None and ok.last_outcome == "succeeded" and ok.last_success_at is not None
+            assert failed is not None and failed.last_outcome == "failed" and failed.last_error == "boom"
+            assert not ok.locked and not failed.locked
+
+    def test_release_many_refuses_an_unknown_outcome_before_releasing_anything(self) -> None:
+        self.store.seed(["job"])
+        taken = self.store.acquire("job", owner="A", lease=LONG, fire_time=TICK)
+        assert taken.token is not None
+        with pytest.raises(ValueError, match="exploded"):
+            self.store.release_many([ReleaseRequest("job", taken.token),
+                                     ReleaseRequest("job", taken.token, outcome="exploded")])
+        assert self.store.acquire("job", owner="B", lease=LONG, fire_time=None).status is AcquireStatus.BUSY

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from mutexcron.stores import AcquireStatus, ControlStore, LockStore
 from tests.alert_contract import AlertsContract
 from tests.backfill_contract import BackfillContract
-from tests.batch_contract import AcquireManyContract
+from tests.batch_contract import AcquireManyContract, ReleaseManyContract
 from tests.catchup_contract import CatchUpContract
 from tests.control_contract import FleetControlContract
 from tests.document_contract import FIRE_1, FIRE_2, LONG, DocumentContract
@@ -29,7 +29,7 @@ from tests.support import wait_until
 __all__ = ["FIRE_1", "FIRE_2", "LONG", "LockContract", "LockStoreContract"]
 
 
-class LockContract(AcquireManyContract, BackfillContract, RunLimitsContract):
+class LockContract(AcquireManyContract, ReleaseManyContract, BackfillContract, RunLimitsContract):
     """The lock contract: what every LockStore does, a third party's of the lock methods alone included (backfills
     and run limits too)."""
 

@@ -817,6 +817,33 @@ def test_fire_times_agree_with_croniter(expression: str, start: datetime) -> Non
     assert ours == croniter_fire_times(expression, start, 20)
 
 
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(
+    expression=cron_expressions(),
+    zone=st.sampled_from(["UTC", "Europe/London", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata"]),
+    start=st.datetimes(min_value=datetime(2024, 1, 1), max_value=datetime(2024, 12, 31), timezones=st.just(UTC)),
+    probes=st.lists(st.integers(-90_000, 90_000), min_size=1, max_size=12),
+)
+def test_a_trigger_asked_from_any_instant_in_any_order_answers_as_a_new_trigger_would(
+    expression: str, zone: str, start: datetime, probes: list[int]
+) -> None:
+    # One trigger keeps the minute of its last match between calls; a new trigger per call has nothing kept.
+    try:
+        spec = parse_cron(expression)
+    except CronSpecError:
+        return
+    kept = CronTrigger(spec, ZoneInfo(zone))
+    for seconds in probes:
+        probe: datetime | None = start + timedelta(seconds=seconds, microseconds=seconds % 3 * 250_000)
+        for _ in range(3):  # from the probe, then from each fire found, as the scheduler asks
+            assert probe is not None
+            fire = kept.next_after(probe)
+            assert fire == CronTrigger(spec, ZoneInfo(zone)).next_after(probe), probe
+            probe = fire
+            if probe is None:
+                break
+
+
 # --- the DST rule, against a brute-force reference ---------------------------------------------------------
 
 # Days on which clocks change, including 30-minute changes (Lord Howe), half-hour zones (St John's),

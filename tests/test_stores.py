@@ -181,3 +181,22 @@ def test_outcomes_and_incidents_that_look_like_field_paths_are_kept_as_text(serv
     assert state is not None and state.name == "$job" and state.created_at is not None
     assert state.last_error == "$last_success_at" and state.incident == "$incident_at"
     assert server_store.close_incident("$job", "$incident_at")
+
+
+def test_the_redis_store_lists_locks_beyond_one_read_batch(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import mutexcron.stores.redis as redis_store
+
+    monkeypatch.setattr(redis_store, "READ_BATCH", 3)
+    store = store_from_url(redis_url)
+    try:
+        names = [f"job.{n}" for n in range(8)]
+        store.seed(names)
+        token = store.acquire("job.6", owner="A", lease=timedelta(seconds=30),
+                              fire_time=datetime(2026, 3, 1, tzinfo=UTC)).token
+        assert isinstance(store, RedisLockStore)
+        listed = store.locks()
+        assert [state.name for state in listed] == names
+        assert [state.name for state in listed if state.locked] == ["job.6"]
+        assert next(state for state in listed if state.name == "job.6").token == token
+    finally:
+        store.close()

@@ -97,7 +97,10 @@ def overdue_tick(job: Job, state: LockState, trigger: CronTrigger, *, now: datet
     if state.is_paused(now):
         return None
     floors = [state.last_fire_time, state.pause_ended_at(now), state.created_at or known_since]
-    tick = trigger.next_after(max(floor for floor in floors if floor is not None))
+    floor = max(floor for floor in floors if floor is not None)
+    if floor + delay >= now:  # the next tick comes after the floor: not past its delay yet, no cron to compute
+        return None
+    tick = trigger.next_after(floor)
     if tick is None or tick + jitter_delay(job.name, tick, job.jitter) + delay >= now:
         return None
     return tick

@@ -1,17 +1,23 @@
 """Fires due at the same instant, their locks asked for together: one round trip per instance and instant on a
 store that batches (``LockStore.batches_acquires``), instead of one per job.
 
-APScheduler hands the executor every job due at an instant one after another, in one pass. :class:`FireBatch`
-gathers those that come before a worker thread starts the flush (nothing waits to gather them), makes them
-:class:`~mutexcron.scheduling.fires.Fire` values there, and :func:`fire_together` runs them with one ``acquire_many``.
+APScheduler hands the executor every job due at an instant one after another, in one pass over its due jobs.
+:class:`FireBatch` gathers the fires of a pass (:class:`PassingScheduler` says when one begins and ends) and hands
+them to one worker thread when it ends; that thread makes them :class:`~mutexcron.scheduling.fires.Fire` values and
+:func:`fire_together` runs them with one ``acquire_many``. Gathering until the pass ends costs no lateness: the pass
+computes the next fire times of the jobs handed over (tens of microseconds each), and a flush started earlier would
+hold a worker thread on a store round trip while the rest of the pass queued behind it for another.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from apscheduler.schedulers.background import BackgroundScheduler
 
 from .fires import Fire, HandOff, Leave
 
@@ -22,7 +28,7 @@ if TYPE_CHECKING:
     from .options import FireContext
     from .runs import Runs
 
-__all__ = ["FireBatch", "PendingFire", "batched_fires", "fire_together"]
+__all__ = ["FireBatch", "PassingScheduler", "PendingFire", "batched_fires", "fire_together"]
 
 PendingFire = tuple[str, datetime, "int | None", datetime]  # job name, scheduled run time, schedule version, due
 MakeFire = Callable[[str, datetime, "int | None", datetime], "Fire | None"]  # LockingExecutor._make
@@ -31,27 +37,49 @@ FireMany = Callable[[Sequence[Fire], HandOff], None]
 
 class FireBatch:
     """Fires that APScheduler hands over in one pass go to ``fire_many`` together, from one worker thread: the
-    first fire queues the flush, and the fires that come before a worker starts it join it."""
+    flush is queued when the pass ends (outside a pass, with the first fire), and takes every fire queued by then."""
 
     def __init__(self, pool: WorkerPool, fire_many: FireMany) -> None:
         self._pool = pool
         self._fire_many = fire_many
         self._lock = threading.Lock()
         self._pending: list[tuple[PendingFire, MakeFire, Callable[[], None]]] = []
+        self._passing = False  # inside a pass of the scheduler's loop: the flush waits for its end
+        self._queued = False  # a flush is queued that has not taken the pending fires yet
 
     def add(self, pending: PendingFire, make: MakeFire, submitted: Callable[[], None]) -> None:
         """Queue ``pending``, made a Fire by ``make`` at the flush; ``submitted()`` once ``fire_many`` has returned
         (or the fire was dropped at shutdown)."""
         with self._lock:
             self._pending.append((pending, make, submitted))
-            first = len(self._pending) == 1
-        if first and not self._pool.submit(self._flush):
+            flush = not (self._passing or self._queued)
+            self._queued = self._queued or flush
+        if flush:
+            self._submit()
+
+    @contextmanager
+    def gathering(self) -> Iterator[None]:
+        """One pass of the scheduler's loop: the fires added inside go to one flush, queued when it ends."""
+        with self._lock:
+            self._passing = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._passing = False
+                flush = bool(self._pending) and not self._queued
+                self._queued = self._queued or flush
+            if flush:
+                self._submit()
+
+    def _submit(self) -> None:
+        if not self._pool.submit(self._flush):
             for *_, dropped in self._take():  # the pool is closed: shutdown drops the fires not started, these too
                 dropped()
 
     def _take(self) -> list[tuple[PendingFire, MakeFire, Callable[[], None]]]:
         with self._lock:
-            batch, self._pending = self._pending, []
+            batch, self._pending, self._queued = self._pending, [], False
         return batch
 
     def _flush(self) -> None:
@@ -62,6 +90,22 @@ class FireBatch:
         finally:
             for *_, submitted in batch:
                 submitted()
+
+
+class PassingScheduler(BackgroundScheduler):
+    """A BackgroundScheduler whose every pass over its due jobs is a :meth:`FireBatch.gathering` of ``batch``.
+
+    APScheduler 3 calls its executor once per due job from ``_process_jobs`` and has no hook at the end of a pass,
+    so this wraps that method (APScheduler is pinned below 4, whose scheduler is another design)."""
+
+    def __init__(self, batch: FireBatch, **options: Any) -> None:
+        super().__init__(**options)
+        self._fire_batch = batch
+
+    def _process_jobs(self) -> float | None:
+        with self._fire_batch.gathering():
+            wait: float | None = super()._process_jobs()  # type: ignore[misc]  # private: not in the stubs
+        return wait
 
 
 def batched_fires(store: LockStore, registry: Registry) -> Callable[[str], bool]:

@@ -49,7 +49,8 @@ class LockingExecutor(BaseExecutor):
         super().__init__()
         self._life, self._pool, self._options = life, pool, options
         self._runs, self._catch_ups, self._batched = runs, catch_ups, batched
-        self._batch = FireBatch(pool, functools.partial(fire_together, runs=runs, fire_context=options.fire_context))
+        # The fires of one pass of the scheduler's loop, asked for together (a PassingScheduler says when it ends).
+        self.batch = FireBatch(pool, functools.partial(fire_together, runs=runs, fire_context=options.fire_context))
 
     def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
         due = run_times[-1]
@@ -66,7 +67,7 @@ class LockingExecutor(BaseExecutor):
                 return
 
         if self._batched(name):
-            self._batch.add((name, run_time, version, due), self._make,
+            self.batch.add((name, run_time, version, due), self._make,
                             lambda: self._run_job_success(job.id, []))
             return
 

@@ -5,7 +5,6 @@ under the heartbeats, release, then the listeners, telemetry and alerts (:mod:`m
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -57,13 +56,11 @@ class Leave:
     """``life.leave()`` for one fire that entered its generation, once, however often it is called."""
 
     def __init__(self, life: Generation) -> None:
-        self._life = life
-        self._lock = threading.Lock()
-        self._left = False
+        self._unleft = [life]  # emptied by the first call: list.pop is atomic, and costs no lock per fire
 
     def __call__(self) -> None:
-        with self._lock:
-            if self._left:
-                return
-            self._left = True
-        self._life.leave()
+        try:
+            life = self._unleft.pop()
+        except IndexError:
+            return
+        life.leave()

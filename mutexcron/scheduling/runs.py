@@ -18,10 +18,11 @@ from ..ops.control import missed_ticks
 from ..ops.failures import count_failure
 from ..ops.run_limits import BodyEnd, late_start
 from ..records import JobContext, Outcome, RunRecord
-from ..stores import AcquireStatus, Acquisition, LockStore, require_control
+from ..stores import AcquireStatus, Acquisition, LockStore, ReleaseRequest, require_control
 from .fires import Fire, HandOff
 from .offload import Offload
 from .overlap import Buffered, Overlap, keeps_slot
+from .releases import Releases
 
 if TYPE_CHECKING:
     from ..listeners import Listeners
@@ -79,6 +80,7 @@ class Runs:
         self.store, self.options, self.schedules, self.health = store, options, schedules, health
         self.reports = reports
         self.offload = Offload(None)  # where run_on="tasks" bodies go: the Scheduler's tasks= option
+        self.releases = Releases(store)  # bodies that end at once release together
 
     def execute(self, fire: Fire) -> RunRecord | None:
         """Acquire, run, release, report; None for a lock won after shutdown began (released unrun)."""
@@ -236,12 +238,14 @@ class Runs:
         self.health.ok()
         status = acquisition.status
         if status is AcquireStatus.PAUSED:
-            logger.debug("job %r fire %s skipped: paused", job.name, fire_time.isoformat())
+            if logger.isEnabledFor(logging.DEBUG):  # a skip is the usual answer: no isoformat() unless logged
+                logger.debug("job %r fire %s skipped: paused", job.name, fire_time.isoformat())
             return skipped(Outcome.SKIPPED_PAUSED, "the job is paused")
         if status is AcquireStatus.STALE_SCHEDULE:
             return self._stale(fire, skipped)
         if status is AcquireStatus.ALREADY_RAN:
-            logger.debug("job %r fire %s already ran elsewhere", job.name, fire_time.isoformat())
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug("job %r fire %s already ran elsewhere", job.name, fire_time.isoformat())
             return skipped(Outcome.SKIPPED_ALREADY_RAN, "this fire already ran")
         if status is AcquireStatus.BUSY:
             why = f"lock held by {acquisition.holder or 'another instance'}"
@@ -393,8 +397,8 @@ class Runs:
     def _release(self, job: Job, token: int, outcome: Outcome | None = None, error: str | None = None) -> None:
         """Give the lock back, with the run's outcome for alerts (None: the body did not run)."""
         try:
-            released = self.store.release(job.name, token=token, hold_at_least=job.hold_at_least,
-                                          outcome=None if outcome is None else str(outcome), error=error)
+            released = self.releases.release(ReleaseRequest(job.name, token, job.hold_at_least,
+                                                            None if outcome is None else str(outcome), error))
         except StoreUnavailable as failure:
             self.health.failed(failure)
             logger.error("job %r: could not release its lock (it expires with its lease): %s", job.name, failure)

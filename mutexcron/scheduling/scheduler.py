@@ -27,7 +27,7 @@ from ..stores import LockState, LockStore, store_from_url, supports_control
 from ..telemetry import build_telemetry
 from . import runtime
 from .backfill import run_backfill
-from .batch import batched_fires
+from .batch import PassingScheduler, batched_fires
 from .catchup import CatchUps
 from .executor import LockingExecutor, run_by_locking_executor
 from .fires import Fire
@@ -147,8 +147,8 @@ class Scheduler:
         jobs = list(self.jobs)
         executor = LockingExecutor(life, life.start_pool(self.max_workers), self.options, self._runs, self._catch_ups,
                                    batched=batched_fires(self.store, self.jobs))
-        aps = BackgroundScheduler(
-            timezone=UTC, executors={"default": executor},
+        aps = PassingScheduler(
+            executor.batch, timezone=UTC, executors={"default": executor},
             # The store decides who runs; locally every fire is handed over, and coalesced if late.
             job_defaults={"coalesce": True, "max_instances": 10_000, "misfire_grace_time": None},
         )

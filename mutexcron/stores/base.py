@@ -10,20 +10,33 @@ docs/fleet-control.md) and the open alert, and lists and reads its documents.
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import TypeVar
 
 from .._common import duration_ms, epoch_ms, ms_to_datetime
 from ..errors import ControlNotSupported, StoreUnavailable
+from .values import (
+    FAILING,
+    MAX_DEFINITION,
+    MAX_ERROR_LINE,
+    MAX_INCIDENT,
+    MAX_PAUSE_NOTE,
+    OUTCOMES,
+    check_definition,
+    check_incident,
+    check_outcome,
+    check_pause_note,
+)
 
 __all__ = ["FAILING", "MAX_DEFINITION", "MAX_ERROR_LINE", "MAX_INCIDENT", "MAX_PAUSE_NOTE", "OUTCOMES",
            "AcquireRequest", "AcquireStatus", "Acquisition", "ControlStore", "LockState", "LockStore", "OverlapStore",
-           "Renewal", "check_definition", "check_incident", "check_outcome", "check_pause_note", "datetime_to_ms",
-           "duration_ms", "ms_to_datetime", "require_control", "supports_control", "supports_overlap"]
+           "ReleaseRequest", "Renewal", "check_definition", "check_incident", "check_outcome", "check_pause_note",
+           "datetime_to_ms", "duration_ms", "ms_to_datetime", "require_control", "supports_control",
+           "supports_overlap"]
 
 datetime_to_ms = epoch_ms  # the stores' name for it (Redis keeps times as epoch milliseconds)
 
@@ -112,6 +125,17 @@ class AcquireRequest:
     schedule_version: int | None = None
 
 
+@dataclass(frozen=True)
+class ReleaseRequest:
+    """The arguments of one :meth:`LockStore.release`, for :meth:`LockStore.release_many`."""
+
+    name: str
+    token: int
+    hold_at_least: timedelta = timedelta(0)
+    outcome: str | None = None
+    error: str | None = None
+
+
 class LockStore(ABC):
     """The lock contract: where job locks live. Every method raises :class:`~mutexcron.errors.StoreUnavailable`
     when the store cannot be reached, so callers can fail closed. Five methods are abstract (seed, acquire,
@@ -148,14 +172,9 @@ class LockStore(ABC):
         """Each request as :meth:`acquire` would answer it, in order: each atomic on its own (not all or none),
         and a request the store could not be asked for is its StoreUnavailable (never raised: what was taken
         before the error must reach its caller). This default asks one by one."""
-        answers: list[Acquisition | StoreUnavailable] = []
-        for request in requests:
-            try:
-                answers.append(self.acquire(request.name, owner=request.owner, lease=request.lease,
-                                            fire_time=request.fire_time, schedule_version=request.schedule_version))
-            except StoreUnavailable as error:
-                answers.append(error)
-        return answers
+        return _each(requests, lambda request: self.acquire(
+            request.name, owner=request.owner, lease=request.lease, fire_time=request.fire_time,
+            schedule_version=request.schedule_version))
 
     @abstractmethod
     def renew(self, name: str, *, token: int, lease: timedelta) -> bool:
@@ -169,6 +188,20 @@ class LockStore(ABC):
         ``last_outcome``, ``last_finished_at`` = now, ``last_error`` (``error``, None on success) and, on
         success, ``last_success_at`` = now. Returns False (and changes nothing) for a stale token. A store
         without a control plane keeps no outcomes (they serve alerts) and may ignore ``outcome`` and ``error``."""
+
+    # True: release_many() sends all its releases in one round trip (the scheduler then gives back together the
+    # locks of bodies that end at once); False: it releases one by one, and each body's thread releases its own.
+    batches_releases: bool = False
+
+    def release_many(self, requests: Sequence[ReleaseRequest]) -> list[bool | StoreUnavailable]:
+        """Each request as :meth:`release` would answer it, in order, each atomic on its own; a request the store
+        could not be asked for is its StoreUnavailable (never raised). An outcome that release() refuses raises
+        ValueError before anything is sent. This default releases one by one."""
+        for request in requests:
+            check_outcome(request.outcome, request.error)
+        return _each(requests, lambda request: self.release(
+            request.name, token=request.token, hold_at_least=request.hold_at_least, outcome=request.outcome,
+            error=request.error))
 
     @abstractmethod
     def now(self) -> datetime:
@@ -323,57 +356,17 @@ def require_control(store: LockStore, operation: str) -> ControlStore:
     return store
 
 
-OUTCOMES = ("succeeded", "failed", "timed_out", "replaced")  # what release(outcome=) takes
-FAILING = ("failed", "timed_out")  # the outcomes whose error a store keeps, and that alerts call failing
-MAX_ERROR_LINE = 500
+_Request = TypeVar("_Request")
+_Answer = TypeVar("_Answer")
 
 
-def check_outcome(outcome: str | None, error: str | None) -> str | None:
-    """The ``error`` a store keeps for ``outcome``: one line, clipped (None on success); ValueError for an
-    outcome release() does not take."""
-    if outcome is not None and outcome not in OUTCOMES:
-        raise ValueError(f"release outcome must be one of {OUTCOMES} or None, not {outcome!r}")
-    if outcome not in FAILING or not error:
-        return None
-    lines = [line for line in error.strip().splitlines() if line.strip()]
-    line = lines[-1].strip() if lines else ""  # a traceback's last line names the exception
-    return line[:MAX_ERROR_LINE]
-
-
-MAX_INCIDENT = 255  # the longest incident text a store keeps
-MAX_PAUSE_NOTE = 1_000  # the longest pause note a store keeps, in characters
-
-
-def check_pause_note(note: object) -> str | None:
-    """``note`` if a store can keep it: None, or a string of at most MAX_PAUSE_NOTE characters (empty: None)."""
-    if note is None or note == "":
-        return None
-    if not isinstance(note, str) or len(note) > MAX_PAUSE_NOTE:
-        raise ValueError(f"a pause note must be a string of at most {MAX_PAUSE_NOTE} characters, not {note!r:.80}")
-    return note
-
-
-def check_incident(incident: object) -> str:
-    """``incident`` if a store can keep it: a non-empty string of at most MAX_INCIDENT characters."""
-    if not isinstance(incident, str) or not incident or len(incident) > MAX_INCIDENT:
-        raise ValueError(f"an incident must be a non-empty string of at most {MAX_INCIDENT} characters, "
-                         f"not {incident!r:.80}")
-    return incident
-
-
-MAX_DEFINITION = 16_384  # the longest run-time schedule definition a store keeps, in characters
-
-
-def check_definition(definition: object) -> str:
-    """``definition`` if a store can keep it: a non-empty string of at most MAX_DEFINITION characters holding a
-    JSON object; ValueError naming the problem otherwise."""
-    if not isinstance(definition, str) or not definition or len(definition) > MAX_DEFINITION:
-        raise ValueError(f"a schedule definition must be a non-empty string of at most {MAX_DEFINITION} characters, "
-                         f"not {definition!r:.80}")
-    try:
-        parsed = json.loads(definition)
-    except ValueError as error:
-        raise ValueError(f"a schedule definition must be JSON: {error} in {definition!r:.80}") from None
-    if not isinstance(parsed, dict):
-        raise ValueError(f"a schedule definition must be a JSON object ({{...}}), not {definition!r:.80}")
-    return definition
+def _each(requests: Sequence[_Request], ask: Callable[[_Request], _Answer]) -> list[_Answer | StoreUnavailable]:
+    """Each request's answer in order, one at a time; one the store could not be asked for is its StoreUnavailable
+    (kept, not raised, so that the answers before it reach the caller)."""
+    answers: list[_Answer | StoreUnavailable] = []
+    for request in requests:
+        try:
+            answers.append(ask(request))
+        except StoreUnavailable as error:
+            answers.append(error)
+    return answers

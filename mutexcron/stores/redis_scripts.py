@@ -13,6 +13,7 @@ __all__ = [
     "OPEN_INCIDENT",
     "PAUSE",
     "RELEASE",
+    "RELEASE_MANY",
     "RENEW",
     "RENEW_WATCHING",
     "RESUME",
@@ -88,13 +89,16 @@ end
 # ARGV: name, owner, lease_ms, fire_ms, schedule_version, attempt.
 ACQUIRE = _NOW + _REVIVE + _ACQUIRE_ONE + "return acquire(KEYS[1], unpack(ARGV))"
 
-# One key a lock, and ARGV six arguments a lock (as _ACQUIRE's): one reply a lock, all at one instant of the
-# server's clock. On one server only: a cluster refuses keys of several slots in one script.
+# One key a lock, and ARGV[1] a JSON array of each lock's six arguments (as ACQUIRE's, all strings): one reply a
+# lock, all at one instant of the server's clock. One JSON argument rather than six a lock: the client encodes
+# each argument of a command in Python, which cost the fleet's instances more CPU than cjson costs the server. On one
+# server only: a cluster refuses keys of several slots in one script.
 ACQUIRE_MANY = _NOW + _REVIVE + _ACQUIRE_ONE + """
+local requests = cjson.decode(ARGV[1])
 local replies = {}
 for i = 1, #KEYS do
-  local a = (i - 1) * 6
-  replies[i] = acquire(KEYS[i], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6])
+  local r = requests[i]
+  replies[i] = acquire(KEYS[i], r[1], r[2], r[3], r[4], r[5], r[6])
 end
 return replies
 """
@@ -134,23 +138,41 @@ end
 return 1
 """
 
-# ARGV: token, hold_at_least_ms, outcome ('' for none), error ('' for none)
-RELEASE = _NOW + """
-local h = redis.call('HMGET', KEYS[1], 'locked', 'token', 'last_locked_at')
-if h[1] ~= '1' or h[2] ~= ARGV[1] then return 0 end
-local hold_until = (tonumber(h[3]) or 0) + tonumber(ARGV[2])
-local fields = {'lock_until', hold_until, 'last_released_at', now}
-if hold_until <= now then fields = {'locked', '0', 'lock_until', now, 'last_released_at', now} end
-if ARGV[3] ~= '' then
-  for _, v in ipairs({'last_outcome', ARGV[3], 'last_finished_at', now, 'last_error', ARGV[4]}) do
-    fields[#fields + 1] = v
+# After _NOW. release(key, token, hold_at_least_ms, outcome ('' for none), error ('' for none)): 1 if the token
+# held the lock (released, or kept until last_locked_at + hold_at_least), else 0 and nothing written.
+_RELEASE_ONE = """
+local function release(key, token, hold, outcome, err)
+  local h = redis.call('HMGET', key, 'locked', 'token', 'last_locked_at')
+  if h[1] ~= '1' or h[2] ~= token then return 0 end
+  local hold_until = (tonumber(h[3]) or 0) + tonumber(hold)
+  local fields = {'lock_until', hold_until, 'last_released_at', now}
+  if hold_until <= now then fields = {'locked', '0', 'lock_until', now, 'last_released_at', now} end
+  if outcome ~= '' then
+    for _, v in ipairs({'last_outcome', outcome, 'last_finished_at', now, 'last_error', err}) do
+      fields[#fields + 1] = v
+    end
+    if outcome == 'succeeded' then
+      for _, v in ipairs({'last_success_at', now, 'failures', '0'}) do fields[#fields + 1] = v end
+    end
   end
-  if ARGV[3] == 'succeeded' then
-    for _, v in ipairs({'last_success_at', now, 'failures', '0'}) do fields[#fields + 1] = v end
-  end
+  redis.call('HSET', key, unpack(fields))
+  return 1
 end
-redis.call('HSET', KEYS[1], unpack(fields))
-return 1
+"""
+
+# ARGV: token, hold_at_least_ms, outcome, error (as release's)
+RELEASE = _NOW + _RELEASE_ONE + "return release(KEYS[1], unpack(ARGV))"
+
+# One key a lock, and ARGV[1] a JSON array of each lock's four arguments (as RELEASE's, all strings), as
+# ACQUIRE_MANY: one reply a lock.
+RELEASE_MANY = _NOW + _RELEASE_ONE + """
+local requests = cjson.decode(ARGV[1])
+local replies = {}
+for i = 1, #KEYS do
+  local r = requests[i]
+  replies[i] = release(KEYS[i], r[1], r[2], r[3], r[4])
+end
+return replies
 """
 
 FORCE_UNLOCK = _NOW + """
@@ -163,6 +185,14 @@ DELETE = """
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HGET', KEYS[1], 'deleted') == '1' then return 0 end
 redis.call('HSET', KEYS[1], 'deleted', '1')
 return 1
+"""
+
+# Every lock hash of KEYS, each as HGETALL answers it ({} for none): what locks() reads on one server, one command
+# for a batch of locks where a pipeline of HGETALL costs the client a command's encoding and parsing each.
+READ_ALL = """
+local documents = {}
+for i, key in ipairs(KEYS) do documents[i] = redis.call('HGETALL', key) end
+return documents
 """
 
 # The control scripts change a visible hash only, and return it whole (nil if there is none).

@@ -91,6 +91,20 @@ def test_the_locks_of_jobs_due_at_one_instant_are_asked_for_together(
     assert set(runs.values()) == {1}  # each job's tick ran once
 
 
+def test_the_fires_of_one_pass_of_the_scheduler_go_in_one_acquire_many(
+    redis_url: str, registry: Registry, new_scheduler: Callable[..., Scheduler], runs: Counter[tuple[str, datetime]]
+) -> None:
+    """Every job is due at each whole second: each pass of APScheduler's loop hands over all of them, and the batch
+    waits for the pass to end (PassingScheduler) rather than leave with the first few."""
+    names = declare_every_second(registry, runs)
+    store = counting_store(redis_url)
+    new_scheduler(store).start()
+    wait_until(lambda: all(sum(n == name for n, _ in runs) >= 3 for name in names), timeout=10,
+               what="three ticks of every job")
+    assert store.batches[:3] == [JOBS, JOBS, JOBS]
+    assert set(runs.values()) == {1}
+
+
 def test_two_instances_batching_run_each_tick_of_each_job_once(
     redis_url: str, registry: Registry, new_scheduler: Callable[..., Scheduler], runs: Counter[tuple[str, datetime]]
 ) -> None:
