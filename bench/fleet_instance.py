@@ -134,19 +134,18 @@ class CountingStore(LockStore, ControlStore):
             return self.inner.acquire_many(requests)
         traced = []
         for request in requests:
-            if self._out is not None and request.fire_time is not None and request.name.startswith(JOB_PREFIX):
+            if request.fire_time is not None and request.name.startswith(JOB_PREFIX):
                 job, fire = int(request.name[len(JOB_PREFIX):]), request.fire_time.timestamp()
                 self._out.line("F", job, fire, f"{time.time():.6f}")
                 traced.append((job, fire))
             else:
                 traced.append(None)
         results = self.inner.acquire_many(requests)
-        if self._out is not None:
-            done = f"{time.time():.6f}"
-            for where, result in zip(traced, results, strict=True):
-                if where is not None and isinstance(result, Acquisition):
-                    self._out.line("A", *where, result.status.value,
-                                   result.token if result.token is not None else "-", done, result.holder or "-")
+        done = f"{time.time():.6f}"
+        for where, result in zip(traced, results, strict=True):
+            if where is not None and isinstance(result, Acquisition):
+                self._out.line("A", *where, result.status.value,
+                               result.token if result.token is not None else "-", done, result.holder or "-")
         return results
 
     def renew(self, name: str, *, token: int, lease: timedelta) -> bool:

@@ -177,27 +177,29 @@ class RedisLockStore(RedisClient, LockStore, ControlStore, OverlapStore):
         batch = os.urandom(8).hex()  # one random part for the batch (a call each cost the instance a syscall)
         calls = [([self.key(request.name)], _acquire_args(request, f"{batch}.{index}"))
                  for index, request in enumerate(requests)]
-        return self._many(self._acquire_many, calls, self._answer)
+        return self._many(self._acquire_many, calls, lambda reply: _acquisition(*reply))
 
     def _many(self, script: Script, calls: Sequence[tuple[list[str], list[str | int]]],
-              answer: Callable[[Any], T]) -> list[T | StoreUnavailable]:
+              convert: Callable[[Any], T]) -> list[T | StoreUnavailable]:
         """A batch script (ACQUIRE_MANY, RELEASE_MANY) for ``calls``, each lock's arguments as one JSON argument:
         one run on one server; on a cluster, one run per lock, pipelined per master (a script's keys share a slot)."""
         if is_cluster(self.client):
-            return [answer(_first(reply)) for reply in run_by_master(self.client, script, _one_by_one(calls))]
+            return [self._checked(_first(reply), convert)
+                    for reply in run_by_master(self.client, script, _one_by_one(calls))]
         try:
             replies = self._call(script, keys=[keys[0] for keys, _ in calls], args=[_json(calls)])
         except StoreUnavailable as error:  # whether the script ran is unknown: those locks end with their leases
             return [error] * len(calls)
-        return [answer(reply) for reply in replies]
+        return [convert(reply) for reply in replies]
 
-    def _answer(self, reply: Any) -> Acquisition | StoreUnavailable:
-        """One acquire script's reply as an Acquisition, or its error as StoreUnavailable naming this store."""
+    def _checked(self, reply: Any, convert: Callable[[Any], T]) -> T | StoreUnavailable:
+        """One script's reply in a pipeline, converted; its error as StoreUnavailable naming this store (an error
+        that is not the server's is raised)."""
         if isinstance(reply, REDIS_ERRORS):
             return self.unavailable(reply)
         if isinstance(reply, Exception):
             raise reply
-        return _acquisition(*reply)
+        return convert(reply)
 
     def _unconfirmed(self, name: str, token: int, confirmed: int) -> None:
         """An acquire that fewer than ``wait_replicas`` replicas confirmed does not count: release it (best effort;
@@ -231,21 +233,13 @@ class RedisLockStore(RedisClient, LockStore, ControlStore, OverlapStore):
 
     def release_many(self, requests: Sequence[ReleaseRequest]) -> list[bool | StoreUnavailable]:
         """One script for them all on one server; on a cluster, one pipeline per master."""
+        if len(requests) < 2:
+            return super().release_many(requests)
         calls: list[tuple[list[str], list[str | int]]] = [
             ([self.key(request.name)], [request.token, duration_ms(request.hold_at_least), request.outcome or "",
                                         check_outcome(request.outcome, request.error) or ""])
             for request in requests]
-        if len(calls) < 2:
-            return super().release_many(requests)
-        return self._many(self._release_many, calls, self._released)
-
-    def _released(self, reply: Any) -> bool | StoreUnavailable:
-        """One release script's reply (or its error, as StoreUnavailable naming this store)."""
-        if isinstance(reply, REDIS_ERRORS):
-            return self.unavailable(reply)
-        if isinstance(reply, Exception):
-            raise reply
-        return bool(reply)
+        return self._many(self._release_many, calls, bool)
 
     def force_unlock(self, name: str) -> bool:
         return bool(self._call(self._force_unlock, keys=[self.key(name)]))

@@ -12,6 +12,7 @@ __all__ = [
     "FORCE_UNLOCK",
     "OPEN_INCIDENT",
     "PAUSE",
+    "READ_ALL",
     "RELEASE",
     "RELEASE_MANY",
     "RENEW",
