@@ -348,20 +348,17 @@ class CronTrigger(BaseTrigger):
             wall = max(candidate, skip_to)
 
     def _next_wall_match(self, wall: datetime) -> datetime | None:
-        """The first wall time strictly after the naive ``wall`` that the fields match (naive).
-
-        Within the minute of the last match found, every minute-and-larger field matches, so the next match there
-        is the next allowed second: a lookup, where APScheduler's search costs a per-second job most of its fire."""
+        """The first wall time strictly after the naive ``wall`` that the fields match (naive). Within the minute of
+        the last match found only the second can differ: a lookup, not APScheduler's search (most of a fire's cost)."""
         minute = wall.replace(second=0, microsecond=0)
         if minute == self._minute:
             index = bisect_right(self.spec.seconds, wall.second)
             if index < len(self.spec.seconds):
                 return minute.replace(second=self.spec.seconds[index])
         match = self._wall.get_next_fire_time(None, (wall + _ONE_MICROSECOND).replace(tzinfo=UTC))
-        if match is None:
-            return None
-        match = match.replace(tzinfo=None)
-        self._minute = match.replace(second=0)  # one assignment: another thread reads the old minute or this one
+        if match is not None:
+            match = match.replace(tzinfo=None)
+            self._minute = match.replace(second=0)  # one assignment: another thread reads the old minute or this one
         return match
 
     def _instant(self, wall: datetime) -> datetime:
