@@ -23,6 +23,7 @@ from .fires import Fire, HandOff
 from .offload import Offload
 from .overlap import Buffered, Overlap, keeps_slot
 from .releases import Releases
+from .waiting import BusyWaits, Waiting
 
 if TYPE_CHECKING:
     from ..listeners import Listeners
@@ -43,10 +44,6 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def _nothing() -> None:
-    return None
-
-
 @dataclass(frozen=True)
 class Reports:
     """Where a fire ends up: the listeners, the telemetry, and (``succeeded(job name)``) the alerts."""
@@ -54,22 +51,6 @@ class Reports:
     listeners: Listeners
     telemetry: Telemetry
     succeeded: Callable[[str], None]
-
-
-@dataclass
-class _Waiting:
-    """A fire that found its lock busy, asking again while its patience lasts (:meth:`Runs._ask_again`)."""
-
-    fire: Fire
-    acquisition: Acquisition
-    deadline: float  # time.monotonic() when its patience ends
-    done: Callable[[], None] = _nothing
-    error: StoreUnavailable | None = None
-    concluded: bool = False  # handed to conclude() (once, whatever goes wrong)
-
-    def waits(self, now: float) -> bool:
-        """Still to ask again: busy, no store error, patience left."""
-        return self.error is None and self.acquisition.status is AcquireStatus.BUSY and now < self.deadline
 
 
 class Runs:
@@ -81,6 +62,7 @@ class Runs:
         self.reports = reports
         self.offload = Offload(None)  # where run_on="tasks" bodies go: the Scheduler's tasks= option
         self.releases = Releases(store)  # bodies that end at once release together
+        self.waits = BusyWaits(store, options.name)  # busy fires asking again, each job's ticks in order
 
     def execute(self, fire: Fire) -> RunRecord | None:
         """Acquire, run, release, report; None for a lock won after shutdown began (released unrun)."""
@@ -97,9 +79,8 @@ class Runs:
         a worker thread, then the busy fires to one more that waits them out together; the skips are recorded
         here. Each fire's ``done()`` is called once it is over."""
         started_at = _utc_now()
-        owner = self.options.name()
         try:
-            results = self.store.acquire_many([fire.request(owner) for fire, _ in fires])
+            results = self.waits.ask([fire for fire, _ in fires])
         except StoreUnavailable as error:  # a store's acquire_many answers per fire; this is belt and braces
             results = [error] * len(fires)
         inline, waiting = [], []  # skips recorded here; busy fires waited out together in one worker thread
@@ -109,9 +90,9 @@ class Runs:
                 self._hand_off_wait(fire, result, started_at, done, hand_off)
             elif (isinstance(result, Acquisition) and result.status is AcquireStatus.BUSY
                     and patience is not None and patience > timedelta(0)):
-                waiting.append(_Waiting(fire, result, time.monotonic() + patience.total_seconds(), done))
+                waiting.append(Waiting(fire, result, time.monotonic() + patience.total_seconds(), done))
             elif isinstance(result, Acquisition) and result.acquired:
-                self._hand_off_run(_Waiting(fire, result, 0.0, done), started_at, hand_off)
+                self._hand_off_run(Waiting(fire, result, 0.0, done), started_at, hand_off)
             else:
                 inline.append((fire, done, result))
         if waiting and not hand_off(functools.partial(self._wait_out_together, waiting, started_at, hand_off)):
@@ -148,7 +129,7 @@ class Runs:
             self.execute(Fire(job, tick, state.schedule_version, life, catch_up=True))
         return ticks[-1] if ticks else None
 
-    def _hand_off_run(self, won: _Waiting, started_at: datetime, hand_off: HandOff) -> None:
+    def _hand_off_run(self, won: Waiting, started_at: datetime, hand_off: HandOff) -> None:
         """A won fire's body to a worker thread; if none takes calls any more (shutdown), its lock released unrun."""
         if hand_off(functools.partial(self._handed_off, won, started_at)):
             return
@@ -168,43 +149,12 @@ class Runs:
         if not hand_off(wait):
             done()  # no worker takes calls any more: shutdown closed the pool
 
-    def _wait_out_together(self, waiting: list[_Waiting], started_at: datetime, hand_off: HandOff) -> None:
+    def _wait_out_together(self, waiting: list[Waiting], started_at: datetime, hand_off: HandOff) -> None:
         """The busy fires of one batch, in one worker thread, so that a dead holder's locks do not take a worker
         thread per job: asked again together, each handed off or recorded once decided."""
-        self._ask_again(waiting, functools.partial(self._conclude, started_at=started_at, hand_off=hand_off))
+        self.waits.ask_again(waiting, functools.partial(self._conclude, started_at=started_at, hand_off=hand_off))
 
-    def _ask_again(self, waiting: list[_Waiting], conclude: Callable[[_Waiting], None]) -> None:
-        """Ask again for busy fires (of one generation), together (one ``acquire_many`` a round), backing off from
-        20 ms to 1 s, while each is busy and within its patience; ``conclude(fire)`` once for each, when decided
-        or when the wait ends (shutdown began, or an unexpected error)."""
-        def settle(busy: _Waiting) -> None:
-            busy.concluded = True
-            conclude(busy)
-
-        closing = waiting[0].fire.life.closing
-        pause = 0.02
-        try:
-            while True:
-                now = time.monotonic()
-                for busy in [busy for busy in waiting if not busy.waits(now)]:
-                    settle(busy)
-                waiting = [busy for busy in waiting if not busy.concluded]
-                if not waiting or closing.wait(min(pause, max(0.0, min(w.deadline for w in waiting) - now))):
-                    break
-                pause = min(pause * 2, 1.0)
-                owner = self.options.name()
-                answers = self.store.acquire_many([w.fire.request(owner) for w in waiting])
-                for busy, answer in zip(waiting, answers, strict=True):
-                    if isinstance(answer, StoreUnavailable):
-                        busy.error = answer  # decided: recorded as the fire's outcome
-                    else:
-                        busy.acquisition = answer
-        finally:
-            for busy in waiting:
-                if not busy.concluded:
-                    settle(busy)
-
-    def _conclude(self, busy: _Waiting, *, started_at: datetime, hand_off: HandOff) -> None:
+    def _conclude(self, busy: Waiting, *, started_at: datetime, hand_off: HandOff) -> None:
         """A waited-out fire of a batch, decided: its body handed off, or its skip recorded; ``done()`` called."""
         if busy.error is None and busy.acquisition.acquired:
             self._hand_off_run(busy, started_at, hand_off)
@@ -214,7 +164,7 @@ class Runs:
         finally:
             busy.done()
 
-    def _handed_off(self, won: _Waiting, started_at: datetime) -> None:
+    def _handed_off(self, won: Waiting, started_at: datetime) -> None:
         """A won fire of :meth:`execute_many`, in a worker thread: its body run, its lock released."""
         try:
             self._decided(won.fire, won.acquisition, started_at)
@@ -313,15 +263,15 @@ class Runs:
         """The store's answer for ``fire``, a busy lock waited out within the fire's patience (its error raised), or
         in the job's overlap slot."""
         job = fire.job
-        acquisition = self.store.acquire(job.name, owner=self.options.name(), lease=job.lease, fire_time=fire.tick,
-                                         schedule_version=fire.version)
+        acquisition = self.waits.behind(fire) or self.store.acquire(
+            job.name, owner=self.options.name(), lease=job.lease, fire_time=fire.tick, schedule_version=fire.version)
         if acquisition.status is AcquireStatus.BUSY and keeps_slot(fire):
             return Overlap(self.store, self.options.name()).wait(fire, acquisition)
         patience = self._patience(fire)
         if acquisition.status is not AcquireStatus.BUSY or patience is None:
             return acquisition
-        busy = _Waiting(fire, acquisition, time.monotonic() + patience.total_seconds())
-        self._ask_again([busy], lambda busy: None)  # the answer is returned, not handed on
+        busy = Waiting(fire, acquisition, time.monotonic() + patience.total_seconds())
+        self.waits.ask_again([busy], lambda busy: None)  # the answer is returned, not handed on
         if busy.error is not None:
             raise busy.error
         return busy.acquisition
