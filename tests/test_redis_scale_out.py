@@ -18,7 +18,7 @@ from mutexcron.records import Outcome
 from mutexcron.redis.urls import LazyRedisCluster
 from mutexcron.registry import Registry, mutex_cron
 from mutexcron.scheduling.scheduler import Scheduler
-from mutexcron.stores import store_from_url
+from mutexcron.stores import AcquireRequest, AcquireStatus, ReleaseRequest, store_from_url
 from mutexcron.stores.redis import DEFAULT_WAIT_TIMEOUT, RedisLockStore
 from mutexcron.urls import mask_url
 from tests.support.leaks import URL_TEMPLATES, SecretURL, assert_hidden, exception_texts, passwords, texts_while
@@ -169,6 +169,54 @@ def test_a_store_built_on_a_cluster_client_seeds_it(cluster_server_url: str, clu
         assert [s.name for s in store.locks()] == ["a", "b", "c"]
     finally:
         store.close()
+
+
+def _misroute(store: RedisLockStore, name: str) -> None:
+    """Point the store's map of slots at another master for ``name``'s lock, as a map read before a resharding
+    would be."""
+    client = store.client
+    assert isinstance(client, RedisCluster)
+    slot = client.keyslot(store.key(name))
+    served_by = client.nodes_manager.slots_cache[slot][0].name
+    client.nodes_manager.slots_cache[slot] = [next(node for node in client.get_primaries()
+                                                   if node.name != served_by)]
+
+
+@pytest.fixture
+def twelve(cluster_url: str, stores: Callable[[str], RedisLockStore]) -> tuple[RedisLockStore, list[str]]:
+    """A cluster store with twelve locks seeded, over the three masters."""
+    store = stores(cluster_url)
+    names = [f"job.{n}" for n in range(12)]
+    store.seed(names)
+    return store, names
+
+
+def test_a_batch_acquire_on_a_stale_slot_map_takes_each_lock_once_where_it_lives(
+    twelve: tuple[RedisLockStore, list[str]],
+) -> None:
+    store, names = twelve
+    _misroute(store, names[0])
+    won = store.acquire_many([AcquireRequest(name, "a", LEASE, FIRE, None) for name in names])
+    assert [(answer.status, answer.token) for answer in won] == [(AcquireStatus.ACQUIRED, 1)] * 12  # type: ignore[union-attr]
+    again = store.acquire_many([AcquireRequest(name, "b", LEASE, FIRE, None) for name in names])
+    assert {answer.status for answer in again} == {AcquireStatus.ALREADY_RAN}  # type: ignore[union-attr]
+
+
+def test_a_batch_release_on_a_stale_slot_map_releases_each_lock(twelve: tuple[RedisLockStore, list[str]]) -> None:
+    store, names = twelve
+    store.acquire_many([AcquireRequest(name, "a", LEASE, FIRE, None) for name in names])
+    _misroute(store, names[0])
+    assert store.release_many([ReleaseRequest(name, 1) for name in names]) == [True] * 12
+    assert [state.locked for state in store.locks()] == [False] * 12
+
+
+def test_locks_on_a_stale_slot_map_reads_each_lock_where_it_lives(twelve: tuple[RedisLockStore, list[str]]) -> None:
+    store, names = twelve
+    store.acquire(names[0], owner="a", lease=LEASE, fire_time=FIRE)
+    _misroute(store, names[0])
+    states = store.locks()
+    assert [state.name for state in states] == sorted(names)
+    assert [state.name for state in states if state.locked] == [names[0]]
 
 
 # -- wait_replicas -------------------------------------------------------------------------------------------

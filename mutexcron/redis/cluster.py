@@ -4,12 +4,15 @@ write confirmed by ``WAIT`` on the connection that made it.
 redis-py's cluster pipeline refuses ``EVALSHA``, so a batch there sends ``EVAL`` (the script's text; Redis caches
 it by its SHA1), which the pipeline routes by the script's first key and groups by node, following ``MOVED``.
 Where that costs too much (the scheduler's acquires at each instant), :func:`run_by_master` sends one plain
-pipeline of ``EVALSHA`` per master instead. Every script's keys share one hash tag, so each call touches one slot.
+pipeline of ``EVALSHA`` per master instead, and :func:`run_on_masters` one script per master for all its keys (a
+script that takes its keys in its arguments, on Redis 7.0 and later). Every other script's keys share one hash
+tag, so each call touches one slot.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -29,14 +32,15 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .urls import AnyRedis, is_cluster
 
-__all__ = ["ScriptCall", "queue_script", "refresh_topology", "run_batch", "run_by_master", "scan_keys",
-           "write_then_wait"]
+__all__ = ["NOT_LOCAL", "ScriptCall", "queue_script", "refresh_topology", "run_batch", "run_by_master",
+           "run_on_masters", "scan_keys", "write_then_wait"]
 
 ScriptCall = tuple[Sequence[str], Sequence[Any]]  # (keys, args) of one script call
 # Replies and errors that mean the cluster's slots moved (a failover, a resharding): read its nodes again.
 _TOPOLOGY_ERRORS = (AskError, ClusterDownError, TryAgainError, RedisConnectionError, RedisTimeoutError)
 # A call's reply that says it did not run there: asked again through the cluster client, which follows it.
 _NOT_RUN_HERE = (MovedError, AskError, TryAgainError, NoScriptError)
+NOT_LOCAL = b"not_local"  # run_on_masters' reply for a call whose key that master does not serve
 
 
 def queue_script(pipe: Any, script: Script, keys: Sequence[str], args: Sequence[Any]) -> None:
@@ -93,6 +97,30 @@ def run_by_master(cluster: RedisCluster, script: Script, calls: Sequence[ScriptC
             replies[index] = script(keys=keys, args=args, client=cluster)
         except RedisError as error:
             replies[index] = error
+    return replies
+
+
+def run_on_masters(cluster: RedisCluster, script: Script, calls: Sequence[tuple[str, Sequence[str]]]) -> list[Any]:
+    """Run ``script`` (flagged ``allow-cross-slot-keys``, taking ``[key, args...]`` a call as one JSON argument)
+    once per master, with the calls whose key it serves by the cluster's map of slots. The replies in order: a
+    call whose key that master does not serve (the map is stale) answers NOT_LOCAL, and a master's error is each
+    of its calls' reply."""
+    by_master: dict[str, tuple[Any, list[int]]] = {}
+    for index, (key, _) in enumerate(calls):
+        node = cluster.get_node_from_key(key)  # type: ignore[no-untyped-call]
+        by_master.setdefault(node.name, (node, []))[1].append(index)
+    replies: list[Any] = [None] * len(calls)
+    for node, indexes in by_master.values():
+        argument = json.dumps([[calls[index][0], *calls[index][1]] for index in indexes], separators=(",", ":"))
+        answers: list[Any]
+        try:
+            answers = script(keys=[], args=[argument], client=cluster.get_redis_connection(node))
+        except RedisError as error:  # whether it ran is unknown: each call is that error
+            if isinstance(error, _TOPOLOGY_ERRORS):
+                refresh_topology(cluster)
+            answers = [error] * len(indexes)
+        for index, answer in zip(indexes, answers, strict=True):
+            replies[index] = answer
     return replies
 
 

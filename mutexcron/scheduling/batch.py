@@ -22,7 +22,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from .fires import Fire, HandOff, Leave
 
 if TYPE_CHECKING:
-    from ..registry import Registry
+    from ..registry import Job
     from ..stores import LockStore
     from .lifecycle import WorkerPool
     from .options import FireContext
@@ -43,15 +43,14 @@ class FireBatch:
         self._pool = pool
         self._fire_many = fire_many
         self._lock = threading.Lock()
-        self._pending: list[tuple[PendingFire, MakeFire, Callable[[], None]]] = []
+        self._pending: list[tuple[PendingFire, MakeFire]] = []
         self._passing = False  # inside a pass of the scheduler's loop: the flush waits for its end
         self._queued = False  # a flush is queued that has not taken the pending fires yet
 
-    def add(self, pending: PendingFire, make: MakeFire, submitted: Callable[[], None]) -> None:
-        """Queue ``pending``, made a Fire by ``make`` at the flush; ``submitted()`` once ``fire_many`` has returned
-        (or the fire was dropped at shutdown)."""
+    def add(self, pending: PendingFire, make: MakeFire) -> None:
+        """Queue ``pending``, made a Fire by ``make`` at the flush (dropped if the pool is closed: shutdown)."""
         with self._lock:
-            self._pending.append((pending, make, submitted))
+            self._pending.append((pending, make))
             flush = not (self._passing or self._queued)
             self._queued = self._queued or flush
         if flush:
@@ -74,22 +73,16 @@ class FireBatch:
 
     def _submit(self) -> None:
         if not self._pool.submit(self._flush):
-            for *_, dropped in self._take():  # the pool is closed: shutdown drops the fires not started, these too
-                dropped()
+            self._take()  # the pool is closed: shutdown drops the fires not started, these too
 
-    def _take(self) -> list[tuple[PendingFire, MakeFire, Callable[[], None]]]:
+    def _take(self) -> list[tuple[PendingFire, MakeFire]]:
         with self._lock:
             batch, self._pending, self._queued = self._pending, [], False
         return batch
 
     def _flush(self) -> None:
-        batch = self._take()
-        try:
-            fires = [make(*pending) for pending, make, _ in batch]
-            self._fire_many([fire for fire in fires if fire is not None], self._pool.submit)
-        finally:
-            for *_, submitted in batch:
-                submitted()
+        fires = [make(*pending) for pending, make in self._take()]
+        self._fire_many([fire for fire in fires if fire is not None], self._pool.submit)
 
 
 class PassingScheduler(BackgroundScheduler):
@@ -108,17 +101,12 @@ class PassingScheduler(BackgroundScheduler):
         return wait
 
 
-def batched_fires(store: LockStore, registry: Registry) -> Callable[[str], bool]:
+def batched_fires(store: LockStore) -> Callable[[Job], bool]:
     """Whether a fire of a job joins the others due with it: on a store whose acquire_many is one round trip,
     for a job that does not catch up (a catch-up asks for its missed ticks first, in order, on its own)."""
 
-    def batched(name: str) -> bool:
-        if not store.batches_acquires:
-            return False
-        try:
-            return registry.get(name).catch_up == "skip"
-        except KeyError:
-            return False
+    def batched(job: Job) -> bool:
+        return store.batches_acquires and job.catch_up == "skip"
 
     return batched
 

@@ -19,6 +19,7 @@ from .batch import FireBatch, fire_together
 from .fires import Fire
 
 if TYPE_CHECKING:
+    from ..registry import Job
     from .catchup import CatchUps
     from .lifecycle import Generation, WorkerPool
     from .options import SchedulerOptions
@@ -45,42 +46,42 @@ class LockingExecutor(BaseExecutor):
     """
 
     def __init__(self, life: Generation, pool: WorkerPool, options: SchedulerOptions, runs: Runs,
-                 catch_ups: CatchUps, *, batched: Callable[[str], bool] = lambda name: False) -> None:
+                 catch_ups: CatchUps, *, batched: Callable[[Job], bool] = lambda job: False) -> None:
         super().__init__()
         self._life, self._pool, self._options = life, pool, options
         self._runs, self._catch_ups, self._batched = runs, catch_ups, batched
         # The fires of one pass of the scheduler's loop, asked for together (a PassingScheduler says when it ends).
         self.batch = FireBatch(pool, functools.partial(fire_together, runs=runs, fire_context=options.fire_context))
 
+    def submit_job(self, job: Any, run_times: list[datetime]) -> None:
+        """Hand a fire over without APScheduler's count of each job's runs in flight: the store decides whether
+        fires overlap (``max_instances`` is unbounded), and the count took the executor's lock twice a fire."""
+        self._do_submit_job(job, run_times)
+
     def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
         due = run_times[-1]
+        declared = self._declared(job.args[0] if job.args else job.id)
         if job.args:  # a jittered tick's delayed run: the original job's name, run time and version
             name, run_time, version = job.args
         else:
             name, run_time, version = job.id, due, getattr(job.trigger, "version", None)
-            delay = self._jitter(name, run_time)
+            delay = self._jitter(declared, run_time)
             if delay > timedelta(0):
                 self._scheduler.add_job(run_by_locking_executor, trigger=DateTrigger(run_date=run_time + delay),
                                         args=(name, run_time, version), name=f"{name} (jittered)",
                                         misfire_grace_time=None)
-                self._run_job_success(job.id, [])
                 return
 
-        if self._batched(name):
-            self.batch.add((name, run_time, version, due), self._make,
-                            lambda: self._run_job_success(job.id, []))
+        if declared is not None and self._batched(declared):
+            self.batch.add((name, run_time, version, due), self._make)
             return
 
         def run() -> None:
-            try:
-                fire = self._make(name, run_time, version, due)
-                if fire is not None:
-                    self._alone(fire)
-            finally:
-                self._run_job_success(job.id, [])
+            fire = self._make(name, run_time, version, due)
+            if fire is not None:
+                self._alone(fire)
 
-        if not self._pool.submit(run):
-            self._run_job_success(job.id, [])
+        self._pool.submit(run)
 
     def shutdown(self, wait: bool = True) -> None:
         """Nothing to do: the scheduler's Generation closes the pool and joins it within its deadline."""
@@ -116,9 +117,13 @@ class LockingExecutor(BaseExecutor):
         finally:
             fire.life.leave()
 
-    def _jitter(self, name: str, run_time: datetime) -> timedelta:
-        registry = self._options.jobs
-        job = registry.get(name) if name in registry else None
+    def _declared(self, name: str) -> Job | None:
+        try:
+            return self._options.jobs.get(name)
+        except KeyError:  # no longer declared: _make says so
+            return None
+
+    def _jitter(self, job: Job | None, run_time: datetime) -> timedelta:
         if job is None or not job.jitter:
             return timedelta(0)
-        return jitter_delay(name, (run_time + self._options.clock_skew).astimezone(UTC), job.jitter)
+        return jitter_delay(job.name, (run_time + self._options.clock_skew).astimezone(UTC), job.jitter)

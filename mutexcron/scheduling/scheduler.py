@@ -146,7 +146,7 @@ class Scheduler:
         self._runtime.sync(states)
         jobs = list(self.jobs)
         executor = LockingExecutor(life, life.start_pool(self.max_workers), self.options, self._runs, self._catch_ups,
-                                   batched=batched_fires(self.store, self.jobs))
+                                   batched=batched_fires(self.store))
         aps = PassingScheduler(
             executor.batch, timezone=UTC, executors={"default": executor},
             # The store decides who runs; locally every fire is handed over, and coalesced if late.

@@ -15,13 +15,23 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
+from redis.cluster import RedisCluster
 from redis.commands.core import Script
+from redis.exceptions import ResponseError
 
 from .._options import positive_duration
 from ..errors import ReplicationUnconfirmed, StoreConfigError, StoreUnavailable
 from ..redis.client import AnyRedis, RedisClient, glob_escape
 from ..redis.client import text as _text
-from ..redis.cluster import run_batch, run_by_master, scan_keys, write_then_wait
+from ..redis.cluster import (
+    NOT_LOCAL,
+    refresh_topology,
+    run_batch,
+    run_by_master,
+    run_on_masters,
+    scan_keys,
+    write_then_wait,
+)
 from ..redis.urls import REDIS_ERRORS, client_from_url, is_cluster
 from ..urls import mask_url
 from . import redis_scripts as scripts
@@ -81,6 +91,17 @@ def _first(reply: Any) -> Any:
     return reply if isinstance(reply, Exception) else reply[0]
 
 
+def _raised(reply: T | StoreUnavailable) -> T:
+    if isinstance(reply, StoreUnavailable):
+        raise reply
+    return reply
+
+
+def _refused_flags(reply: Any) -> bool:
+    """Whether a server refused an *_ON_MASTER script itself: one before Redis 7.0 cannot compile its flags line."""
+    return isinstance(reply, ResponseError) and any(word in str(reply) for word in ("shebang", "compiling"))
+
+
 _STATUSES = {status.value: status for status in AcquireStatus}
 
 
@@ -108,20 +129,24 @@ class RedisLockStore(RedisClient, LockStore, ControlStore, OverlapStore):
         self.wait_replicas = wait_replicas
         self.wait_timeout = positive_duration(wait_timeout, what="Redis store: wait_timeout", error=StoreConfigError)
         # Fires due together are asked for together: one script for all the locks on one server; on a cluster,
-        # which refuses keys of several slots in one script, one pipeline of scripts per master.
+        # one script per master (ACQUIRE_ON_MASTER), or one pipeline of scripts per master before Redis 7.0.
         self.batches_acquires = True
-        self.batches_releases = True  # the same way: one script for them all, one pipeline per master on a cluster
+        self.batches_releases = True  # the same way
+        self._on_masters = True  # the cluster runs the *_ON_MASTER scripts (False once a server refused one)
         self._seed = client.register_script(scripts.SEED)
         self._acquire = client.register_script(scripts.ACQUIRE)
         self._acquire_many = client.register_script(scripts.ACQUIRE_MANY)
+        self._acquire_on_master = client.register_script(scripts.ACQUIRE_ON_MASTER)
         self._renew = client.register_script(scripts.RENEW)
         self._renew_watching = client.register_script(scripts.RENEW_WATCHING)
         self._claim_next = client.register_script(scripts.CLAIM_NEXT)
         self._release = client.register_script(scripts.RELEASE)
         self._release_many = client.register_script(scripts.RELEASE_MANY)
+        self._release_on_master = client.register_script(scripts.RELEASE_ON_MASTER)
         self._force_unlock = client.register_script(scripts.FORCE_UNLOCK)
         self._delete = client.register_script(scripts.DELETE)
         self._read_all = client.register_script(scripts.READ_ALL)
+        self._read_on_master = client.register_script(scripts.READ_ON_MASTER)
         self._pause = client.register_script(scripts.PAUSE)
         self._record_failure = client.register_script(scripts.RECORD_FAILURE)
         self._resume = client.register_script(scripts.RESUME)
@@ -170,27 +195,49 @@ class RedisLockStore(RedisClient, LockStore, ControlStore, OverlapStore):
 
     def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[Acquisition | StoreUnavailable]:
         """One script for them all on one server (one command to send and one reply to read, where a pipeline of
-        scripts cost the instance a command each); on a cluster, one pipeline per master. With ``wait_replicas``,
-        one by one: each acquire is confirmed by WAIT on its own master."""
+        scripts cost the instance a command each); on a cluster, one per master. With ``wait_replicas``, one by
+        one: each acquire is confirmed by WAIT on its own master."""
         if self.wait_replicas or len(requests) < 2:
             return super().acquire_many(requests)
         batch = os.urandom(8).hex()  # one random part for the batch (a call each cost the instance a syscall)
         calls = [([self.key(request.name)], _acquire_args(request, f"{batch}.{index}"))
                  for index, request in enumerate(requests)]
-        return self._many(self._acquire_many, calls, lambda reply: _acquisition(*reply))
+        return self._many((self._acquire_many, self._acquire_on_master), calls, lambda reply: _acquisition(*reply))
 
-    def _many(self, script: Script, calls: Sequence[tuple[list[str], list[str | int]]],
+    def _many(self, scripts: tuple[Script, Script], calls: Sequence[tuple[list[str], list[str | int]]],
               convert: Callable[[Any], T]) -> list[T | StoreUnavailable]:
         """A batch script (ACQUIRE_MANY, RELEASE_MANY) for ``calls``, each lock's arguments as one JSON argument:
-        one run on one server; on a cluster, one run per lock, pipelined per master (a script's keys share a slot)."""
+        one run on one server; on a cluster, its variant for one master (:meth:`_on_cluster`)."""
         if is_cluster(self.client):
-            return [self._checked(_first(reply), convert)
-                    for reply in run_by_master(self.client, script, _one_by_one(calls))]
+            return [self._checked(reply, convert) for reply in self._on_cluster(self.client, scripts, calls)]
         try:
-            replies = self._call(script, keys=[keys[0] for keys, _ in calls], args=[_json(calls)])
+            replies = self._call(scripts[0], keys=[keys[0] for keys, _ in calls], args=[_json(calls)])
         except StoreUnavailable as error:  # whether the script ran is unknown: those locks end with their leases
             return [error] * len(calls)
         return [convert(reply) for reply in replies]
+
+    def _on_cluster(self, cluster: RedisCluster, scripts: tuple[Script, Script],
+                    calls: Sequence[tuple[list[str], list[str | int]]]) -> list[Any]:
+        """The replies of ``calls`` on a cluster: one ``on_master`` script per master for the locks it serves; a
+        lock whose slot moved, and every lock on a cluster that refuses such scripts (before Redis 7.0), one
+        script run each by run_by_master, which follows the cluster's redirects."""
+        script, on_master = scripts
+        replies: list[Any] = [NOT_LOCAL] * len(calls)
+        if self._on_masters:
+            replies = run_on_masters(cluster, on_master, [(keys[0], [str(arg) for arg in args])
+                                                              for keys, args in calls])
+            if any(_refused_flags(reply) for reply in replies):
+                logger.info("%s: the cluster refuses scripts over several slots; one script a lock", self._display)
+                self._on_masters = False
+                replies = [NOT_LOCAL if _refused_flags(reply) else reply for reply in replies]
+        again = [index for index, reply in enumerate(replies) if isinstance(reply, bytes) and reply == NOT_LOCAL]
+        if again:
+            if self._on_masters:
+                refresh_topology(cluster)  # a slot moved since the client read the map
+            answers = run_by_master(cluster, script, _one_by_one([calls[index] for index in again]))
+            for index, answer in zip(again, answers, strict=True):
+                replies[index] = _first(answer)
+        return replies
 
     def _checked(self, reply: Any, convert: Callable[[Any], T]) -> T | StoreUnavailable:
         """One script's reply in a pipeline, converted; its error as StoreUnavailable naming this store (an error
@@ -239,7 +286,7 @@ class RedisLockStore(RedisClient, LockStore, ControlStore, OverlapStore):
             ([self.key(request.name)], [request.token, duration_ms(request.hold_at_least), request.outcome or "",
                                         check_outcome(request.outcome, request.error) or ""])
             for request in requests]
-        return self._many(self._release_many, calls, bool)
+        return self._many((self._release_many, self._release_on_master), calls, bool)
 
     def force_unlock(self, name: str) -> bool:
         return bool(self._call(self._force_unlock, keys=[self.key(name)]))
@@ -302,17 +349,18 @@ class RedisLockStore(RedisClient, LockStore, ControlStore, OverlapStore):
         return self._call(run)
 
     def _read(self, keys: list[Any]) -> list[Any]:
-        """HGETALL of each key, in order: READ_ALL for READ_BATCH keys at a time on one server; on a cluster, whose
-        scripts may not span slots, a pipeline of HGETALL (one per node)."""
-        client: AnyRedis = self.client  # tested, not narrowed: RedisCluster.pipeline has no type hints
-        if is_cluster(client):
-            pipe = self.client.pipeline(transaction=False)
-            for key in keys:
-                pipe.hgetall(key)
-            return list(pipe.execute())
+        """HGETALL of each key, in order, READ_BATCH keys at a time: READ_ALL on one server; on a cluster,
+        READ_ON_MASTER once per master (:meth:`_on_cluster`)."""
+        client = self.client
         documents: list[Any] = []
         for start in range(0, len(keys), READ_BATCH):
-            flat = self._read_all(keys=keys[start:start + READ_BATCH])
+            batch = keys[start:start + READ_BATCH]
+            if is_cluster(client):
+                replies = self._on_cluster(client, (self._read_all, self._read_on_master),
+                                           [([_text(key)], []) for key in batch])
+                flat = [_raised(self._checked(reply, list)) for reply in replies]
+            else:
+                flat = self._read_all(keys=batch)
             documents.extend(dict(zip(fields[::2], fields[1::2], strict=True)) for fields in flat)
         return documents
 

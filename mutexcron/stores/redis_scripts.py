@@ -5,6 +5,7 @@ on the server and timed by its clock.
 __all__ = [
     "ACQUIRE",
     "ACQUIRE_MANY",
+    "ACQUIRE_ON_MASTER",
     "CLAIM_NEXT",
     "CLOSE_INCIDENT",
     "DEFINE",
@@ -13,8 +14,10 @@ __all__ = [
     "OPEN_INCIDENT",
     "PAUSE",
     "READ_ALL",
+    "READ_ON_MASTER",
     "RELEASE",
     "RELEASE_MANY",
+    "RELEASE_ON_MASTER",
     "RENEW",
     "RENEW_WATCHING",
     "RESUME",
@@ -175,6 +178,25 @@ for i = 1, #KEYS do
 end
 return replies
 """
+
+# The batch scripts for one master of a Redis Cluster (7.0 and later): declared keys must share one slot, but a
+# script flagged allow-cross-slot-keys may use undeclared keys of any slot its node serves. So the keys come in the
+# JSON argument ([key, arguments...] a lock), and a lock whose key the node does not serve (its slot moved) answers
+# 'not_local' before anything is written to it, to be asked again where it lives.
+_ON_MASTER = "#!lua flags=allow-cross-slot-keys\n"
+_EACH_LOCAL = """
+local requests = cjson.decode(ARGV[1])
+local replies = {}
+for i, r in ipairs(requests) do
+  local here = redis.pcall('EXISTS', r[1])
+  if type(here) == 'table' and here.err then replies[i] = 'not_local' else replies[i] = %s(unpack(r)) end
+end
+return replies
+"""
+ACQUIRE_ON_MASTER = _ON_MASTER + _NOW + _REVIVE + _ACQUIRE_ONE + _EACH_LOCAL % "acquire"
+RELEASE_ON_MASTER = _ON_MASTER + _NOW + _RELEASE_ONE + _EACH_LOCAL % "release"
+# READ_ALL's for one master: each lock hash as HGETALL answers it.
+READ_ON_MASTER = _ON_MASTER + "local function read(key) return redis.call('HGETALL', key) end" + _EACH_LOCAL % "read"
 
 FORCE_UNLOCK = _NOW + """
 if redis.call('HGET', KEYS[1], 'locked') ~= '1' then return 0 end
