@@ -171,15 +171,15 @@ def test_a_store_built_on_a_cluster_client_seeds_it(cluster_server_url: str, clu
         store.close()
 
 
-def _misroute(store: RedisLockStore, name: str) -> None:
+def _misroute(store: RedisLockStore, name: str, *, to_replica: bool = False) -> None:
     """Point the store's map of slots at another master for ``name``'s lock, as a map read before a resharding
-    would be."""
+    would be (``to_replica``: at its master's replica, as a map read before a failover would be)."""
     client = store.client
     assert isinstance(client, RedisCluster)
     slot = client.keyslot(store.key(name))
-    served_by = client.nodes_manager.slots_cache[slot][0].name
-    client.nodes_manager.slots_cache[slot] = [next(node for node in client.get_primaries()
-                                                   if node.name != served_by)]
+    master, *replicas = client.nodes_manager.slots_cache[slot]
+    wrong = replicas[0] if to_replica else next(node for node in client.get_primaries() if node.name != master.name)
+    client.nodes_manager.slots_cache[slot] = [wrong]
 
 
 @pytest.fixture
@@ -200,6 +200,15 @@ def test_a_batch_acquire_on_a_stale_slot_map_takes_each_lock_once_where_it_lives
     assert [(answer.status, answer.token) for answer in won] == [(AcquireStatus.ACQUIRED, 1)] * 12  # type: ignore[union-attr]
     again = store.acquire_many([AcquireRequest(name, "b", LEASE, FIRE, None) for name in names])
     assert {answer.status for answer in again} == {AcquireStatus.ALREADY_RAN}  # type: ignore[union-attr]
+
+
+def test_a_batch_acquire_sent_to_a_replica_takes_the_lock_on_its_master(
+    twelve: tuple[RedisLockStore, list[str]],
+) -> None:
+    store, names = twelve
+    _misroute(store, names[0], to_replica=True)
+    won = store.acquire_many([AcquireRequest(name, "a", LEASE, FIRE, None) for name in names])
+    assert [(answer.status, answer.token) for answer in won] == [(AcquireStatus.ACQUIRED, 1)] * 12  # type: ignore[union-attr]
 
 
 def test_a_batch_release_on_a_stale_slot_map_releases_each_lock(twelve: tuple[RedisLockStore, list[str]]) -> None:

@@ -23,6 +23,7 @@ from redis.exceptions import (
     ClusterDownError,
     MovedError,
     NoScriptError,
+    ReadOnlyError,
     RedisError,
     ResponseError,
     TryAgainError,
@@ -103,8 +104,8 @@ def run_by_master(cluster: RedisCluster, script: Script, calls: Sequence[ScriptC
 def run_on_masters(cluster: RedisCluster, script: Script, calls: Sequence[tuple[str, Sequence[str]]]) -> list[Any]:
     """Run ``script`` (flagged ``allow-cross-slot-keys``, taking ``[key, args...]`` a call as one JSON argument)
     once per master, with the calls whose key it serves by the cluster's map of slots. The replies in order: a
-    call whose key that master does not serve (the map is stale) answers NOT_LOCAL, and a master's error is each
-    of its calls' reply."""
+    call whose key that master does not serve (the map is stale, or the master is a replica now) answers
+    NOT_LOCAL, and a master's error is each of its calls' reply."""
     by_master: dict[str, tuple[Any, list[int]]] = {}
     for index, (key, _) in enumerate(calls):
         node = cluster.get_node_from_key(key)  # type: ignore[no-untyped-call]
@@ -115,6 +116,9 @@ def run_on_masters(cluster: RedisCluster, script: Script, calls: Sequence[tuple[
         answers: list[Any]
         try:
             answers = script(keys=[], args=[argument], client=cluster.get_redis_connection(node))
+        except ReadOnlyError:  # a master turned replica (a failover) refuses it before it runs: not local
+            refresh_topology(cluster)
+            answers = [NOT_LOCAL] * len(indexes)
         except RedisError as error:  # whether it ran is unknown: each call is that error
             if isinstance(error, _TOPOLOGY_ERRORS):
                 refresh_topology(cluster)
