@@ -4,9 +4,11 @@ store that batches (``LockStore.batches_acquires``), instead of one per job.
 APScheduler hands the executor every job due at an instant one after another, in one pass over its due jobs.
 :class:`FireBatch` gathers the fires of a pass (:class:`PassingScheduler` says when one begins and ends) and hands
 them to one worker thread when it ends; that thread makes them :class:`~mutexcron.scheduling.fires.Fire` values and
-:func:`fire_together` runs them with one ``acquire_many``. Gathering until the pass ends costs no lateness: the pass
-computes the next fire times of the jobs handed over (tens of microseconds each), and a flush started earlier would
-hold a worker thread on a store round trip while the rest of the pass queued behind it for another.
+:func:`fire_together` runs them with one ``acquire_many``. Gathering until the pass ends costs little lateness: the
+pass computes the next fire times of the jobs handed over (tens of microseconds each), and a flush started earlier
+would hold a worker thread on a store round trip while the rest of the pass queued behind it for another. A long
+pass (thousands of jobs due at once) is flushed every FLUSH_AT fires, so that its first bodies do not wait for
+its end.
 """
 
 from __future__ import annotations
@@ -28,8 +30,11 @@ if TYPE_CHECKING:
     from .options import FireContext
     from .runs import Runs
 
-__all__ = ["FireBatch", "PassingScheduler", "PendingFire", "batched_fires", "fire_together"]
+__all__ = ["FLUSH_AT", "FireBatch", "PassingScheduler", "PendingFire", "batched_fires", "fire_together"]
 
+# Fires of one pass sent as soon as there are this many: at 8 instances x 2,000 jobs a pass takes hundreds of ms,
+# and gathering all of it put every body behind its end; 500 fires cost a round trip each 500.
+FLUSH_AT = 500
 PendingFire = tuple[str, datetime, "int | None", datetime]  # job name, scheduled run time, schedule version, due
 MakeFire = Callable[[str, datetime, "int | None", datetime], "Fire | None"]  # LockingExecutor._make
 FireMany = Callable[[Sequence[Fire], HandOff], None]
@@ -37,7 +42,8 @@ FireMany = Callable[[Sequence[Fire], HandOff], None]
 
 class FireBatch:
     """Fires that APScheduler hands over in one pass go to ``fire_many`` together, from one worker thread: the
-    flush is queued when the pass ends (outside a pass, with the first fire), and takes every fire queued by then."""
+    flush is queued when the pass ends (outside a pass, with the first fire; in a long pass, at FLUSH_AT fires),
+    and takes every fire queued by then."""
 
     def __init__(self, pool: WorkerPool, fire_many: FireMany) -> None:
         self._pool = pool
@@ -51,7 +57,7 @@ class FireBatch:
         """Queue ``pending``, made a Fire by ``make`` at the flush (dropped if the pool is closed: shutdown)."""
         with self._lock:
             self._pending.append((pending, make))
-            flush = not (self._passing or self._queued)
+            flush = not self._queued and (not self._passing or len(self._pending) >= FLUSH_AT)
             self._queued = self._queued or flush
         if flush:
             self._submit()

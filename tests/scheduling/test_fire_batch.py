@@ -16,6 +16,8 @@ import pytest
 
 from mutexcron import JobContext, Registry, Scheduler, mutex_cron
 from mutexcron.errors import StoreUnavailable
+from mutexcron.scheduling import batch
+from mutexcron.scheduling.batch import FireBatch
 from mutexcron.stores import AcquireRequest, Acquisition, MemoryLockStore, RedisLockStore, store_from_url
 from tests.support import wait_until
 from tests.support.servers import PrivateRedis
@@ -106,6 +108,44 @@ def test_the_fires_of_one_pass_of_the_scheduler_go_in_one_acquire_many(
                what="three ticks of every job")
     assert store.batches[:3] == [JOBS, JOBS, JOBS]
     assert set(runs.values()) == {1}
+
+
+def test_a_long_pass_is_asked_for_every_flush_at_fires_without_waiting_for_its_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Thousands of jobs due at once make a pass of hundreds of ms: a flush is queued each time FLUSH_AT fires are
+    waiting, and takes every fire queued by the time a worker runs it; the rest go when the pass ends."""
+    monkeypatch.setattr(batch, "FLUSH_AT", 3)
+    queued: list[Callable[[], object]] = []
+    asked: list[list[str]] = []
+
+    class Pool:
+        """Keeps the flushes queued, for the test to run them as a worker thread would."""
+
+        def submit(self, call: Callable[[], object]) -> bool:
+            queued.append(call)
+            return True
+
+    fires = FireBatch(Pool(), lambda made, hand_off: asked.append([str(fire) for fire in made]))  # type: ignore[arg-type]
+
+    def add(n: int) -> None:
+        fires.add((f"job.{n}", TICK, None, TICK), lambda name, *_: name)  # type: ignore[arg-type,return-value]
+
+    with fires.gathering():
+        for n in range(3):
+            add(n)
+        assert len(queued) == 1  # queued at the third, while the pass goes on
+        add(3)
+        add(4)
+        assert len(queued) == 1  # the queued flush has not taken its fires yet: they join it
+        queued[0]()
+        assert asked == [["job.0", "job.1", "job.2", "job.3", "job.4"]]
+        add(5)
+        add(6)
+        assert len(queued) == 1
+    assert len(queued) == 2  # the pass ended with two fires left
+    queued[1]()
+    assert asked[1] == ["job.5", "job.6"]
 
 
 def test_two_instances_batching_run_each_tick_of_each_job_once(
