@@ -92,6 +92,7 @@ def _first(reply: Any) -> Any:
 
 
 def _raised(reply: T | StoreUnavailable) -> T:
+    """A batch's answer for a read that cannot be answered in part: its outage raised."""
     if isinstance(reply, StoreUnavailable):
         raise reply
     return reply
