@@ -55,7 +55,8 @@ class LockingExecutor(BaseExecutor):
 
     def submit_job(self, job: Any, run_times: list[datetime]) -> None:
         """Hand a fire over without APScheduler's count of each job's runs in flight: the store decides whether
-        fires overlap (``max_instances`` is unbounded), and the count took the executor's lock twice a fire."""
+        fires overlap (APScheduler's ``max_instances`` does not apply), and the count took the executor's lock
+        twice a fire."""
         self._do_submit_job(job, run_times)
 
     def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:

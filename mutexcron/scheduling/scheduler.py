@@ -149,8 +149,9 @@ class Scheduler:
                                    batched=batched_fires(self.store))
         aps = PassingScheduler(
             executor.batch, timezone=UTC, executors={"default": executor},
-            # The store decides who runs; locally every fire is handed over, and coalesced if late.
-            job_defaults={"coalesce": True, "max_instances": 10_000, "misfire_grace_time": None},
+            # The store decides who runs; locally every fire is handed over (LockingExecutor keeps no count of runs
+            # in flight, so no max_instances applies), and coalesced if late.
+            job_defaults={"coalesce": True, "misfire_grace_time": None},
         )
         for job in jobs:
             trigger = self._schedules.build(job, states.get(job.name))

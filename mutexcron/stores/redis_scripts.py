@@ -97,15 +97,13 @@ ACQUIRE = _NOW + _REVIVE + _ACQUIRE_ONE + "return acquire(KEYS[1], unpack(ARGV))
 # lock, all at one instant of the server's clock. One JSON argument rather than six a lock: the client encodes
 # each argument of a command in Python, which cost the fleet's instances more CPU than cjson costs the server. On one
 # server only: a cluster refuses keys of several slots in one script.
-ACQUIRE_MANY = _NOW + _REVIVE + _ACQUIRE_ONE + """
+_EACH = """
 local requests = cjson.decode(ARGV[1])
 local replies = {}
-for i = 1, #KEYS do
-  local r = requests[i]
-  replies[i] = acquire(KEYS[i], r[1], r[2], r[3], r[4], r[5], r[6])
-end
+for i = 1, #KEYS do replies[i] = %s(KEYS[i], unpack(requests[i])) end
 return replies
 """
+ACQUIRE_MANY = _NOW + _REVIVE + _ACQUIRE_ONE + _EACH % "acquire"
 
 # ARGV: token, lease_ms
 RENEW = _NOW + """
@@ -169,15 +167,7 @@ RELEASE = _NOW + _RELEASE_ONE + "return release(KEYS[1], unpack(ARGV))"
 
 # One key a lock, and ARGV[1] a JSON array of each lock's four arguments (as RELEASE's, all strings), as
 # ACQUIRE_MANY: one reply a lock.
-RELEASE_MANY = _NOW + _RELEASE_ONE + """
-local requests = cjson.decode(ARGV[1])
-local replies = {}
-for i = 1, #KEYS do
-  local r = requests[i]
-  replies[i] = release(KEYS[i], r[1], r[2], r[3], r[4])
-end
-return replies
-"""
+RELEASE_MANY = _NOW + _RELEASE_ONE + _EACH % "release"
 
 # The batch scripts for one master of a Redis Cluster (7.0 and later): declared keys must share one slot, but a
 # script flagged allow-cross-slot-keys may use undeclared keys of any slot its node serves. So the keys come in the
