@@ -149,8 +149,7 @@ class Scheduler:
                                    batched=batched_fires(self.store))
         aps = PassingScheduler(
             executor.batch, timezone=UTC, executors={"default": executor},
-            # The store decides who runs; locally every fire is handed over (LockingExecutor keeps no count of runs
-            # in flight, so no max_instances applies), and coalesced if late.
+            # The store decides who runs; locally every fire is handed over (no max_instances), and coalesced if late.
             job_defaults={"coalesce": True, "misfire_grace_time": None},
         )
         for job in jobs:
