@@ -47,11 +47,12 @@ import platform
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
@@ -92,6 +93,7 @@ TARGET_FIRES = 1000  # job fires/s across the fleet on one Redis, each tick run 
 TARGET_CLEAN_FIRES = (1000, 2000)  # job fires/s on one Redis with 0 duplicates and 0 misses
 TARGET_CPU_RATIO = 1.2  # instance CPU per minute at most this times the floor's (same pool size)
 DEFAULT_CLUSTER = "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002"
+During = Callable[[float, float], None]  # run beside a measurement's window, given its first and end tick (epoch s)
 SYSTEMS = ("redis", "postgres", "cluster", "floor", "celery", "memory", "sweep")
 
 
@@ -112,6 +114,7 @@ class Measure:
     runs: int = 0
     duplicates: int = 0  # runs beyond one per job x tick (x instance for the floor)
     missed: int = 0
+    missed_by_second: list[int] = field(default_factory=list)  # misses of each second of the window, in order
     lateness_ms: dict[str, float | None] = field(default_factory=dict)
     early: int = 0
     round_trips_per_tick: float | None = None  # client round trips per job x tick, whole fleet
@@ -256,18 +259,27 @@ def judge(measure: Measure, bodies: list[tuple[Any, int, float, float]], first: 
     measure.expected = len(expected)
     measure.runs = sum(keys.values())
     measure.duplicates = sum(n - 1 for n in keys.values() if n > 1)
-    measure.missed = sum(1 for key in expected if keys[key] == 0)
+    missed = [key[-1] for key in expected if keys[key] == 0]
+    measure.missed = len(missed)
+    by_second = Counter(int(tick) - int(first) for tick in missed)
+    measure.missed_by_second = [by_second[second] for second in range(len(ticks))]
     measure.lateness_ms = summarise(late)
     measure.early = sum(1 for x in late if x < 0)
 
 
 def run_instances(directory: Path, measure: Measure, options: list[str], *, env: dict[str, str] | None = None,
-                  server: PrivateRedis | None = None, pg_db: str | None = None) -> Measure:
-    """Start the fleet, measure its window, stop it, judge it."""
+                  server: PrivateRedis | None = None, pg_db: str | None = None,
+                  during: During | None = None) -> Measure:
+    """Start the fleet, measure its window (``during(first, end)`` in a thread of its own meanwhile: the
+    disturbance of bench/recovery.py), stop it, judge it."""
     measure.load_start = load()
     fleet = Fleet(directory, measure, options, env or {})
+    beside: threading.Thread | None = None
     try:
         first, end = fleet.start()
+        if during is not None:
+            beside = threading.Thread(target=during, args=(first, end), name="bench-during", daemon=True)
+            beside.start()
         measure_window({p.name: p.pid for p in fleet.procs}, first, end, server, pg_db, measure)
         per_instance = measure.key == "floor"
         due = measure.jobs * measure.seconds * (measure.instances if per_instance else 1)
@@ -282,6 +294,8 @@ def run_instances(directory: Path, measure: Measure, options: list[str], *, env:
         measure.load_end = load()
     finally:
         fleet.stop()
+        if beside is not None:
+            beside.join()
     all_lines = fleet.lines()
     bodies = [(n, job, fire, start) for n, lines in enumerate(all_lines) for job, fire, start in lines.bodies]
     judge(measure, bodies, first, end, per_instance=measure.key == "floor")
@@ -304,13 +318,13 @@ def run_instances(directory: Path, measure: Measure, options: list[str], *, env:
 
 def mutexcron_redis(directory: Path, instances: int, jobs: int, seconds: int, url: str,
                     server: PrivateRedis | None, key: str = "redis", label: str = "mutexcron redis",
-                    workers: int = 10) -> Measure:
+                    workers: int = 10, during: During | None = None) -> Measure:
     prefix = f"mutexcron-bench-fleet:{uuid.uuid4().hex[:10]}:"
     measure = Measure(key, label, instances, jobs, workers, seconds, settings=_pool(workers))
     joiner = "&" if "?" in url else "?"
     try:
         return run_instances(directory, measure, ["--store", f"{url}{joiner}prefix={prefix}",
-                                                  "--max-workers", str(workers)], server=server)
+                                                  "--max-workers", str(workers)], server=server, during=during)
     finally:
         with suppress(Exception):
             delete_redis_keys(url, prefix + "*")
@@ -330,10 +344,11 @@ def mutexcron_memory(directory: Path, jobs: int, seconds: int) -> Measure:
     return run_instances(directory, measure, ["--store", "memory://"])
 
 
-def apscheduler_floor(directory: Path, instances: int, jobs: int, seconds: int, workers: int = 10) -> Measure:
+def apscheduler_floor(directory: Path, instances: int, jobs: int, seconds: int, workers: int = 10,
+                      during: During | None = None) -> Measure:
     measure = Measure("floor", "APScheduler floor (no lock)", instances, jobs, workers, seconds,
                       settings=f"BackgroundScheduler, pool of {workers}")
-    return run_instances(directory, measure, ["--mode", "apscheduler", "--max-workers", str(workers)])
+    return run_instances(directory, measure, ["--mode", "apscheduler", "--max-workers", str(workers)], during=during)
 
 
 def _pool(workers: int) -> str:

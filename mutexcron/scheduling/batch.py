@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from .fires import Fire, HandOff, Leave
+from .jobstore import SortedJobStore
 
 if TYPE_CHECKING:
     from ..registry import Job
@@ -92,13 +93,14 @@ class FireBatch:
 
 
 class PassingScheduler(BackgroundScheduler):
-    """A BackgroundScheduler whose every pass over its due jobs is a :meth:`FireBatch.gathering` of ``batch``.
+    """A BackgroundScheduler whose every pass over its due jobs is a :meth:`FireBatch.gathering` of ``batch``, its
+    jobs kept in a :class:`~.jobstore.SortedJobStore`.
 
     APScheduler 3 calls its executor once per due job from ``_process_jobs`` and has no hook at the end of a pass,
     so this wraps that method (APScheduler is pinned below 4, whose scheduler is another design)."""
 
     def __init__(self, batch: FireBatch, **options: Any) -> None:
-        super().__init__(**options)
+        super().__init__(jobstores={"default": SortedJobStore()}, **options)
         self._fire_batch = batch
 
     def _process_jobs(self) -> float | None:

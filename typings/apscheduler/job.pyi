@@ -1,4 +1,5 @@
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from apscheduler.triggers.base import BaseTrigger
@@ -9,3 +10,4 @@ class Job:
     func: Callable[..., Any]
     trigger: BaseTrigger
     args: tuple[Any, ...]
+    next_run_time: datetime | None

@@ -1,0 +1,3 @@
+from datetime import datetime
+
+def datetime_to_utc_timestamp(timeval: datetime | None) -> float | None: ...
