@@ -13,10 +13,11 @@ __all__ = ["ACK", "CANCEL", "CLAIM", "ENQUEUE", "EXTEND", "FAIL", "MIGRATE", "RE
 REQUEUE_LIMIT = 100  # expired claims moved back to due per claim call
 
 # Every script reads the time with TIME: due times, deadlines and timestamps use the Redis server's
-# clock, not the workers' (which may disagree by seconds).
+# clock, not the workers' (which may disagree by seconds). It is rounded to the nearest ms, as epoch_ms rounds a
+# task's due time: a task due by a clock is then due by the same clock here, also within its own millisecond.
 _NOW = """
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(t[1]) * 1000 + math.floor((tonumber(t[2]) + 500) / 1000)
 """
 
 # Put a task into its type's due set; if that makes the type's earliest due time earlier, tell sleeping workers.
