@@ -82,10 +82,12 @@ class AlertsContract:
         return results
 
     def after_the_incident_opened(self) -> None:
-        """Wait until the store's clock has passed the open incident's opening (a run then is after it)."""
+        """Wait until the store's clock has passed the open incident's opening by a millisecond, the resolution of
+        the stores' stamps (a run then is stamped after it, not in the same millisecond)."""
         opened = self.alert_state().incident_at
         assert opened is not None
-        wait_until(lambda: self.store.now() > opened, timeout=5, what="the store clock to pass the incident")
+        wait_until(lambda: self.store.now() >= opened + timedelta(milliseconds=1), timeout=5,
+                   what="the store clock to pass the incident")
 
     # -- created_at --------------------------------------------------------------------------------
 
