@@ -3,8 +3,8 @@ keys kept beside its jobs.
 
 MemoryJobStore keeps its jobs sorted by next run time, then id, and finds a job's place with a bisection written in
 Python that converts each next run time with ``utctimetuple()``. Each fire moves its job in that list: at 2,000
-per-second jobs that was more than a quarter of an instance's CPU. This store keeps the same order, the same
-errors and the same answers, with ``datetime.timestamp()`` and ``bisect`` (both in C).
+per-second jobs that was about an eighth of an instance's busy time (bench/README.md). This store keeps the same
+order, the same errors and the same answers, with ``datetime.timestamp()`` and ``bisect`` (both in C).
 """
 
 from __future__ import annotations
