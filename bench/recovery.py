@@ -27,11 +27,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.fleet import Measure, apscheduler_floor, mutexcron_redis, say  # noqa: E402
+from bench.fleet import During, Measure, apscheduler_floor, mutexcron_redis, say  # noqa: E402
 from bench.fleet_support import PrivateRedis, load, sleep_until  # noqa: E402
 
 
-def hogs(count: int, at: float, seconds: float) -> Any:
+def hogs(count: int, at: float, seconds: float) -> During:
     """``during`` for a measurement: ``count`` busy-looping processes from ``at`` s into the window for ``seconds``."""
 
     def disturb(first: float, end: float) -> None:

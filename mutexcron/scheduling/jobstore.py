@@ -89,7 +89,3 @@ class SortedJobStore(MemoryJobStore):
     def _index(self, job_id: str, timestamp: float | None) -> int:
         """Where the job with ``job_id`` and ``timestamp`` is (ids are unique, so its key is found exactly)."""
         return bisect_left(self._keys, _key(job_id, timestamp))
-
-    def _get_job_index(self, timestamp: float | None, job_id: str) -> int:
-        """MemoryJobStore's own search, answered by bisect (nothing in this class calls it)."""
-        return self._index(job_id, timestamp)
