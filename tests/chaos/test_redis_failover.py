@@ -108,6 +108,15 @@ def _runs_after(fleet: Fleet, moment: datetime) -> int:
     return len({r["fire_time"] for r in fleet.records() if r["outcome"] in RAN and r["fire_time"] > moment})
 
 
+def _every_fire_ended(fleet: Fleet, moment: datetime) -> bool:
+    """Each instance has recorded its own fire of every tick run at its time after ``moment``: none is still in
+    flight, so stopping the fleet now cannot leave a fire of those ticks unrecorded."""
+    records = fleet.records()
+    ticks = {r["fire_time"] for r in records if r["outcome"] in RAN and r["fire_time"] > moment and not r["catch_up"]}
+    ended = {(r["instance"], r["fire_time"]) for r in records if r["fire_time"] in ticks and not r["catch_up"]}
+    return all((name, tick) in ended for name in INSTANCES for tick in ticks)
+
+
 @dataclass(frozen=True)
 class Scenario:
     kind: str  # "sentinel" or "cluster"
@@ -177,6 +186,8 @@ def _scenario(scenario: Scenario, directory: Path) -> Iterator[Observed]:
                            what="a tick to run after the failover")
         wait_until(lambda: _runs_after(fleet, first["fire_time"]) >= 2, timeout=20,
                    what="two more ticks after the first one after the failover")
+        wait_until(lambda: _every_fire_ended(fleet, killed), timeout=20,
+                   what="every instance to record its fire of each tick run after the failover")
         fleet.assert_all_alive()
         fleet.stop()
         yield Observed(scenario, fleet, killed, promoted, replica_back, first)
