@@ -20,17 +20,9 @@ from apscheduler.triggers.combining import OrTrigger
 from apscheduler.triggers.cron import CronTrigger as _APSCronTrigger
 
 from .errors import CronSpecError
-from .zones import fixed_offset, resolve_timezone
+from .zones import fixed_offset, native_zone, resolve_timezone, wall_offsets
 
-__all__ = [
-    "MACROS",
-    "CronSpec",
-    "CronTrigger",
-    "iter_fire_times",
-    "next_fire_times",
-    "parse_cron",
-    "resolve_timezone",
-]
+__all__ = ["MACROS", "CronSpec", "CronTrigger", "iter_fire_times", "next_fire_times", "parse_cron", "resolve_timezone"]
 
 _ONE_MICROSECOND = timedelta(microseconds=1)
 _ZERO = timedelta(0)
@@ -181,6 +173,8 @@ def _expand(field: _Field, text: str) -> tuple[int, ...]:
             start = _value(field, start_text, item)
             end = _value(field, end_text, item) if end_text is not None else (
                 field.high if step_text is not None else start)
+            if field is _WEEKDAY and end_text is None and step_text is not None:  # a/n: from a (7 is Sunday, 0)
+                start, end = start % 7, 6  # to Saturday, as in croniter and Vixie cron: "wed/2" is Wed, Fri
             if end < start:
                 raise _SpecProblem(field.name, item, f"range is reversed ({start} > {end})")
         step = 1
@@ -256,8 +250,8 @@ class CronTrigger(BaseTrigger):
 
     def __init__(self, spec: CronSpec, timezone: tzinfo = UTC) -> None:
         self.spec = spec
-        self.timezone = timezone
-        self._fixed = fixed_offset(timezone)  # a zone without changes: the fire after an instant is arithmetic
+        self.timezone = native_zone(timezone)  # a pytz zone: the ZoneInfo of its name
+        self._fixed = fixed_offset(self.timezone)  # a zone without changes: the fire after an instant is arithmetic
         self._last: tuple[datetime, datetime | None] | None = None  # the last (previous fire, next fire) answered
         self._minute: datetime | None = None  # a naive wall minute all fields but the second match (the last found)
         fields: _TimeFields = {
@@ -332,8 +326,9 @@ class CronTrigger(BaseTrigger):
             candidate = self._next_wall_match(wall)
             if candidate is None:
                 return None
-            fire = self._instant(candidate)
-            if self._is_skipped(candidate):
+            before, after = self._offsets(candidate)
+            fire = (candidate - before).replace(tzinfo=UTC)  # self._instant(candidate), offsets read once
+            if before < after:  # self._is_skipped(candidate)
                 # It fires shifted past the gap; a wall time just after the gap may fire before that.
                 end_of_gap = self._end_of_change(candidate)
                 after_gap = self._next_wall_match(end_of_gap - _ONE_MICROSECOND)
@@ -363,12 +358,11 @@ class CronTrigger(BaseTrigger):
 
     def _instant(self, wall: datetime) -> datetime:
         """The UTC instant a wall time fires at: fold=0, the first pass or shifted forward past a gap."""
-        return wall.replace(tzinfo=self.timezone).astimezone(UTC)
+        return (wall - self._offsets(wall)[0]).replace(tzinfo=UTC)
 
     def _offsets(self, wall: datetime) -> tuple[timedelta, timedelta]:
         """The UTC offsets of the naive ``wall`` time's first (fold=0) and second (fold=1) readings."""
-        first = wall.replace(tzinfo=self.timezone)
-        return first.utcoffset() or _ZERO, first.replace(fold=1).utcoffset() or _ZERO
+        return wall_offsets(wall, self.timezone)
 
     def _is_skipped(self, wall: datetime) -> bool:
         """Whether the naive ``wall`` time never happens (clocks jumped forward over it)."""

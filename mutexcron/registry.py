@@ -9,18 +9,20 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta, tzinfo
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from ._options import alert_after as check_alert_after
 from ._options import duration, http_url, shown
 from ._options import zone as as_zone
 from .cron import CronSpec, CronTrigger, parse_cron
 from .cron_intervals import check_jitter
-from .errors import DuplicateJobError, JobDefinitionError, UnknownJobError
+from .declarations import DeclarationProblem, keep, location
+from .errors import CronSpecError, DuplicateJobError, JobDefinitionError, UnknownJobError
 from .records import JobContext
 
 __all__ = ["BUSY_POLICIES", "CATCH_UP_POLICIES", "RUN_ON", "BusyPolicy", "CatchUp", "Job", "Registry", "RunOn",
-           "callable_target", "check_run_on", "default_registry", "mutex_cron", "run_limit", "validate_job_name"]
+           "callable_target", "check_on_busy", "check_run_on", "default_registry", "mutex_cron", "run_limit",
+           "validate_job_name"]
 
 BusyPolicy = Literal["skip", "wait", "raise", "buffer_one", "replace"]
 BUSY_POLICIES: tuple[str, ...] = ("skip", "wait", "raise", "buffer_one", "replace")
@@ -137,6 +139,7 @@ class Registry:
     def __init__(self, *, base: Registry | None = None) -> None:
         self._jobs: dict[str, Job] = {}
         self._targets: dict[str, Any] = {}  # functions, and django.tasks Tasks (not callable)
+        self._problems: list[DeclarationProblem] = []  # declarations that failed while collecting (declarations.py)
         self._lock = threading.Lock()
         self.base = base
 
@@ -152,9 +155,9 @@ class Registry:
                                      f"characters, not {shown(key)}")
         with self._lock:
             existing = self._targets.get(key)
-            if existing is not None and existing is not func and target_name(existing) != target_name(func):
-                raise DuplicateJobError(f"target name {key!r} is allowed twice: for {target_name(existing)} and for "
-                                        f"{target_name(func)}; pass name= to one of them")
+            if existing is not None and existing is not func:  # two closures of one factory share a qualname
+                raise DuplicateJobError(f"target name {key!r} is allowed twice, for two different functions: "
+                                        f"{location(existing)} and {location(func)}; pass name= to one of them")
             self._targets[key] = func
         return func
 
@@ -185,8 +188,20 @@ class Registry:
                     f"job name {job.name!r} is declared twice: by {existing.location} and by {job.location}; "
                     "pass name= to one of them"
                 )
-            # The same function declared again (a module imported twice or reloaded) replaces itself.
+            # The same function declared again (a module imported twice or reloaded) replaces itself, and the
+            # failure its declaration had before (kept while collecting) is gone.
             self._jobs[job.name] = job
+            self._problems = [p for p in self._problems if (p.job, p.location) != (job.name, job.location)]
+
+    def add_problem(self, problem: DeclarationProblem) -> None:
+        """Keep a job declaration that failed while collecting (once: a module may be imported again)."""
+        with self._lock:
+            if str(problem) not in map(str, self._problems):
+                self._problems.append(problem)
+
+    def problems(self) -> list[DeclarationProblem]:
+        """The kept declarations that failed, this registry's and its base's: jobs that will not run."""
+        return [*(self.base.problems() if self.base is not None else ()), *self._problems]
 
     def get(self, name: str) -> Job:
         if self.base is not None and name in self.base:
@@ -198,12 +213,15 @@ class Registry:
             raise UnknownJobError(f"no job named {name!r} is declared (declared jobs: {known})") from None
 
     def remove(self, name: str) -> None:
+        """Forget job ``name`` and its failed declarations."""
         with self._lock:
             self._jobs.pop(name, None)
+            self._problems = [problem for problem in self._problems if problem.job != name]
 
     def clear(self) -> None:
         with self._lock:
             self._jobs.clear()
+            self._problems.clear()
 
     def names(self) -> list[str]:
         return sorted(set(self._jobs) | set(self.base.names() if self.base is not None else ()))
@@ -233,6 +251,13 @@ def check_run_on(run_on: object, job_name: str) -> RunOn:
     raise JobDefinitionError(f"job {job_name!r}: run_on must be one of {RUN_ON}, not {shown(run_on)}")
 
 
+def check_on_busy(on_busy: object, job_name: str) -> BusyPolicy:
+    """``on_busy`` if it is one of BUSY_POLICIES; JobDefinitionError naming the job and the value otherwise."""
+    if on_busy not in BUSY_POLICIES:
+        raise JobDefinitionError(f"job {job_name!r}: on_busy must be one of {BUSY_POLICIES}, not {on_busy!r}")
+    return cast("BusyPolicy", on_busy)
+
+
 def run_limit(value: object, job_name: str, field: str) -> timedelta | None:
     """A job's ``timeout`` or ``start_deadline``: None, or a positive finite duration (a timedelta or seconds);
     JobDefinitionError naming the job, the field and the value otherwise."""
@@ -244,6 +269,9 @@ def run_limit(value: object, job_name: str, field: str) -> timedelta | None:
 def callable_target(name: str | None = None, *, registry: Registry | None = None) -> Callable[[T], T]:
     """Mark a function (or a django.tasks ``@task``) as a target run-time schedules may call, by ``name``
     (default ``module.qualname``): :meth:`Registry.allow` on ``registry`` (default: the default registry)."""
+    if callable(name):
+        raise TypeError(f"@callable_target needs parentheses: write @callable_target() (or "
+                        f"@callable_target(\"a-name\")) above {location(name)}, not a bare @callable_target")
     check_registry(registry, what="callable_target registry", error=JobDefinitionError)
 
     def decorate(func: T) -> T:
@@ -307,9 +335,25 @@ def mutex_cron(
     ``start_deadline``: a tick whose body would start later than this after its time is recorded ``skipped_late``
     instead (docs/run-limits.md). ``pause_on_failure``: after that many failed (or timed-out) runs in a row the job
     pauses itself on every instance, with a ``"paused"`` alert (False: never; docs/monitoring.md).
+    A bad declaration inside :func:`mutexcron.declarations.collecting` is kept in the registry (``problems()``)
+    instead, so that the module's later jobs are declared (Django's discovery of ``cron.py``).
     """
+    if callable(spec):
+        raise TypeError(f"@mutex_cron needs a cron expression: write @mutex_cron(\"0 * * * *\") (your schedule) above "
+                        f"{location(spec)}, not a bare @mutex_cron")
 
     def decorate(func: F) -> F:
+        home = registry if isinstance(registry, Registry) else default_registry
+        try:
+            home.add(declare(func))
+        except (CronSpecError, JobDefinitionError) as error:
+            intended = name if isinstance(name, str) else target_name(func)  # module.qualname
+            if not keep(problem := DeclarationProblem(intended, location(func), error)):
+                raise
+            home.add_problem(problem)
+        return func
+
+    def declare(func: F) -> Job:
         if not callable(func):
             raise JobDefinitionError(f"@mutex_cron({spec!r}) must decorate a function, not {func!r}")
         job_name = validate_job_name(name if name is not None else f"{func.__module__}.{func.__qualname__}")
@@ -320,8 +364,7 @@ def mutex_cron(
             raise JobDefinitionError(
                 f"job {job_name!r}: hold_at_least ({hold}) must not exceed lease ({lease_duration})"
             )
-        if on_busy not in BUSY_POLICIES:
-            raise JobDefinitionError(f"job {job_name!r}: on_busy must be one of {BUSY_POLICIES}, not {on_busy!r}")
+        policy = check_on_busy(on_busy, job_name)
         zone = None if timezone is None else as_zone(timezone, what=f"job {job_name!r}", error=JobDefinitionError)
         check_registry(registry, what=f"job {job_name!r}: registry", error=JobDefinitionError)
         if catch_up not in CATCH_UP_POLICIES:
@@ -334,12 +377,10 @@ def mutex_cron(
         alert = check_alert_after(alert_after, what=f"job {job_name!r}: alert_after", error=JobDefinitionError)
         ping = http_url(ping_url, what=f"job {job_name!r}: ping_url", error=JobDefinitionError)
         where = check_run_on(run_on, job_name)
-        job = Job(job_name, func, parsed, lease_duration, hold, zone, on_busy, _takes_context(func, job_name),
-                  catch_up, window, spread, alert, ping, run_on=where,
-                  timeout=run_limit(timeout, job_name, "timeout"),
-                  start_deadline=run_limit(start_deadline, job_name, "start_deadline"),
-                  pause_on_failure=failures_in_a_row(pause_on_failure, job_name))
-        (registry if registry is not None else default_registry).add(job)
-        return func
+        return Job(job_name, func, parsed, lease_duration, hold, zone, policy, _takes_context(func, job_name),
+                   catch_up, window, spread, alert, ping, run_on=where,
+                   timeout=run_limit(timeout, job_name, "timeout"),
+                   start_deadline=run_limit(start_deadline, job_name, "start_deadline"),
+                   pause_on_failure=failures_in_a_row(pause_on_failure, job_name))
 
     return decorate

@@ -1,13 +1,13 @@
-"""Time zones for schedules: a name or tzinfo resolved with an error that names it, and whether a zone keeps
-one UTC offset forever (UTC, the ``Etc/`` zones, ``datetime.timezone``), for which a fire time is plain
-arithmetic: no gap, no repeated hour."""
+"""Time zones for schedules: a name or tzinfo resolved with an error that names it (a pytz zone becomes the
+``ZoneInfo`` of its name), and whether a zone keeps one UTC offset forever (UTC, the ``Etc/`` zones,
+``datetime.timezone``), for which a fire time is plain arithmetic: no gap, no repeated hour."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-__all__ = ["fixed_offset", "resolve_timezone"]
+__all__ = ["fixed_offset", "native_zone", "resolve_timezone", "wall_offsets"]
 
 # The tz database's fixed zones outside Etc/ (each a link to an Etc/ zone); every Etc/ zone is fixed.
 _FIXED_NAMES = frozenset({"UTC", "UCT", "GMT", "GMT0", "GMT+0", "GMT-0", "Greenwich", "Universal", "Zulu"})
@@ -17,7 +17,7 @@ def resolve_timezone(value: str | tzinfo | None, *, default: str | tzinfo = "UTC
     """Turn a zone name or tzinfo into a tzinfo; an unknown name raises ``ValueError`` naming it."""
     value = default if value is None else value
     if isinstance(value, tzinfo):
-        return value
+        return native_zone(value, subject=subject)
     if isinstance(value, str):
         try:
             return ZoneInfo(value)
@@ -25,6 +25,22 @@ def resolve_timezone(value: str | tzinfo | None, *, default: str | tzinfo = "UTC
             pass
     shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:80] + "…"
     raise ValueError(f"{subject}: unknown time zone {shown}")
+
+
+def native_zone(zone: tzinfo, *, subject: str = "timezone") -> tzinfo:
+    """``zone``, or for a pytz zone the standard zone it stands for: the ``ZoneInfo`` of its name, or a fixed
+    ``datetime.timezone``. A pytz zone gives its first (local mean time) offset to ``replace(tzinfo=)``, which
+    wall-clock arithmetic relies on; a ValueError names a pytz zone this system's tz database lacks."""
+    if type(zone).__module__.partition(".")[0] != "pytz":  # pytz is never imported here: checked by its classes
+        return zone
+    name = getattr(zone, "zone", None)
+    if not isinstance(name, str):  # pytz.FixedOffset: one offset, whatever the date
+        return timezone(zone.utcoffset(None) or timedelta(0))
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise ValueError(f"{subject}: pytz time zone {name!r} is not in this system's tz database (install the "
+                         "tzdata package, or pass another zone)") from None
 
 
 def fixed_offset(zone: tzinfo) -> timedelta | None:
@@ -36,3 +52,16 @@ def fixed_offset(zone: tzinfo) -> timedelta | None:
     if key is not None and (key in _FIXED_NAMES or key.startswith("Etc/")):
         return zone.utcoffset(datetime(2000, 1, 1)) or timedelta(0)
     return None
+
+
+def wall_offsets(wall: datetime, zone: tzinfo) -> tuple[timedelta, timedelta]:
+    """The UTC offsets of the naive ``wall`` time's first (fold=0) and second (fold=1) readings in ``zone``: equal
+    except in a change (before < after: a skipped time, before > after: a repeated one). A zone that reads a skipped
+    time with one offset for both folds (dateutil's) shows it by the round trip: the instant it names reads another."""
+    first = wall.replace(tzinfo=zone)
+    before, after = first.utcoffset() or timedelta(0), first.replace(fold=1).utcoffset() or timedelta(0)
+    if before == after and not isinstance(zone, ZoneInfo):  # ZoneInfo follows PEP 495 in gaps too
+        actual = (wall - before).replace(tzinfo=UTC).astimezone(zone).utcoffset() or timedelta(0)
+        if actual != before:
+            return min(before, actual), max(before, actual)
+    return before, after

@@ -10,7 +10,9 @@ A module named in both lists is imported once. A bad declaration (invalid cron s
 name, invalid task type or handler options, two handlers for one type) does not crash start-up: it is
 kept and reported by the system checks (mutexcron.E001/E002 for jobs, E003 for task handlers), which
 stop ``runserver``, ``migrate`` and ``mutexcron worker`` with a message naming the app, the module and
-the declaration. Any other exception raised by a module propagates, as it does for admin.py.
+the declaration. A bad ``@mutex_cron`` is kept without stopping its module (``mutexcron.declarations``):
+the jobs declared after it are still declared, and a starting scheduler logs an ERROR for it. Any other
+exception raised by a module propagates, as it does for admin.py.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from django.apps import apps
 from django.core.checks import Error, register
 from django.utils.module_loading import module_has_submodule
 
+from mutexcron.declarations import collecting
 from mutexcron.errors import MutexcronError
 from mutexcron.tasks import TaskError
 from mutexcron.tasks.handlers import DuplicateTaskHandler
@@ -60,12 +63,15 @@ def autodiscover(module_names: tuple[str, ...], handler_module_names: tuple[str,
             if not module_has_submodule(app_config.module, name):
                 continue
             dotted = f"{app_config.name}.{name}"
-            try:
-                import_module(dotted)
-            except MutexcronError as error:
-                _keep(DeclarationError(dotted, error))
-            else:
-                imported.append(dotted)
+            with collecting() as bad_jobs:  # a bad @mutex_cron is kept (and the module goes on)
+                try:
+                    import_module(dotted)
+                except MutexcronError as error:
+                    _keep(DeclarationError(dotted, error))
+                else:
+                    imported.append(dotted)
+            for problem in bad_jobs:
+                _keep(DeclarationError(dotted, problem.error))
     return imported
 
 

@@ -8,7 +8,7 @@ occurrence, a wall time skipped by a spring-forward gap shifted by the gap, and 
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 from itertools import pairwise
 from zoneinfo import ZoneInfo
 
@@ -21,7 +21,7 @@ from mutexcron.cron import MACROS, CronSpec, CronTrigger, iter_fire_times, next_
 from mutexcron.errors import CronSpecError
 
 START = datetime(2024, 1, 1, tzinfo=UTC)  # a Monday
-SUNDAY, MONDAY, FRIDAY = 6, 0, 4  # datetime.weekday() numbering
+SUNDAY, MONDAY, WEDNESDAY, FRIDAY = 6, 0, 2, 4  # datetime.weekday() numbering
 
 
 def fires(spec: str | CronSpec, count: int, *, after: datetime = START, timezone: str = "UTC") -> list[datetime]:
@@ -102,6 +102,30 @@ def test_dow_range_ending_at_7_includes_sunday() -> None:
 
 def test_dow_0_to_7_is_every_day() -> None:
     assert parse_cron("0 0 * * 0-7").weekdays == tuple(range(7))
+
+
+def test_a_dow_start_step_ends_at_saturday() -> None:
+    assert parse_cron("0 0 * * wed/2").weekdays == (3, 5)
+    assert {t.weekday() for t in fires("0 0 * * wed/2", 21)} == {WEDNESDAY, FRIDAY}
+
+
+def test_a_dow_start_step_from_saturday_is_saturday_only() -> None:
+    assert parse_cron("0 0 * * 6/1").weekdays == (6,)
+
+
+def test_a_dow_start_step_from_7_starts_at_sunday() -> None:
+    assert parse_cron("0 0 * * 7/3").weekdays == parse_cron("0 0 * * 0/3").weekdays == (0, 3, 6)
+
+
+def test_a_dow_range_step_still_reaches_7_as_sunday() -> None:
+    assert parse_cron("0 0 * * 3-7/2").weekdays == (0, 3, 5)
+
+
+@pytest.mark.parametrize("start", range(8))
+@pytest.mark.parametrize("step", range(1, 8))
+def test_every_dow_start_step_fires_on_the_days_croniter_gives(start: int, step: int) -> None:
+    expression = f"0 0 * * {start}/{step}"
+    assert fires(expression, 14) == croniter_fire_times(expression, START, 14)
 
 
 # --- names --------------------------------------------------------------------------------------------
@@ -373,6 +397,78 @@ def test_timezone_may_be_a_tzinfo() -> None:
     assert fires("0 9 * * *", 3, timezone="Europe/Paris") == next_fire_times(
         "0 9 * * *", after=START, count=3, timezone=ZoneInfo("Europe/Paris")
     )
+
+
+def named_zone(kind: str, name: str) -> tzinfo:
+    """The zone ``name`` as a ``zoneinfo``, ``pytz`` or ``dateutil`` tzinfo (a test of a kind not installed skips)."""
+    if kind == "pytz":
+        return pytest.importorskip("pytz").timezone(name)  # type: ignore[no-any-return]
+    if kind == "dateutil":
+        return pytest.importorskip("dateutil.tz").gettz(name)  # type: ignore[no-any-return]
+    return ZoneInfo(name)
+
+
+def fixed_zone(kind: str, hours: int) -> tzinfo:
+    """A fixed UTC offset as a ``datetime.timezone`` or a ``pytz.FixedOffset``."""
+    if kind == "pytz":
+        return pytest.importorskip("pytz").FixedOffset(hours * 60)  # type: ignore[no-any-return]
+    return timezone(timedelta(hours=hours))
+
+
+def berlin_walls(spec: str, after: datetime, count: int, zone: tzinfo) -> list[tuple[datetime, datetime]]:
+    """The next fire times of ``spec`` in ``zone``, each as (UTC instant, naive Berlin wall-clock time)."""
+    berlin = ZoneInfo("Europe/Berlin")
+    times = next_fire_times(spec, after=after, count=count, timezone=zone)
+    return [(t.astimezone(UTC), t.astimezone(berlin).replace(tzinfo=None)) for t in times]
+
+
+ZONE_KINDS = ["zoneinfo", "pytz", "dateutil"]
+
+
+@pytest.mark.parametrize("kind", ZONE_KINDS)
+def test_a_daily_time_fires_at_that_wall_clock_time_on_both_sides_of_a_dst_change(kind: str) -> None:
+    # Berlin's clocks go forward on 2024-03-31 at 02:00 (UTC+1 to UTC+2).
+    walls = berlin_walls("0 9 * * *", datetime(2024, 3, 30, tzinfo=UTC), 3, named_zone(kind, "Europe/Berlin"))
+    assert walls == [
+        (datetime(2024, 3, 30, 8, tzinfo=UTC), datetime(2024, 3, 30, 9)),
+        (datetime(2024, 3, 31, 7, tzinfo=UTC), datetime(2024, 3, 31, 9)),
+        (datetime(2024, 4, 1, 7, tzinfo=UTC), datetime(2024, 4, 1, 9)),
+    ]
+
+
+@pytest.mark.parametrize("kind", ZONE_KINDS)
+def test_a_time_skipped_by_the_spring_change_fires_shifted_by_the_gap_in_any_zone_kind(kind: str) -> None:
+    walls = berlin_walls("30 2 * * *", datetime(2024, 3, 30, 12, tzinfo=UTC), 2, named_zone(kind, "Europe/Berlin"))
+    assert walls == [
+        (datetime(2024, 3, 31, 1, 30, tzinfo=UTC), datetime(2024, 3, 31, 3, 30)),
+        (datetime(2024, 4, 1, 0, 30, tzinfo=UTC), datetime(2024, 4, 1, 2, 30)),
+    ]
+
+
+@pytest.mark.parametrize("kind", ZONE_KINDS)
+def test_a_time_repeated_by_the_autumn_change_fires_once_at_its_first_pass_in_any_zone_kind(kind: str) -> None:
+    # Berlin's clocks go back on 2024-10-27 at 03:00 (UTC+2 to UTC+1): 02:30 happens twice.
+    walls = berlin_walls("30 2 * * *", datetime(2024, 10, 26, 12, tzinfo=UTC), 2, named_zone(kind, "Europe/Berlin"))
+    assert walls == [
+        (datetime(2024, 10, 27, 0, 30, tzinfo=UTC), datetime(2024, 10, 27, 2, 30)),
+        (datetime(2024, 10, 28, 1, 30, tzinfo=UTC), datetime(2024, 10, 28, 2, 30)),
+    ]
+
+
+@pytest.mark.parametrize("kind", ["datetime.timezone", "pytz"])
+def test_a_fixed_offset_zone_fires_at_the_same_utc_time_across_a_dst_change_elsewhere(kind: str) -> None:
+    times = next_fire_times("0 9 * * *", after=datetime(2024, 3, 30, tzinfo=UTC), count=3,
+                            timezone=fixed_zone(kind, 2))
+    assert in_utc(times) == [datetime(2024, 3, day, 7, tzinfo=UTC) for day in (30, 31)] + [
+        datetime(2024, 4, 1, 7, tzinfo=UTC)]
+    assert {(t.hour, t.minute, t.utcoffset()) for t in times} == {(9, 0, timedelta(hours=2))}
+
+
+def test_a_pytz_zone_is_read_as_the_zoneinfo_of_its_name() -> None:
+    pytz = pytest.importorskip("pytz")
+    trigger = CronTrigger(parse_cron("0 9 * * *"), pytz.timezone("Europe/Berlin"))
+    assert trigger.timezone == ZoneInfo("Europe/Berlin")
+    assert str(trigger) == "cron[0 9 * * *, Europe/Berlin]"
 
 
 def test_unknown_timezone_is_rejected_by_name() -> None:
@@ -735,17 +831,8 @@ def field_item(draw: st.DrawFn, field: str) -> str:
     step = draw(st.integers(1, high))
     if kind == "star-step":
         return f"*/{step}"
-    if kind == "start-step":
-        starts = list(range(low, high + 1))
-        if field == "dow":
-            # croniter reads "a/n" in the day of week as a-6/n, so "1/2" is Mon, Wed, Fri there while its
-            # own "1-7/2" is Mon, Wed, Fri, Sun. Here a/n is a-7/n as the spec says (a to the field's max;
-            # the field runs to 7, which is Sunday), so "1/2" equals "1-7/2". The two differ only when
-            # a step lands on 7, so leave those starts out.
-            starts = [start for start in starts if (7 - start) % step]
-            if not starts:
-                return f"*/{step}"
-        return f"{draw(field_value(field, draw(st.sampled_from(starts))))}/{step}"
+    if kind == "start-step":  # in the day of week every start 0-7 too: a/n runs to Saturday, 7/n is 0/n
+        return f"{draw(field_value(field, draw(st.integers(low, high))))}/{step}"
     # croniter widens an "equal range" a-a to the whole field (its "Jan-Jan" rule); a range a-b here is a
     # through b and a-a is just a. Reversed ranges (croniter wraps them) are errors here by the spec.
     # So ranges are generated with a < b only.

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -54,6 +56,13 @@ def test_declared_settings_are_kept(registry: Registry) -> None:
     assert job.hold_at_least == timedelta(seconds=30)
     assert str(job.timezone) == "Europe/Paris"
     assert job.on_busy == "wait"
+
+
+def test_a_pytz_zone_is_kept_as_the_zoneinfo_of_its_name(registry: Registry) -> None:
+    pytz = pytest.importorskip("pytz")
+    mutex_cron("0 9 * * *", name="berlin", timezone=pytz.timezone("Europe/Berlin"), registry=registry)(lambda: None)
+
+    assert registry.get("berlin").timezone == ZoneInfo("Europe/Berlin")
 
 
 def test_duplicate_name_names_both_functions(registry: Registry) -> None:
@@ -136,3 +145,37 @@ def test_unknown_job_error_lists_the_declared_jobs(registry: Registry) -> None:
     mutex_cron("0 6 * * *", name="digest", registry=registry)(lambda: None)
     with pytest.raises(UnknownJobError, match=r"'nope'.*digest"):
         registry.get("nope")
+
+
+# -- targets of run-time schedules ---------------------------------------------------------------------------
+
+
+def make_sender(channel: str) -> Callable[[], str]:
+    """A factory: each call makes another function with the same ``module.qualname``."""
+    def send() -> str:
+        return channel
+
+    return send
+
+
+def test_allowing_another_function_under_a_taken_target_name_raises_naming_the_name_and_both_places(
+    registry: Registry,
+) -> None:
+    email, sms = make_sender("email"), make_sender("sms")
+    registry.allow(email)
+
+    with pytest.raises(DuplicateJobError) as error:
+        registry.allow(sms)
+
+    name = f"{__name__}.make_sender.<locals>.send"
+    assert f"target name {name!r} is allowed twice" in str(error.value)
+    assert str(error.value).count(f"{name} ({__file__}:") == 2
+    assert registry.target(name) is email
+
+
+def test_allowing_the_same_function_again_under_its_name_is_fine(registry: Registry) -> None:
+    email = make_sender("email")
+    registry.allow(email)
+    registry.allow(email)
+
+    assert list(registry.targets().values()) == [email]

@@ -125,6 +125,9 @@ def task_handler(
     registry: HandlerRegistry | None = None,
 ) -> Callable[[F], F]:
     """Register ``func(payload)`` as the handler of ``task_type``; the function is returned unchanged."""
+    if callable(task_type):
+        raise TypeError(f"@task_handler needs the task type: write @task_handler(\"a.task-type\") above "
+                        f"{_where(task_type)}, not a bare @task_handler")
     validate_task_type(task_type)
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
         raise TaskHandlerError(f"task type {task_type!r}: max_attempts must be an integer >= 1, not {max_attempts!r}")

@@ -3,6 +3,7 @@ W003 a Redis eviction policy that may evict mutexcron's keys."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 
@@ -28,11 +29,17 @@ UNREACHABLE = "redis://:s3cret-pw@127.0.0.1:1/0"
 
 @pytest.fixture
 def fresh_declaration_errors() -> Iterator[None]:
+    """No kept declaration error before the test; after it, none of the check apps' jobs, failed declarations or
+    modules: the next test that installs a check app imports its ``cron`` module anew, as a starting process does."""
     saved = list(declaration_errors)
     declaration_errors.clear()
     yield
     declaration_errors[:] = saved
-    default_registry.remove("checkapps.duplicate")  # the first of the two declarations got in
+    for name in {*default_registry.names(), *(problem.job for problem in default_registry.problems())}:
+        if name.startswith("checkapps."):
+            default_registry.remove(name)
+    for module in [module for module in sys.modules if module.startswith("tests.django.checkapps.")]:
+        del sys.modules[module]
 
 
 def installed(app: str) -> AbstractContextManager[object]:
