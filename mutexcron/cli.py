@@ -246,26 +246,36 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``python -m mutexcron``."""
-    common = _Parser(add_help=False)
-    common.add_argument("--store", default=os.environ.get(STORE_ENV), metavar="URL",
+def _common_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """--store, --app and --scheduler-timezone, which go before the subcommand or after it. The main parser holds
+    the defaults; a subcommand's parser sets only what it is given (its --app modules are added to the main's)."""
+    def default(value: object) -> object:
+        return value if defaults else argparse.SUPPRESS
+
+    parser.add_argument("--store", default=default(os.environ.get(STORE_ENV)), metavar="URL",
                         help=f"The lock store's URL: redis://…, mongodb://…, a dotted path to a LockStore class "
                              f"(default: ${STORE_ENV}, which keeps a password out of the process list).")
-    common.add_argument("--app", action="append", default=[], dest="apps", metavar="MODULE",
-                        help="Import this module, which declares jobs with @mutex_cron (repeatable).")
-    common.add_argument("--scheduler-timezone", default="UTC", metavar="TZ",
+    parser.add_argument("--app", action="append", default=default([]), dest="apps" if defaults else "more_apps",
+                        metavar="MODULE", help="Import this module, which declares jobs with @mutex_cron (repeatable).")
+    parser.add_argument("--scheduler-timezone", default=default("UTC"), metavar="TZ",
                         help="The zone the schedulers run jobs without one in (their timezone=; default UTC).")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``python -m mutexcron``."""
     parser = _Parser(prog="python -m mutexcron",
                      description="Pause, resume, re-schedule, backfill and list mutexcron jobs in a lock store.")
+    _common_options(parser, defaults=True)
     subparsers = parser.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
     for name, action in CONTROL.items():
-        sub = subparsers.add_parser(name, help=action.help, description=action.help, parents=[common])
+        sub = subparsers.add_parser(name, help=action.help, description=action.help)
+        _common_options(sub, defaults=False)
         for flags, options in action.arguments:
             sub.add_argument(*flags, **options)
-    listing = subparsers.add_parser("list", parents=[common], help="Show every job and lock of the store.",
+    listing = subparsers.add_parser("list", help="Show every job and lock of the store.",
                                     description="Show the --app modules' jobs (schedule they fire on, next fire, "
                                                 "lock, pause, override) and the store's other locks.")
+    _common_options(listing, defaults=False)
     listing.add_argument("--json", action="store_true", dest="as_json", help="Print JSON instead of a table.")
     return parser
 
@@ -285,7 +295,7 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, std
 
     if not url:
         return fail(2, f"give the lock store with --store URL or ${STORE_ENV}")
-    for module in args.apps:
+    for module in [*args.apps, *getattr(args, "more_apps", [])]:
         try:
             importlib.import_module(module)
         except Exception as error:  # the user's module: any error in it is theirs to see

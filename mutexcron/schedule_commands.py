@@ -7,6 +7,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from .errors import JobDefinitionError
+from .registry import BUSY_POLICIES
 from .scheduling.runtime import ScheduleDefinition
 
 if TYPE_CHECKING:
@@ -14,6 +15,8 @@ if TYPE_CHECKING:
     from .stores import LockState
 
 __all__ = ["ARGUMENTS", "run_schedules"]
+
+_RUN_OPTIONS = ("on_busy", "timeout", "start_deadline", "pause_on_failure")  # shown by list --json, as stored
 
 ARGUMENTS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
     (("verb",), {"choices": ("add", "remove", "list"), "metavar": "add|remove|list",
@@ -29,6 +32,18 @@ ARGUMENTS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
                        "help": "What runs of the ticks missed while no instance ran (default skip)."}),
     (("--run-on",), {"dest": "run_on", "choices": ("here", "tasks"), "default": "here",
                      "help": "here: the instance that wins the lock runs it; tasks: a task worker does."}),
+    # The run options of @mutex_cron, checked by add_schedule as mutex_cron checks them (its errors, exit 2).
+    (("--timeout",), {"type": float, "metavar": "SECONDS",
+                      "help": "A body still running this long is told to stop (ctx.cancelled) and recorded "
+                              "timed_out (default: none)."}),
+    (("--start-deadline",), {"dest": "start_deadline", "type": float, "metavar": "SECONDS",
+                             "help": "A tick whose body would start later than this after its time is recorded "
+                                     "skipped_late instead (default: none)."}),
+    (("--on-busy",), {"dest": "on_busy", "default": "skip", "metavar": "|".join(BUSY_POLICIES),
+                      "help": "What a tick does while an earlier run holds the lock (default skip; "
+                              "docs/overlap.md)."}),
+    (("--pause-on-failure",), {"dest": "pause_on_failure", "type": int, "metavar": "N",
+                               "help": "Pause it on every instance after N failed runs in a row (default: never)."}),
     (("--json",), {"action": "store_true", "dest": "as_json", "help": "list: print JSON instead of a table."}),
 )
 
@@ -53,7 +68,10 @@ def run_schedules(scheduler: Scheduler, options: dict[str, Any], by: str | None)
         raise JobDefinitionError(f"schedule {name!r}: --kwargs is not JSON: {error}") from None
     state = scheduler.add_schedule(name, spec, options["target"], kwargs=kwargs, timezone=options.get("timezone"),
                                    lease=options.get("lease", 600.0), catch_up=options.get("catch_up", "skip"),
-                                   run_on=options.get("run_on", "here"), by=by)
+                                   run_on=options.get("run_on", "here"), timeout=options.get("timeout"),
+                                   start_deadline=options.get("start_deadline"),
+                                   on_busy=options.get("on_busy", "skip"),
+                                   pause_on_failure=_failures(options.get("pause_on_failure")), by=by)
     return (f"run-time schedule {name!r} calls {options['target']!r} on {spec!r} on every instance (schedule "
             f"version {state.schedule_version}; they follow within their sync interval)")
 
@@ -62,9 +80,11 @@ def _listed(states: list[LockState], *, as_json: bool) -> str:
     rows = []
     for state in states:
         definition = ScheduleDefinition.from_json(state.definition or "{}")
+        stored = definition.as_dict()
         rows.append({"name": state.name, "target": definition.target, "spec": state.schedule or definition.spec,
                      "timezone": state.schedule_timezone or definition.timezone, "kwargs": definition.kwargs,
-                     "run_on": definition.run_on, "paused": state.paused, "by": state.schedule_by})
+                     "run_on": definition.run_on, **{key: stored[key] for key in _RUN_OPTIONS},
+                     "paused": state.paused, "by": state.schedule_by})
     if as_json:
         return json.dumps(rows, indent=2)
     if not rows:
@@ -75,3 +95,8 @@ def _listed(states: list[LockState], *, as_json: bool) -> str:
         lines.append(f"{row['name']:<30} {row['spec']:<18} {row['target']:<30} "
                      f"{json.dumps(row['kwargs'])}{flags}")
     return "\n".join(lines)
+
+
+def _failures(value: int | None) -> int | bool:
+    """``--pause-on-failure``: absent is False (never); a number goes to add_schedule's check as given."""
+    return False if value is None else value

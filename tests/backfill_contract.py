@@ -8,6 +8,7 @@ need the control plane, to pause or re-schedule the job, are skipped on a store 
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -104,6 +105,26 @@ class BackfillContract:
         assert contexts == [] and records == []
         if isinstance(self.store, ControlStore):
             assert [state.name for state in self.store.locks()] == []  # no ledger either
+
+    def test_an_end_after_the_stores_now_is_refused_naming_it_and_the_stores_now_before_anything_runs(self) -> None:
+        scheduler, contexts, records = self._job()
+        before = self.store.now()
+        end = before + timedelta(hours=1)
+        with pytest.raises(JobDefinitionError, match=rf"'backfilled'.*end {re.escape(end.isoformat())} is after the "
+                                                      r"lock store's now \(") as refused:
+            scheduler.backfill("backfilled", before - timedelta(hours=1), end)
+        named = re.search(r"store's now \(([^)]+)\)", str(refused.value))
+        assert named is not None
+        assert before.replace(microsecond=0) <= datetime.fromisoformat(named[1]) <= self.store.now()
+        assert contexts == [] and records == []
+        if isinstance(self.store, ControlStore):
+            assert [state.name for state in self.store.locks()] == []  # no ledger either
+
+    def test_a_range_ending_at_the_stores_now_runs_its_ticks(self) -> None:
+        scheduler, contexts, _ = self._job()
+        now = self.store.now()
+        assert scheduler.backfill("backfilled", now - timedelta(minutes=30), now) == 3
+        assert all(ctx.fire_time < now for ctx in contexts)
 
     def test_the_same_range_run_again_runs_nothing_new(self) -> None:
         scheduler, contexts, records = self._job()

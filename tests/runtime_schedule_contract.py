@@ -1,5 +1,6 @@
 """The run-time schedule part of the lock store contract: a schedule added on one scheduler runs on the fleet each
-tick once, follows a redefinition, and stops when removed, on a real store (define() itself: control_contract).
+tick once, follows a redefinition, stops when removed, and carries the run options of a declared job (its timeout
+and busy policy applied by whichever instance runs it), on a real store (define() itself: control_contract).
 
 Mixed into :class:`tests.contract.LockStoreContract`, so every store runs it against its real server.
 """
@@ -7,13 +8,15 @@ Mixed into :class:`tests.contract.LockStoreContract`, so every store runs it aga
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from mutexcron import Outcome, Registry, RunRecord, Scheduler, mutex_cron
-from mutexcron.stores import LockStore
+import pytest
+
+from mutexcron import JobContext, Outcome, Registry, RunRecord, Scheduler, mutex_cron
+from mutexcron.stores import LockStore, supports_overlap
 from tests.support import FireThreads, unique_name, wait_until
 
 SYNC = timedelta(milliseconds=300)
@@ -37,6 +40,22 @@ class RuntimeScheduleContract(FireThreads):
                 stack.callback(scheduler.shutdown)
                 fleet.append(scheduler)
             yield fleet, records
+
+    def _in_thread(self, target: Callable[[], object]) -> threading.Thread:
+        def run() -> None:
+            try:
+                target()
+            finally:
+                self.thread_finished()
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    @staticmethod
+    def _past_tick() -> datetime:
+        """A whole second a minute ago: a tick run late on purpose (no instance fires it)."""
+        return datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
 
     @staticmethod
     def _ran(records: list[RunRecord], name: str) -> list[datetime]:
@@ -101,3 +120,62 @@ class RuntimeScheduleContract(FireThreads):
             wait_until(lambda: self._ran(records, name), timeout=10, what="the running body to finish")
         acquired = self.store.acquire(name, owner="check", lease=timedelta(seconds=5), fire_time=None)
         assert acquired.acquired, f"the removed schedule's lock was not released: {acquired}"
+
+    def test_a_schedules_run_options_reach_every_scheduler_that_follows_it(self) -> None:
+        registry = Registry()
+        registry.allow(lambda: None, "noop")
+        name = unique_name("rt")
+        with self._fleet(registry) as (fleet, _):
+            fleet[0].add_schedule(name, "0 0 1 1 *", "noop", timeout=30, start_deadline=timedelta(seconds=5),
+                                  on_busy="wait", pause_on_failure=3)
+            wait_until(lambda: name in fleet[1].jobs, timeout=5, what="the other scheduler to follow the schedule")
+            job = fleet[1].jobs.get(name)  # built by the other scheduler from the stored definition
+        assert (job.timeout, job.start_deadline, job.on_busy, job.pause_on_failure) == (
+            timedelta(seconds=30), timedelta(seconds=5), "wait", 3)
+
+    def test_a_timeout_from_a_run_time_schedule_stops_its_body_on_the_instance_that_runs_it(self) -> None:
+        registry, told = Registry(), list[bool]()
+
+        def cooperative(ctx: JobContext) -> None:
+            told.append(ctx.cancelled.wait(10))
+            ctx.check_cancelled()
+
+        registry.allow(cooperative, "cooperative")
+        name = unique_name("rt")
+        adder = Scheduler(self.store, registry=registry, instance_id="adder")
+        adder.add_schedule(name, "* * * * * *", "cooperative", lease=1, timeout=0.3)
+        adder.shutdown()
+        runner = Scheduler(self.store, registry=registry, instance_id="runner")  # reads the definition from the store
+        try:
+            record = runner.run_tick(name, self._past_tick())
+        finally:
+            runner.shutdown()
+        assert told == [True]
+        assert record.outcome is Outcome.TIMED_OUT and "timeout" in (record.error or "")
+
+    def test_on_busy_replace_from_a_run_time_schedule_stops_the_running_body_for_the_next_tick(self) -> None:
+        if not supports_overlap(self.store):
+            pytest.skip("the store keeps no overlap slot: on_busy='replace' is refused")
+        registry, started, told = Registry(), threading.Event(), list[bool]()
+
+        def held(ctx: JobContext) -> None:
+            if ctx.instance_id == "first":
+                started.set()
+                told.append(ctx.cancelled.wait(10))
+                ctx.check_cancelled()
+
+        registry.allow(held, "held")
+        name, tick, records = unique_name("rt"), self._past_tick(), dict[str, RunRecord]()
+        first, second = (Scheduler(self.store, registry=registry, instance_id=instance, busy_grace=timedelta(0))
+                         for instance in ("first", "second"))
+        first.add_schedule(name, "* * * * * *", "held", lease=1.5, on_busy="replace")
+        running = self._in_thread(lambda: records.setdefault("first", first.run_tick(name, tick)))
+        try:
+            assert started.wait(10)
+            records["second"] = second.run_tick(name, tick + timedelta(seconds=1))
+        finally:
+            running.join(15)
+            first.shutdown()
+            second.shutdown()
+        assert told == [True]
+        assert (records["first"].outcome, records["second"].outcome) == (Outcome.REPLACED, Outcome.SUCCEEDED)

@@ -130,6 +130,18 @@ def test_list_shows_the_apps_jobs_the_pause_and_the_override(url: str) -> None:
     assert jobs["tests.cli.morning"]["paused"] is None and jobs["tests.cli.morning"]["lock"]["state"] == "unseeded"
 
 
+def test_the_store_and_the_apps_may_come_before_the_subcommand_as_well_as_after_it(url: str) -> None:
+    done = cli("--store", url, "--app", APP, "pause", JOB)
+
+    assert (done.returncode, done.stderr) == (0, "") and lock(url).paused
+    # Both sides at once: the --app modules of both are imported; a --store after the subcommand wins.
+    listed = cli("--store", "redis://127.0.0.1:1/0", "--app", "tests.support.cli_backfill_app", "list", "--json",
+                 "--store", url, "--app", APP)
+    assert listed.returncode == 0, listed.stderr
+    names = {job["name"] for job in json.loads(listed.stdout)["jobs"]}
+    assert {JOB, "tests.backfill.hourly"} <= names
+
+
 def test_the_store_may_come_from_the_environment(url: str) -> None:
     done = cli("pause", JOB, "--app", APP, env={"MUTEXCRON_STORE": url})
 

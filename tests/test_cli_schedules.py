@@ -4,7 +4,9 @@ schedule it stores is the one a Scheduler on the store runs; bad definitions exi
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from mutexcron import Outcome, Registry, Scheduler
 from mutexcron.stores import store_from_url
@@ -40,6 +42,41 @@ def test_schedules_list_shows_each_schedule_as_text_and_as_json(redis_url: str) 
     listed = json.loads(cli("schedules", "list", "--json", "--store", redis_url, "--app", APP).stdout)
     assert [(row["name"], row["target"], row["spec"], row["kwargs"]) for row in listed] == [
         ("report-ops", TARGET, "0 7 * * *", {"to": "ops"})]
+
+
+def test_add_stores_the_run_options_of_a_declared_job_that_a_scheduler_of_the_store_applies(redis_url: str) -> None:
+    done = cli("schedules", "add", "report-ops", "0 7 * * *", "--target", TARGET, "--kwargs", '{"to": "ops"}',
+               "--timeout", "90", "--start-deadline", "30", "--on-busy", "replace", "--pause-on-failure", "3",
+               "--store", redis_url, "--app", APP)
+    assert (done.returncode, done.stderr) == (0, "")
+    listed = json.loads(cli("schedules", "list", "--json", "--store", redis_url, "--app", APP).stdout)
+    assert [(row["timeout"], row["start_deadline"], row["on_busy"], row["pause_on_failure"]) for row in listed] == [
+        (90.0, 30.0, "replace", 3)]
+    registry = Registry()
+    registry.allow(lambda to, copies=1: None, TARGET)
+    scheduler = Scheduler(redis_url, registry=registry)
+    try:
+        scheduler._follow(scheduler.schedules()[0])
+        job = scheduler.jobs.get("report-ops")
+    finally:
+        scheduler.shutdown()
+    assert (job.timeout, job.start_deadline, job.on_busy, job.pause_on_failure) == (
+        timedelta(seconds=90), timedelta(seconds=30), "replace", 3)
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("--timeout", "-5", "job 'report-ops': timeout must be > 0, not -5.0"),
+    ("--start-deadline", "0", "job 'report-ops': start_deadline must be > 0, not 0.0"),
+    ("--on-busy", "queue", "job 'report-ops': on_busy must be one of ('skip', 'wait', 'raise', 'buffer_one', "
+                           "'replace'), not 'queue'"),
+    ("--pause-on-failure", "0", "job 'report-ops': pause_on_failure must be False or a number of failed runs"),
+])
+def test_a_bad_run_option_exits_2_with_the_error_mutex_cron_gives(redis_url: str, option: str, value: str,
+                                                                   message: str) -> None:
+    done = cli("schedules", "add", "report-ops", "0 7 * * *", "--target", TARGET, "--kwargs", '{"to": "ops"}',
+               option, value, "--store", redis_url, "--app", APP)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert json.loads(cli("schedules", "list", "--json", "--store", redis_url, "--app", APP).stdout) == []
 
 
 def test_schedules_remove_takes_it_out_of_the_store(redis_url: str) -> None:

@@ -48,9 +48,10 @@ def ledger_name(job_name: str, first: datetime, last: datetime) -> str:
     return validate_job_name(job_name[:MAX_NAME_LENGTH - len(suffix)] + suffix)
 
 
-def backfill_ticks(job_name: str, trigger: CronTrigger, start: object, end: object) -> list[datetime]:
+def backfill_ticks(job_name: str, trigger: CronTrigger, start: object, end: object, now: datetime) -> list[datetime]:
     """The ticks of ``trigger`` from ``start`` (included) to ``end`` (excluded), aware UTC, oldest first;
-    JobDefinitionError for a naive time, an empty or reversed range, or more than MAX_TICKS ticks."""
+    JobDefinitionError for a naive time, an empty or reversed range, an end after ``now`` (the store's clock: the
+    live schedule runs the ticks from then on), or more than MAX_TICKS ticks."""
     for argument, value in (("start", start), ("end", end)):
         if not isinstance(value, datetime) or value.utcoffset() is None:
             raise JobDefinitionError(f"job {job_name!r}: backfill {argument}={value!r} must be an aware datetime "
@@ -59,6 +60,11 @@ def backfill_ticks(job_name: str, trigger: CronTrigger, start: object, end: obje
     shown = f"from {start.isoformat()} to {end.isoformat()}"
     if end <= start:
         raise JobDefinitionError(f"job {job_name!r}: backfill {shown}: end must be after start")
+    if end > now:
+        at = now.astimezone(end.tzinfo).isoformat(timespec="seconds")
+        raise JobDefinitionError(f"job {job_name!r}: backfill {shown}: end {end.isoformat()} is after the lock "
+                                 f"store's now ({at}); the job's schedule runs the ticks from now on: end the "
+                                 "range at the store's now at the latest")
     ticks: list[datetime] = []
     for tick in iter_fire_times(trigger, start - _ONE_MICROSECOND):
         if tick >= end:
@@ -76,7 +82,7 @@ def run_backfill(runs: Runs, life: Generation, job: Job, start: datetime, end: d
     """:meth:`mutexcron.Scheduler.backfill` in generation ``life``: the ticks worked out (refused before anything
     runs), then run; the number whose body ran."""
     trigger = effective_trigger(runs.store, job, runs.schedules.timezone)
-    ticks = backfill_ticks(job.name, trigger, start, end)
+    ticks = backfill_ticks(job.name, trigger, start, end, runs.store.now())
     shown = f"from {start.isoformat()} to {end.isoformat()}{f' (by {by})' if by else ''}"
     logger.info("job %r: backfilling %d tick(s) of %s %s", job.name, len(ticks), trigger, shown)
     ran = Backfill(runs, life, job, ticks).run()

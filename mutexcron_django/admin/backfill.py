@@ -1,5 +1,6 @@
-"""The Locks page's backfill action: its form (a range read as ``mutexcron backfill`` reads it, its ticks counted
-and a range of too many refused on the form) and the background thread of the web process that runs it."""
+"""The Locks page's backfill action: its form (a range read as ``mutexcron backfill`` reads it, its ticks counted,
+and a range of too many, or ending after the store's now, refused on the form) and the background thread of the
+web process that runs it."""
 
 from __future__ import annotations
 
@@ -33,9 +34,9 @@ class BackfillForm(forms.Form):
     end = forms.CharField(max_length=64, label="To", widget=forms.TextInput(attrs={"autocomplete": "off"}),
                           help_text="Excluded. Times without an offset are read in the job's zone.")
 
-    def __init__(self, *args: Any, job: Job, trigger: CronTrigger, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, job: Job, trigger: CronTrigger, now: datetime, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.job, self.trigger = job, trigger
+        self.job, self.trigger, self.now = job, trigger, now  # now: the lock store's clock
         self.ticks: list[datetime] = []
 
     def clean(self) -> dict[str, Any]:
@@ -46,7 +47,7 @@ class BackfillForm(forms.Form):
         try:
             data["start"] = parse_time(data["start"], zone, "From")
             data["end"] = parse_time(data["end"], zone, "To")
-            self.ticks = backfill_ticks(self.job.name, self.trigger, data["start"], data["end"])
+            self.ticks = backfill_ticks(self.job.name, self.trigger, data["start"], data["end"], self.now)
         except (UsageError, JobDefinitionError) as error:
             raise forms.ValidationError(str(error)) from None
         if not self.ticks:

@@ -3,7 +3,8 @@ store (``Scheduler.add_schedule``), through a scheduler built from settings and 
 outside the request's transaction, done ``by=<username>`` and recorded as a LogEntry (shown on the job's page).
 
 Permissions are the ``Schedule`` proxy model's: ``view_schedule`` (or change) to list, ``add_schedule``,
-``change_schedule`` (edit, enable, disable) and ``delete_schedule``. See docs/schedules.md."""
+``change_schedule`` (edit, enable, disable) and ``delete_schedule``; the Lock model's ``retime_lock`` (the Locks page's
+schedule changes) grants none of them. See docs/django.md, Admin permissions."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from django.urls import URLPattern, path, reverse
 
 from mutexcron import default_registry
 from mutexcron.errors import JobDefinitionError, MutexcronError
-from mutexcron.registry import CatchUp, validate_job_name
+from mutexcron.registry import BusyPolicy, CatchUp, validate_job_name
 from mutexcron.scheduling.runtime import ScheduleDefinition
 from mutexcron.stores import LockState
 
@@ -138,6 +139,8 @@ class ScheduleAdmin(LivePageAdmin[Schedule]):
                 state = scheduler.add_schedule(
                     name, data["spec"], data["target"], kwargs=data["kwargs"], timezone=data["timezone"],
                     lease=data["lease"], catch_up=cast("CatchUp", data["catch_up"]), run_on=data["run_on"],
+                    timeout=data["timeout"], start_deadline=data["start_deadline"],
+                    on_busy=cast("BusyPolicy", data["on_busy"]), pause_on_failure=data["pause_on_failure"],
                     by=request.user.get_username())
         except JobDefinitionError as error:
             form.definition_error(error)

@@ -1,6 +1,7 @@
 """The form of a run-time schedule (the Run-time schedules page): the target chosen from the allowed ones, its
 kwargs a JSON object checked against the target's signature, the spec and zone checked by mutexcron's own
-parser, and the errors of ``Scheduler.add_schedule`` put on the field they name."""
+parser, the run options (timeout, start deadline, busy policy, pause on failure) by ``mutex_cron``'s own checks,
+and the errors of ``Scheduler.add_schedule`` put on the field they name."""
 
 from __future__ import annotations
 
@@ -8,24 +9,39 @@ import inspect
 import json
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django import forms
 
 from mutexcron.cron import parse_cron
 from mutexcron.errors import CronSpecError, JobDefinitionError
 from mutexcron.ops.control import zone_name
-from mutexcron.registry import CATCH_UP_POLICIES, MAX_NAME_LENGTH, validate_job_name
+from mutexcron.registry import (
+    BUSY_POLICIES,
+    CATCH_UP_POLICIES,
+    MAX_NAME_LENGTH,
+    failures_in_a_row,
+    run_limit,
+    validate_job_name,
+)
 from mutexcron.scheduling.runtime import DEFAULT_LEASE, RUN_ON, RuntimeCall, ScheduleDefinition
 
 from .schedules import describe
 
 # Which field a JobDefinitionError of add_schedule is about, by the first of these words its message holds
 # (the schedule's name taken out first): kwargs before target, as "kwargs ... do not fit target ...".
-ERROR_FIELDS = (("kwargs", "kwargs"), ("target", "target"), ("lease", "lease"), ("catch_up", "catch_up"),
-                ("run_on", "run_on"), ("zone", "timezone"), ("cron", "spec"), ("spec", "spec"), ("name", "name"))
+ERROR_FIELDS = (("kwargs", "kwargs"), ("target", "target"), ("start_deadline", "start_deadline"),
+                ("timeout", "timeout"), ("on_busy", "on_busy"), ("pause_on_failure", "pause_on_failure"),
+                ("lease", "lease"), ("catch_up", "catch_up"), ("run_on", "run_on"), ("zone", "timezone"),
+                ("cron", "spec"), ("spec", "spec"), ("name", "name"))
+T = TypeVar("T")
 RUN_ON_LABELS = {"here": "here: the instance that wins the lock runs it",
                  "tasks": "tasks: a task worker runs it (enqueued by the lock winner)"}
+BUSY_LABELS = {"skip": "skip: the tick is skipped",
+               "wait": "wait: the tick waits for the lock, up to a lease",
+               "raise": "raise: the tick is skipped and logged as an error",
+               "buffer_one": "buffer_one: the tick runs once the run ends (one such tick kept)",
+               "replace": "replace: the running body is told to stop; the tick runs once it released"}
 
 
 def target_label(name: str, func: Callable[..., Any]) -> str:
@@ -81,6 +97,20 @@ class RuntimeScheduleForm(forms.Form):
         help_text="What runs of the ticks missed while no instance ran: none, the latest, or all.")
     run_on = forms.ChoiceField(choices=[(where, RUN_ON_LABELS.get(where, where)) for where in RUN_ON],
                                initial="here", label="Runs on")
+    timeout = forms.FloatField(
+        required=False, label="Timeout (seconds)",
+        help_text="A body still running this long is told to stop (ctx.cancelled) and recorded timed_out; empty: "
+                  "no timeout.")
+    start_deadline = forms.FloatField(
+        required=False, label="Start deadline (seconds)",
+        help_text="A tick whose body would start later than this after its time is recorded skipped_late instead; "
+                  "empty: no deadline.")
+    on_busy = forms.ChoiceField(choices=[(policy, BUSY_LABELS.get(policy, policy)) for policy in BUSY_POLICIES],
+                                initial="skip", required=False, label="When busy",
+                                help_text="What a tick does while an earlier run still holds the lock.")
+    pause_on_failure = forms.IntegerField(
+        required=False, label="Pause after failures",
+        help_text="Pause it on every instance after this many failed runs in a row; empty: never.")
 
     def __init__(self, *args: Any, targets: dict[str, Callable[..., Any]], editing: bool = False,
                  scheduler_zone: str = "", **kwargs: Any) -> None:
@@ -97,10 +127,12 @@ class RuntimeScheduleForm(forms.Form):
     @classmethod
     def initial_of(cls, name: str, definition: ScheduleDefinition) -> dict[str, Any]:
         """The form's fields for a stored definition."""
+        stored = definition.as_dict()  # durations in seconds
         return {"name": name, "target": definition.target, "spec": definition.spec,
                 "kwargs": json.dumps(definition.kwargs, indent=2, sort_keys=True),
-                "timezone": definition.timezone or "", "lease": definition.lease.total_seconds(),
-                "catch_up": definition.catch_up, "run_on": definition.run_on}
+                "timezone": definition.timezone or "", "lease": stored["lease"], "catch_up": definition.catch_up,
+                "run_on": definition.run_on, "timeout": stored["timeout"], "start_deadline": stored["start_deadline"],
+                "on_busy": definition.on_busy, "pause_on_failure": definition.pause_on_failure}
 
     def clean_name(self) -> str:
         try:
@@ -145,6 +177,29 @@ class RuntimeScheduleForm(forms.Form):
 
     def clean_lease(self) -> timedelta:
         return timedelta(seconds=float(self.cleaned_data["lease"]))
+
+    def clean_timeout(self) -> timedelta | None:
+        return self._checked(lambda name: run_limit(self.cleaned_data.get("timeout"), name, "timeout"))
+
+    def clean_start_deadline(self) -> timedelta | None:
+        return self._checked(lambda name: run_limit(self.cleaned_data.get("start_deadline"), name, "start_deadline"))
+
+    def clean_on_busy(self) -> str:
+        """The policy chosen; "skip" if none was posted (a form of an older release)."""
+        return str(self.cleaned_data.get("on_busy") or "skip")
+
+    def clean_pause_on_failure(self) -> int | bool:
+        """An int of at least 1, or False (never) for an empty field."""
+        value = self.cleaned_data.get("pause_on_failure")
+        self._checked(lambda name: failures_in_a_row(value, name))
+        return False if value is None else int(value)
+
+    def _checked(self, check: Callable[[str], T]) -> T:
+        """``check(name)``: a rule of ``mutex_cron`` on a field, its JobDefinitionError the field's error."""
+        try:
+            return check(str(self.cleaned_data.get("name") or self.initial.get("name") or "schedule"))
+        except JobDefinitionError as error:
+            raise forms.ValidationError(str(error)) from None
 
     def definition_error(self, error: JobDefinitionError) -> None:
         """Put an error of ``Scheduler.add_schedule`` on the field it names (else on the form)."""

@@ -46,10 +46,21 @@ def test_backfill_shows_the_range_form_first(admin_client: Client, ticks: list[J
 
 def test_a_range_of_more_than_10000_ticks_is_refused_on_the_form(admin_client: Client,
                                                                  ticks: list[JobContext]) -> None:
-    response = admin_client.post(BACKFILL_URL, {"name": JOB, "start": "2026-01-01", "end": "2028-01-01",
+    response = admin_client.post(BACKFILL_URL, {"name": JOB, "start": "2021-01-01", "end": "2023-01-01",
                                                 "confirm": "yes"})
 
     assert response.status_code == 200 and "more than 10000 ticks" in text(response)
+    assert not LogEntry.objects.exists() and ticks == []
+
+
+def test_a_range_ending_after_the_stores_now_is_refused_on_the_form_naming_both(
+        admin_client: Client, ticks: list[JobContext], redis_store: LockStore) -> None:  # noqa: F811
+    end = (redis_store.now() + timedelta(days=1)).replace(microsecond=0)
+    response = admin_client.post(BACKFILL_URL, {"name": JOB, "start": (end - timedelta(days=2)).isoformat(),
+                                                "end": end.isoformat(), "confirm": "yes"})
+
+    page = text(response)
+    assert response.status_code == 200 and f"end {end.isoformat()} is after the lock store's now (" in page
     assert not LogEntry.objects.exists() and ticks == []
 
 

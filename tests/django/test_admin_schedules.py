@@ -187,6 +187,43 @@ def test_a_bad_field_is_refused_on_that_field_and_nothing_is_stored(admin_client
 
 
 @pytest.mark.django_db
+def test_adding_stores_the_run_options_of_a_declared_job(admin_client: Client) -> None:
+    response = admin_client.post(ADD_URL, form_data(timeout="90", start_deadline="30", on_busy="replace",
+                                                    pause_on_failure="3"))
+
+    assert response.status_code == 302
+    definition = state_of().definition or ""  # type: ignore[union-attr]
+    for stored in ('"timeout":90.0', '"start_deadline":30.0', '"on_busy":"replace"', '"pause_on_failure":3'):
+        assert stored in definition
+
+
+@pytest.mark.django_db
+def test_the_edit_page_shows_the_schedules_run_options(admin_client: Client) -> None:
+    add_schedule(timeout=90, on_busy="wait", pause_on_failure=2)
+
+    page = text(admin_client.get(f"{URL}{NAME}/change/"))
+
+    assert 'name="timeout" value="90.0"' in page and 'name="pause_on_failure" value="2"' in page
+    assert '<option value="wait" selected>' in page
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("field", "value", "error"), [
+    ("timeout", "-5", "job 'ops.report': timeout must be > 0, not -5.0"),
+    ("start_deadline", "0", "job 'ops.report': start_deadline must be > 0, not 0.0"),
+    ("pause_on_failure", "0", "job 'ops.report': pause_on_failure must be False or a number of failed runs"),
+    ("on_busy", "queue", "Select a valid choice"),
+])
+def test_a_bad_run_option_is_refused_on_its_field_with_mutex_cron_s_error(admin_client: Client, field: str,
+                                                                         value: str, error: str) -> None:
+    response = admin_client.post(ADD_URL, form_data(**{field: value}))
+
+    assert response.status_code == 200
+    assert error in field_errors(text(response), field), text(response)
+    assert state_of() is None
+
+
+@pytest.mark.django_db
 def test_a_name_of_a_declared_job_is_refused_by_add_schedule_on_the_name(admin_client: Client,
                                                                          declare: Declarations) -> None:
     declare("0 3 * * *", name="declared.job")

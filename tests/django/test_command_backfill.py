@@ -64,7 +64,8 @@ def test_a_failed_tick_is_an_error_after_the_other_ticks_ran(ticks: list[JobCont
 
 @pytest.mark.parametrize(("start", "end", "message"), [
     ("2026-01-05T03:00Z", "2026-01-05T01:00Z", "end must be after start"),
-    ("2026-01-05T00:00Z", "2028-01-05T00:00Z", "more than 10000 ticks"),
+    ("2021-01-05T00:00Z", "2023-01-05T00:00Z", "more than 10000 ticks"),
+    ("2026-01-05T00:00Z", "2126-01-05T00:00Z", r"end 2126-01-05T00:00:00\+00:00 is after the lock store's now"),
     ("soon", "2026-01-05T01:00Z", "START 'soon' is not an ISO-8601 time"),
 ])
 def test_bad_input_is_an_error_with_exit_status_2(ticks: list[JobContext], start: str, end: str,

@@ -62,6 +62,16 @@ def test_an_end_not_after_the_start_is_refused(hourly: tuple[Scheduler, list[Job
         scheduler.backfill("hourly", MIDNIGHT, end)
 
 
+def test_the_end_is_judged_by_the_lock_stores_clock_not_this_machines(registry: Registry) -> None:
+    store = MemoryLockStore(clock=lambda: MIDNIGHT + timedelta(minutes=30))  # this machine's clock is later
+    contexts: list[JobContext] = []
+    mutex_cron("0 * * * *", name="hourly", registry=registry)(contexts.append)
+    with pytest.raises(JobDefinitionError, match=r"end 2026-01-05T01:00:00\+00:00 is after the lock store's now "
+                                                 r"\(2026-01-05T00:30:00\+00:00\)"):
+        scheduler_of(store, registry).backfill("hourly", MIDNIGHT, MIDNIGHT + HOUR)
+    assert contexts == []
+
+
 def test_an_unknown_job_is_refused(hourly: tuple[Scheduler, list[JobContext]]) -> None:
     scheduler, _ = hourly
     with pytest.raises(UnknownJobError, match="'nope'"):

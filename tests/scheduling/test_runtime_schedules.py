@@ -100,8 +100,65 @@ def test_the_stored_definition_holds_target_kwargs_and_options(scheduler: Schedu
                                    timezone="Europe/Paris", lease=90, catch_up="latest", by="alice")
     assert json.loads(state.definition or "") == {
         "target": "send_report", "spec": "0 6 * * *", "kwargs": {"to": "ops"}, "timezone": "Europe/Paris",
-        "lease": 90.0, "catch_up": "latest", "run_on": "here"}
+        "lease": 90.0, "catch_up": "latest", "run_on": "here", "timeout": None, "start_deadline": None,
+        "on_busy": "skip", "pause_on_failure": None}
     assert state.schedule_by == "alice"
+
+
+def test_the_stored_definition_holds_the_run_options_of_a_declared_job(scheduler: Scheduler) -> None:
+    state = scheduler.add_schedule("report-ops", "0 6 * * *", "send_report", kwargs={"to": "ops"}, timeout=90,
+                                   start_deadline=timedelta(minutes=2), on_busy="buffer_one", pause_on_failure=3)
+    stored = json.loads(state.definition or "")
+    assert {key: stored[key] for key in ("timeout", "start_deadline", "on_busy", "pause_on_failure")} == {
+        "timeout": 90.0, "start_deadline": 120.0, "on_busy": "buffer_one", "pause_on_failure": 3}
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("timeout", 0), ("timeout", -5), ("timeout", "10m"), ("timeout", float("inf")), ("timeout", 10**9),
+    ("start_deadline", timedelta(0)), ("start_deadline", "soon"),
+    ("on_busy", "queue"), ("on_busy", None),
+    ("pause_on_failure", 0), ("pause_on_failure", True), ("pause_on_failure", 2.5),
+])
+def test_a_bad_run_option_is_refused_with_the_error_mutex_cron_gives_and_stores_nothing(
+        scheduler: Scheduler, store: MemoryLockStore, option: str, value: Any) -> None:
+    with pytest.raises(JobDefinitionError) as declared:
+        mutex_cron("0 6 * * *", name="report-ops", registry=Registry(), **{option: value})(lambda: None)
+    with pytest.raises(JobDefinitionError) as added:
+        scheduler.add_schedule("report-ops", "0 6 * * *", "send_report", kwargs={"to": "ops"}, **{option: value})
+    assert str(added.value) == str(declared.value) and option in str(added.value)
+    assert store.lock("report-ops") is None
+
+
+def test_a_definition_stored_without_the_run_options_builds_a_job_with_their_defaults(
+        scheduler: Scheduler, store: MemoryLockStore, calls: list[dict[str, Any]]) -> None:
+    old = {"target": "send_report", "spec": "0 6 * * *", "kwargs": {"to": "ops"}, "timezone": None, "lease": 600.0,
+           "catch_up": "skip", "run_on": "here"}  # as a release before the run options stored it
+    store.define("report-ops", json.dumps(old))
+    assert scheduler.run_tick("report-ops", TICK).outcome is Outcome.SUCCEEDED
+    job = scheduler.jobs.get("report-ops")
+    assert (job.timeout, job.start_deadline, job.on_busy, job.pause_on_failure) == (None, None, "skip", None)
+    assert calls == [{"to": "ops", "copies": 1}]
+
+
+def test_a_tick_of_a_run_time_schedule_won_after_its_start_deadline_is_skipped_late(
+        scheduler: Scheduler, calls: list[dict[str, Any]]) -> None:
+    scheduler.add_schedule("report-ops", "0 6 * * *", "send_report", kwargs={"to": "ops"}, start_deadline=60)
+    record = scheduler.run_tick("report-ops", TICK)  # years ago: far past its deadline
+    assert record.outcome is Outcome.SKIPPED_LATE and "start_deadline" in (record.error or "") and calls == []
+
+
+def test_a_run_time_schedule_with_pause_on_failure_pauses_itself_after_that_many_failed_runs(
+        store: MemoryLockStore, registry: Registry) -> None:
+    def broken() -> None:
+        raise RuntimeError("boom")
+
+    registry.allow(broken, "broken")
+    scheduler = Scheduler(store, registry=registry, instance_id="A")
+    scheduler.add_schedule("breaks", "0 * * * *", "broken", pause_on_failure=2)
+    outcomes = [scheduler.run_tick("breaks", TICK + timedelta(hours=n)).outcome for n in range(3)]
+    assert outcomes == [Outcome.FAILED, Outcome.FAILED, Outcome.SKIPPED_PAUSED]
+    state = store.lock("breaks")
+    assert state is not None and state.paused and "pause_on_failure" in (state.pause_note or "")
 
 
 def test_schedules_lists_the_run_time_schedules_and_not_the_declared_jobs(scheduler: Scheduler,
