@@ -350,7 +350,8 @@ class MutexcronSystem(System):
     def open(self) -> None:
         from mutexcron.tasks import HandlerRegistry, TaskQueue
 
-        self.queue = TaskQueue(self.url, cancel_store=self.cancel_store, handlers=HandlerRegistry())
+        self.queue = TaskQueue(self.url, cancel_store=self.cancel_store, handlers=HandlerRegistry(),
+                               require_handlers=False)  # a producer: the worker processes handle its tasks
 
     def schedule(self, dues: Sequence[float]) -> None:
         options = [{"run_at": datetime.fromtimestamp(due, UTC)} for due in dues]

@@ -50,18 +50,24 @@ class MutexcronConfig(AppConfig):
             conf.tasks.build_queue().close()  # a malformed task backend or cancel store URL (connects to nothing)
         autodiscover(conf.modules, conf.tasks.modules)  # the @mutex_cron and the @task_handler modules
         post_migrate.connect(seed_after_migrate, sender=self, dispatch_uid="mutexcron-seed")
-        if conf.autostart:
-            install()
+        install(conf.autostart)  # a serving process starts its scheduler, or says why it runs none
 
 
 def seed_after_migrate(using: str = "default", **_: Any) -> None:
-    """Create lock rows for the declared jobs as soon as the table exists (SQL store only)."""
+    """Create lock rows for the declared jobs as soon as the table exists (SQL store only). A table behind the
+    model (``migrate mutexcron <an older migration>``) is told in one warning: the rows are made at the first
+    acquire once it is migrated."""
     from mutexcron import default_registry
+    from mutexcron.errors import StoreUnavailable
 
     from .conf import get_settings
 
     store = get_settings().build_store()
     if store.database_alias == using:  # a store whose lock rows live in the database just migrated
-        created = store.seed(default_registry.names())
+        try:
+            created = store.seed(default_registry.names())
+        except StoreUnavailable as error:
+            logger.warning("lock rows not seeded in database %r: %s", using, error)
+            return
         if created:
             logger.info("seeded %d lock row(s) in database %r", created, using)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from datetime import timedelta
 from typing import Any
@@ -13,6 +15,7 @@ from mutexcron import _options
 from mutexcron.cron import resolve_timezone
 from mutexcron.errors import StoreConfigError
 from mutexcron.plugins import class_for_scheme
+from mutexcron.stores import SCHEMES as STORE_SCHEMES
 from mutexcron.stores import LockStore, store_from_url
 from mutexcron.tasks import TaskBackend, TaskQueue
 from mutexcron.tasks.queue import BACKENDS as TASK_BACKEND_SCHEMES
@@ -41,6 +44,9 @@ TASKS_DEFAULTS: dict[str, Any] = {
     "MODULES": ["tasks"],  # <app>.<module> files imported at start-up to find @task_handler handlers
     # run_on="tasks" jobs: how soon the task of a worker that died mid-body runs again (timedelta or seconds)
     "JOB_VISIBILITY_TIMEOUT": timedelta(minutes=5),
+    # False: get_task_queue().schedule() takes a task type that no handler of this process knows (its handlers
+    # live only in the workers' code); True refuses it with UnknownTaskType, as a typo would otherwise wait forever
+    "REQUIRE_HANDLERS": True,
 }
 
 
@@ -58,6 +64,7 @@ class TasksSettings:
     cancel_store: str | None = None
     modules: tuple[str, ...] = ("tasks",)
     job_visibility_timeout: timedelta = timedelta(minutes=5)
+    require_handlers: bool = True
     metrics: bool = False  # MUTEXCRON["METRICS"] and ["TRACING"]: what the queue is built with
     tracing: bool = False
     __repr__ = _masked_repr
@@ -78,7 +85,8 @@ class TasksSettings:
                 marks = cancel_marks_from_url(self.cancel_store, backend="the RabbitMQ task backend")
             except StoreConfigError as error:
                 raise ImproperlyConfigured(f"MUTEXCRON['TASKS']['CANCEL_STORE']: {error}") from None
-        options = {"metrics": self.metrics, "tracing": self.tracing, **options}
+        options = {"metrics": self.metrics, "tracing": self.tracing, "require_handlers": self.require_handlers,
+                   **options}
         try:
             return TaskQueue(self.backend, cancel_store=marks, **options)  # type: ignore[arg-type]
         except StoreConfigError as error:
@@ -119,7 +127,10 @@ class MutexcronSettings:
         try:
             return store_from_url(self.store_spec)
         except StoreConfigError as error:
-            raise ImproperlyConfigured(f"MUTEXCRON['STORE']: {error}") from None
+            scheme = url_scheme(self.store) if isinstance(self.store, str) else None
+            known = scheme is None or scheme in STORE_SCHEMES
+            hint = "" if known else _did_you_mean(scheme or "", _url_choices("://", STORE_SCHEMES))
+            raise ImproperlyConfigured(f"MUTEXCRON['STORE']: {error}{hint}") from None
 
 
 def _fail(key: str, message: str) -> ImproperlyConfigured:
@@ -141,9 +152,7 @@ def get_settings() -> MutexcronSettings:
         raise ImproperlyConfigured(f"MUTEXCRON must be a dict, not {type(user).__name__}")
     values = _with_defaults("MUTEXCRON", user, DEFAULTS)
 
-    store = values["STORE"]
-    if not isinstance(store, str | LockStore) or (isinstance(store, str) and not store.strip()):
-        raise _fail("STORE", f'must be "django", a store URL, a dotted path or a LockStore, not {shown(store)}')
+    store = _store_setting(values["STORE"])
     if not isinstance(values["AUTOSTART"], bool):
         raise _fail("AUTOSTART", f"must be True or False, not {values['AUTOSTART']!r}")
     timezone = values["TIMEZONE"] or settings.TIME_ZONE or "UTC"
@@ -168,6 +177,36 @@ def get_settings() -> MutexcronSettings:
     tasks = replace(_tasks_settings(values["TASKS"]), metrics=metrics, tracing=tracing)
     return MutexcronSettings(store, values["AUTOSTART"], timezone, instance_id, retention, tuple(modules),
                              tasks, sync_interval, metrics, tracing, max_workers)
+
+
+def _did_you_mean(value: str, choices: dict[str, str]) -> str:
+    """'; did you mean "<choice>"?' for the choice (a key of ``choices``, shown as its value) closest to a mistyped
+    ``value``, or "" if none is close."""
+    close = difflib.get_close_matches(value.strip().lower(), list(choices), n=1, cutoff=0.6)
+    return f'; did you mean "{choices[close[0]]}"?' if close else ""
+
+
+def _url_choices(value: str, schemes: Iterable[str]) -> dict[str, str]:
+    """What a mistyped ``value`` may have meant: "django", or one of ``schemes`` (as "<scheme>://…"); compared by
+    scheme when ``value`` is a URL."""
+    choices = {scheme: f"{scheme}://…" for scheme in schemes}
+    return choices if "://" in value else {**choices, "django": "django"}
+
+
+def _store_setting(store: object) -> str | LockStore:
+    """``MUTEXCRON["STORE"]``: "django", a store URL of a known scheme, a dotted path or a LockStore; a mistyped
+    value is refused naming the valid ones and the closest of them ("djnago": did you mean "django"?)."""
+    others = ", ".join(f"{scheme}://" for scheme in sorted(set(STORE_SCHEMES) - {"django"}))
+    valid = f'"django" (the project\'s database), "django://<alias>", a store URL ({others}) or a dotted path'
+    if isinstance(store, LockStore):
+        return store
+    if not isinstance(store, str) or not store.strip():
+        raise _fail("STORE", f"must be {valid}, or a LockStore, not {shown(store)}")
+    is_dotted_path = "." in store and not any(mark in store for mark in " :/@")
+    if "://" in store or store == "django" or is_dotted_path:  # a URL's scheme is checked by build_store()
+        return store
+    hint = _did_you_mean(store, _url_choices(store, STORE_SCHEMES))
+    raise _fail("STORE", f"is {shown(store)}; it must be {valid}{hint}")
 
 
 def _telemetry(values: dict[str, Any], key: str) -> bool:
@@ -216,8 +255,10 @@ def _tasks_settings(tasks: object) -> TasksSettings:
     if isinstance(backend, str):
         spec = "django://" if backend.strip() == "django" else backend.strip()
         if _scheme(spec) not in TASK_BACKEND_SCHEMES:
+            typed = _scheme(spec) if "://" in spec else spec
+            hint = _did_you_mean(typed, _url_choices(spec, TASK_BACKEND_SCHEMES))
             raise _task_fail("BACKEND", f'must be "django", "django://<alias>", a redis://… or amqp://… URL, '
-                                        f"or a TaskBackend, not {shown(backend)}")
+                                        f"or a TaskBackend, not {shown(backend)}{hint}")
     elif isinstance(backend, TaskBackend):
         spec = backend
     else:
@@ -239,11 +280,15 @@ def _tasks_settings(tasks: object) -> TasksSettings:
     else:
         cancel_store = "django://" if cancel_store.strip() == "django" else cancel_store.strip()
         if _scheme(cancel_store) not in {*CANCEL_STORE_SCHEMES, "django"}:
-            raise _task_fail("CANCEL_STORE", f'must be "django" or a redis://… URL, not {shown(cancel_store)}')
+            typed = _scheme(cancel_store) if "://" in values["CANCEL_STORE"] else values["CANCEL_STORE"].strip()
+            hint = _did_you_mean(typed, _url_choices(values["CANCEL_STORE"], {*CANCEL_STORE_SCHEMES, "django"}))
+            raise _task_fail("CANCEL_STORE", f'must be "django" or a redis://… URL, not {shown(cancel_store)}{hint}')
 
     modules = values["MODULES"]
     if not isinstance(modules, list | tuple) or not all(isinstance(m, str) and m for m in modules):
         raise _task_fail("MODULES", f'must be a list of module names such as ["tasks"], not {modules!r}')
     visibility = _options.duration(values["JOB_VISIBILITY_TIMEOUT"], error=ImproperlyConfigured, allow_zero=False,
                                    what="MUTEXCRON['TASKS']['JOB_VISIBILITY_TIMEOUT']")
-    return TasksSettings(spec, cancel_store, tuple(modules), visibility)
+    if not isinstance(values["REQUIRE_HANDLERS"], bool):
+        raise _task_fail("REQUIRE_HANDLERS", f"must be True or False, not {values['REQUIRE_HANDLERS']!r}")
+    return TasksSettings(spec, cancel_store, tuple(modules), visibility, values["REQUIRE_HANDLERS"])

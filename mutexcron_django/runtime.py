@@ -9,7 +9,7 @@ import time
 from datetime import datetime, timedelta
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DatabaseError
+from django.db import DatabaseError, router
 from django.utils import timezone
 
 from mutexcron import Outcome, RunRecord, Scheduler, StoreConfigError, default_registry
@@ -19,7 +19,9 @@ from mutexcron.tasks import TaskQueue
 
 from . import history, signals
 from .conf import get_settings
+from .models import JobRun
 from .per_process import PerProcess, fresh_connections
+from .sql.databases import migrate_advice
 
 logger = logging.getLogger("mutexcron.django")
 
@@ -149,12 +151,14 @@ def record_history(record: RunRecord) -> None:
 
 
 def _history_failed(record: RunRecord, error: DatabaseError) -> None:
-    """One warning per outage (like the scheduler's store errors), not one per fire."""
+    """One warning per outage (like the scheduler's store errors), not one per fire; a missing table names the
+    migrate command to run."""
     global _history_failing
     if not _history_failing:
         _history_failing = True
+        reason = migrate_advice(error, router.db_for_write(JobRun)) or error
         logger.warning("could not record the %s run of job %r in the history (further failures are logged at "
-                       "debug level until a write succeeds): %s", record.outcome, record.job_name, error)
+                       "debug level until a write succeeds): %s", record.outcome, record.job_name, reason)
     else:
         logger.debug("could not record the %s run of job %r: %s", record.outcome, record.job_name, error)
 

@@ -1,4 +1,4 @@
-"""WSGI entry point (``gunicorn demo_site.wsgi``); every worker starts its scheduler at its first request."""
+"""WSGI entry point (``gunicorn demo_site.wsgi``); every worker starts its scheduler when it boots."""
 
 import os
 

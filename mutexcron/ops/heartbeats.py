@@ -138,8 +138,11 @@ class Heartbeats:
 
     def _abandon(self, beat: Beat) -> bool:
         """True (and the beat dropped, its lock left to expire) for a renewal due after the body's timeout: a body
-        that ignores the signal keeps its lock at most ``timeout + lease`` (called with the condition held)."""
-        if not beat.timed_out:
+        that ignores the signal keeps its lock at most ``timeout + lease`` (called with the condition held).
+
+        A renewal that fell due at or before the deadline (at the same instant, or the thread woke late) is
+        renewed: the body was told to stop only now and has had no time to do so."""
+        if not beat.timed_out or beat.deadline is None or beat.due <= beat.deadline:
             return False
         self._beats.discard(beat)
         logger.error("job %r (fire %s, token %d): the body still runs past its timeout (%s) and ignores "

@@ -10,7 +10,7 @@ with ``forms`` and ``schedules``), ``schedule_admin`` (run-time schedules, with 
 
 from __future__ import annotations
 
-from .control_views import PAUSE_PERMISSION, SCHEDULE_PERMISSION
+from .control_views import PAUSE_PERMISSION, RETIME_PERMISSION
 from .display import format_duration
 from .history_admin import JobRunAdmin
 from .lock_admin import FORCE_UNLOCK_PERMISSION, LockAdmin
@@ -21,7 +21,7 @@ from .task_admin import ScheduledTaskAdmin
 __all__ = [
     "FORCE_UNLOCK_PERMISSION",
     "PAUSE_PERMISSION",
-    "SCHEDULE_PERMISSION",
+    "RETIME_PERMISSION",
     "STATUS_LABELS",
     "JobRunAdmin",
     "LockAdmin",

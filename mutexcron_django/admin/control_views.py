@@ -38,7 +38,7 @@ from .pages import LivePageAdmin
 from .schedules import JobSchedule, job_schedule, paused_line
 
 PAUSE_PERMISSION = "pause_lock"  # declared in Lock.Meta.permissions
-SCHEDULE_PERMISSION = "change_schedule"
+RETIME_PERMISSION = "retime_lock"  # likewise; not the Schedule proxy's change_schedule (run-time schedules)
 BULK_ACTIONS = {"pause_selected": "Pause selected jobs", "resume_selected": "Resume selected jobs"}
 
 NamedView = Callable[[Any, HttpRequest, str], HttpResponse]
@@ -88,8 +88,9 @@ class LockControlAdmin(LivePageAdmin[Lock]):
     def has_pause_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(f"{self.opts.app_label}.{PAUSE_PERMISSION}")
 
-    def has_schedule_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.{SCHEDULE_PERMISSION}")
+    def has_retime_permission(self, request: HttpRequest) -> bool:
+        """Change or reset a job's schedule (an override of its timing only, never what it calls)."""
+        return request.user.has_perm(f"{self.opts.app_label}.{RETIME_PERMISSION}")
 
     def control_urls(self) -> list[URLPattern]:
         views = {"pause": self.pause_view, "resume": self.resume_view, "schedule": self.schedule_view,
@@ -104,7 +105,7 @@ class LockControlAdmin(LivePageAdmin[Lock]):
             return reverse(f"admin:mutexcron_lock_{route}", current_app=self.admin_site.name)
 
         can_pause = self.has_pause_permission(request)
-        return {"can_pause": can_pause, "can_change_schedule": self.has_schedule_permission(request),
+        return {"can_pause": can_pause, "can_retime": self.has_retime_permission(request),
                 "pause_url": url("pause"), "resume_url": url("resume"), "schedule_url": url("schedule"),
                 "reset_schedule_url": url("reset_schedule"), "bulk_url": url("bulk"), "backfill_url": url("backfill"),
                 "bulk_actions": BULK_ACTIONS if can_pause else {}}
@@ -186,7 +187,7 @@ class LockControlAdmin(LivePageAdmin[Lock]):
             self._done(request, name, "Resumed")
         return failed
 
-    @named_post("job", permission="has_schedule_permission")
+    @named_post("job", permission="has_retime_permission")
     def schedule_view(self, request: HttpRequest, name: str) -> HttpResponse:
         """POST ``name``: the schedule form; ``preview``: its next fires; ``confirm=yes``: override the schedule."""
         try:
@@ -217,7 +218,7 @@ class LockControlAdmin(LivePageAdmin[Lock]):
                             job_url=self.job_url(name), form=form, preview_description=description,
                             preview_fires=fires, current_fires=schedule.fires(dj_timezone.now()))
 
-    @named_post("job", permission="has_schedule_permission")
+    @named_post("job", permission="has_retime_permission")
     def reset_schedule_view(self, request: HttpRequest, name: str) -> HttpResponse:
         """POST ``name``: a confirmation page; with ``confirm=yes``: go back to the code's schedule fleet-wide."""
         if request.POST.get("confirm") != "yes":
@@ -243,7 +244,8 @@ class LockControlAdmin(LivePageAdmin[Lock]):
             state, now, schedule = self._read(name)
         except (ImproperlyConfigured, MutexcronError) as error:
             return self._fail(request, f"read “{name}”", error)
-        form = BackfillForm(request.POST if request.POST.get("confirm") == "yes" else None, job=job, trigger=trigger)
+        form = BackfillForm(request.POST if request.POST.get("confirm") == "yes" else None, job=job, trigger=trigger,
+                           now=now)
         if not form.is_bound or not form.is_valid():
             return self._render(request, self.control_template, "Backfill", action="backfill", name=name,
                                 names=[name], state=state, schedule=schedule, paused_line=paused_line(state, now),

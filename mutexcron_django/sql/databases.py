@@ -1,20 +1,29 @@
 """What the three SQL backends (lock store, task backend, task record store) share about their database: the
-``django://[alias]`` URL, the alias check, and one policy for turning database errors into StoreUnavailable."""
+``django://[alias]`` URL, the alias check, and one policy for turning database errors into StoreUnavailable (a
+missing table or column named as what it is: migrations not applied, with the command that applies them)."""
 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from urllib.parse import unquote, urlsplit
 
-from django.db import Error, connections, router
+from django.db import DEFAULT_DB_ALIAS, Error, connections, router
 from django.db.models import Model
 
 from mutexcron.backend_helpers import store_errors
-from mutexcron.errors import StoreConfigError
+from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.urls import mask_url, pop_query_options, shown
 
-__all__ = ["checked_alias", "drop_broken_connection", "parse_django_url", "sql_errors"]
+__all__ = ["checked_alias", "drop_broken_connection", "migrate_advice", "migrate_command", "not_migrated",
+           "parse_django_url", "sql_errors"]
+
+# A table or column that does not exist, as each database says it: PostgreSQL's SQLSTATE (undefined_table,
+# undefined_column), MySQL's and MariaDB's error numbers (ER_NO_SUCH_TABLE, ER_BAD_FIELD_ERROR), SQLite's message.
+_UNDEFINED_SQLSTATES = frozenset({"42P01", "42703"})
+_UNDEFINED_MYSQL_ERRORS = frozenset({1146, 1054})
+_UNDEFINED_SQLITE = re.compile(r"^(no such table|no such column|table \S+ has no column named)\b")
 
 
 def checked_alias(using: str | None, model: type[Model], *, url: str | None = None, what: str = "store") -> str:
@@ -53,13 +62,45 @@ def drop_broken_connection(alias: str) -> None:
             connection.close_if_unusable_or_obsolete()
 
 
+def not_migrated(error: BaseException, alias: str) -> bool:
+    """Whether database error ``error`` of ``alias`` says a table or column does not exist: the app's migrations
+    are not (all) applied to that database."""
+    cause = error.__cause__  # the driver's error, which Django's wraps
+    code = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)  # psycopg, psycopg2
+    if code is not None:
+        return code in _UNDEFINED_SQLSTATES
+    vendor = connections[alias].vendor
+    if vendor == "mysql":
+        return bool(error.args) and error.args[0] in _UNDEFINED_MYSQL_ERRORS
+    return vendor == "sqlite" and _UNDEFINED_SQLITE.match(str(error)) is not None
+
+
+def migrate_command(alias: str) -> str:
+    """The command that applies the migrations to database ``alias``."""
+    return "manage.py migrate" + ("" if alias == DEFAULT_DB_ALIAS else f" --database {alias}")
+
+
+def migrate_advice(error: BaseException, alias: str) -> str | None:
+    """What database error ``error`` of ``alias`` means if it is a missing table or column (its first line, without
+    PostgreSQL's pointer into the query) and the command to run; None for any other error."""
+    if not not_migrated(error, alias):
+        return None
+    lines = str(error).strip().splitlines()
+    return (f"mutexcron's tables are missing or out of date ({type(error).__name__}: {lines[0] if lines else ''}); "
+            f"run {migrate_command(alias)}")
+
+
 @contextlib.contextmanager
 def sql_errors(alias: str, where: str) -> Iterator[None]:
-    """A database error inside the block as StoreUnavailable naming ``where`` and the error's class, so that
-    callers fail closed; first, this thread's connection is dropped if the error left it unusable."""
+    """A database error inside the block as StoreUnavailable naming ``where`` and the error's class (a missing
+    table or column: the migrate command to run), so that callers fail closed; first, this thread's connection is
+    dropped if the error left it unusable."""
     with store_errors(Error, where, name_error=True):
         try:
             yield
-        except Error:
+        except Error as error:
             drop_broken_connection(alias)
+            advice = migrate_advice(error, alias)
+            if advice is not None:
+                raise StoreUnavailable(f"{where}: {advice}") from error
             raise

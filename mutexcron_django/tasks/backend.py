@@ -229,7 +229,9 @@ if HAS_DJANGO_TASKS:
             outcome = _load_outcome(queue, result_id)
             status = {
                 TaskStatus.SCHEDULED: TaskResultStatus.READY,
-                TaskStatus.RUNNING: TaskResultStatus.RUNNING,
+                # RUNNING from the write that stamps its start: a task claimed by a worker that has not begun it
+                # yet is still READY, so that a RUNNING result always has its started_at.
+                TaskStatus.RUNNING: TaskResultStatus.RUNNING if outcome.get("started_at") else TaskResultStatus.READY,
                 TaskStatus.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
             }.get(info.status, TaskResultStatus.FAILED)
             errors = _errors(outcome)
@@ -315,9 +317,7 @@ if HAS_DJANGO_TASKS:
             # Inside the try, as Django's worker does: a return value that is not JSON fails the task.
             value = normalize_json(value)
             json.dumps(value, allow_nan=False)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as error:
+        except BaseException as error:  # KeyboardInterrupt and SystemExit too: they fail this task, not the worker
             outcome["finished_at"] = _now_text()
             failure = {"exception_class_path": _path_of(error), "traceback": "".join(traceback.format_exception(error))}
             outcome.setdefault("errors", []).append(failure)

@@ -325,7 +325,7 @@ def test_without_the_permissions_no_buttons_and_403(django_user_model: Any, job:
 @pytest.mark.django_db
 def test_each_permission_allows_its_own_actions_only(django_user_model: Any, job: str) -> None:
     pauser = user_with(django_user_model, "pauser", "pause_lock")
-    scheduler = user_with(django_user_model, "scheduler", "change_schedule")
+    scheduler = user_with(django_user_model, "scheduler", "retime_lock")
 
     assert 'value="Change schedule…"' not in row_of(text(pauser.get(LOCKS_URL)), job)
     assert pauser.post(SCHEDULE_URL, {"name": job}).status_code == 403

@@ -1,32 +1,38 @@
-"""AUTOSTART in real servers: one scheduler in each process that serves requests, none anywhere else.
-
-Every process logs "mutexcron scheduler started in process <pid>" when it starts its scheduler (and, at
-DEBUG, "mutexcron autostart: process <pid> is ..." when the app loads), and the job's body writes its pid
-into its ledger, so the tests can tell exactly which processes ran a scheduler:
+"""AUTOSTART in runserver and gunicorn: one scheduler in each process that serves requests, started when it
+boots (no request sent, no hook in the configuration), none anywhere else.
 
 - ``manage.py runserver`` with the autoreloader: the serving child, never the reloader parent (the
   parent's pid is the Popen pid);
-- gunicorn, 2 workers, with and without ``--preload``: one scheduler per worker, started after the fork,
-  none in the master (the Popen pid); eagerly with ``post_worker_init`` from mutexcron_django.gunicorn,
-  otherwise at each worker's first request; also when started as ``python -m gunicorn``;
+- gunicorn, 2 workers, with and without ``--preload``: one scheduler per worker, none in the master (the Popen
+  pid), with no request (with ``--preload`` the app is loaded in the master, and each worker starts a fresh
+  scheduler after its fork); with the old ``post_worker_init`` hook still one per worker; also when started as
+  ``python -m gunicorn``; with AUTOSTART off, each worker says so once;
 - ``manage.py migrate`` and ``manage.py check``: none.
 
-Wherever several schedulers run, each tick still runs exactly once across the processes.
+Wherever several schedulers run, each tick still runs exactly once across the processes. Uvicorn, Daphne and
+uWSGI: test_autostart_asgi_uwsgi.py.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 import signal
 import sys
-import threading
 from collections.abc import Iterator
-from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from tests.django.autostart_support import (
+    AUTOSTART_OFF,
+    assert_one_run_per_tick_by,
+    fleet_site,
+    kinds,
+    pids,
+    server_program,
+    wait_for_schedulers,
+    wait_for_ticks,
+)
 from tests.django.fleet_support import (
     HERE,
     Proc,
@@ -35,49 +41,20 @@ from tests.django.fleet_support import (
     free_port,
     holds_for,
     http_get,
-    now,
     parent_pid,
-    sqlite_database,
 )
-from tests.support import next_whole_second_after, wait_until, whole_seconds
+from tests.support import wait_until
 
 pytestmark = pytest.mark.fleet
 
-GUNICORN = str(Path(sys.executable).with_name("gunicorn"))
-BOOTED = re.compile(r"Booting worker with pid: (\d+)")
-LOADED = re.compile(r"fleet: app loaded in worker pid=(\d+)")
-KIND = re.compile(r"mutexcron autostart: process (\d+) is (.+)")
-TICKS = 6  # ticks checked wherever several schedulers run: every one ran once
+GUNICORN = str(Path(sys.executable).with_name("gunicorn"))  # test_metrics_gunicorn.py's too
+BOOTED = r"Booting worker with pid: (\d+)"
 
 
 @pytest.fixture
 def site(tmp_path: Path) -> Iterator[Site]:
-    with sqlite_database(tmp_path) as database:
-        site = Site(tmp_path, database)
-        try:
-            site.migrate()
-            yield site
-        finally:
-            site.stop_all()
-            print(site.report())  # shown by pytest only if the test failed
-
-
-def kinds(proc: Proc) -> dict[int, str]:
-    """What autostart decided in each process that loaded the app: pid -> "runserver", "server", ..."""
-    return {int(pid): kind for pid, kind in KIND.findall(proc.text())}
-
-
-def wait_for_ticks(site: Site, proc: Proc, count: int) -> list[datetime]:
-    """Wait for ``count`` ticks run from the next whole second on; return the window of ticks to judge."""
-    first = next_whole_second_after(now())
-
-    def enough() -> bool:
-        proc.assert_alive()
-        return site.ticks_run_since(first) >= count + 1
-
-    wait_until(enough, timeout=count + 8, what=f"{count + 1} ticks to run")
-    # Every scheduler has fired (and recorded) every tick of the window: it ends a second before now.
-    return whole_seconds(first, (now() - timedelta(seconds=1)).replace(microsecond=0))
+    with fleet_site(tmp_path) as site:
+        yield site
 
 
 # -- runserver -----------------------------------------------------------------------------------------
@@ -99,7 +76,7 @@ def test_runserver_with_autoreloader_starts_one_scheduler_in_the_serving_child(s
     assert parent_pid(child) == parent, "the serving process is not the reloader's child"
     assert kinds(server) == {parent: "not a serving process", child: "runserver"}  # both loaded the app
 
-    window = wait_for_ticks(site, server, TICKS)
+    window = wait_for_ticks(site, server)
     reloads = re.findall(r"(\S+) changed, reloading", server.text())
     assert server.started_pids() == [child], (
         f"schedulers started in {server.started_pids()}; parent {parent}"
@@ -132,17 +109,15 @@ def test_runserver_autostart_queries_no_database_during_app_initialization(site:
 # -- gunicorn ------------------------------------------------------------------------------------------
 
 
-def gunicorn(site: Site, *, preload: bool, eager: bool) -> tuple[Proc, int]:
-    if not Path(GUNICORN).exists() and shutil.which("gunicorn") is None:
-        pytest.skip("gunicorn is not installed")
+def gunicorn(site: Site, *options: str, preload: bool = False, workers: int = 2, **env: str) -> tuple[Proc, int]:
+    """``gunicorn tests.django.fleet_wsgi:application`` with no configuration of mutexcron's (``options``: more)."""
     port = free_port()
-    config = HERE / ("gunicorn_eager.py" if eager else "gunicorn_lazy.py")
-    command = [GUNICORN if Path(GUNICORN).exists() else "gunicorn", "tests.django.fleet_wsgi:application",
-               "--workers", "2", "--bind", f"127.0.0.1:{port}", "--config", str(config),
-               "--graceful-timeout", "10", *(["--preload"] if preload else [])]
+    command = [server_program("gunicorn"), "tests.django.fleet_wsgi:application", "--workers", str(workers),
+               "--bind", f"127.0.0.1:{port}", "--graceful-timeout", "10", *(["--preload"] if preload else []),
+               *options]
     if has_control_socket():
         command.append("--no-control-socket")  # one shared ~/.gunicorn/gunicorn.ctl for every test's server
-    return site.spawn("gunicorn", command), port
+    return site.spawn("gunicorn", command, **env), port
 
 
 def has_control_socket() -> bool:
@@ -152,121 +127,68 @@ def has_control_socket() -> bool:
     return any(getattr(setting, "name", None) == "control_socket_disable" for setting in vars(config).values())
 
 
-def worker_pids(proc: Proc) -> set[int]:
-    return {int(pid) for pid in BOOTED.findall(proc.text())}
-
-
-def hit_every_worker(port: int, workers: set[int]) -> set[int]:
-    """Concurrent slow requests until every worker answered one (a busy sync worker leaves the next to the
-    other); returns the pids that answered."""
-    answered: set[int] = set()
-    lock = threading.Lock()
-
-    def request() -> None:
-        body = http_get(f"http://127.0.0.1:{port}/pid/?sleep=0.3", timeout=5)
-        if body:
-            with lock:
-                answered.add(int(body))
-
-    def all_answered() -> bool:
-        threads = [threading.Thread(target=request) for _ in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        return answered >= workers
-
-    wait_until(all_answered, timeout=15, what=f"every worker {sorted(workers)} to answer a request", interval=0)
-    return answered
-
-
 @pytest.mark.parametrize("preload", [False, True], ids=["no-preload", "preload"])
-def test_gunicorn_post_worker_init_starts_one_scheduler_per_worker_after_the_fork(site: Site, preload: bool) -> None:
-    server, _ = gunicorn(site, preload=preload, eager=True)
+def test_gunicorn_starts_a_scheduler_in_each_worker_at_boot_with_no_request(site: Site, preload: bool) -> None:
+    server, _ = gunicorn(site, preload=preload)
     master = server.pid
 
-    def two_started() -> bool:
-        server.assert_alive()
-        return len(server.started_pids()) >= 2
-
-    wait_until(two_started, timeout=20, what="both workers to start a scheduler (no request sent)")
-    workers = worker_pids(server)
+    started = wait_for_schedulers(server, 2, "both workers to start a scheduler, with no request sent")
+    workers = pids(BOOTED, server)
     assert len(workers) == 2 and master not in workers
     assert all(parent_pid(worker) == master for worker in workers), "a worker is not the master's child"
-    window = wait_for_ticks(site, server, TICKS)
-    started = server.started_pids()
-    assert sorted(started) == sorted(workers), f"schedulers in {started}; master {master}, workers {workers}"
-    # --preload: the app (and AppConfig.ready) was loaded in the master only, which started no scheduler.
+    summary = assert_one_run_per_tick_by(site, server, workers)
+    assert sorted(server.started_pids()) == sorted(started) == sorted(workers), f"master {master}"
+    # --preload: the app (and AppConfig.ready) was loaded in the master only, which started no scheduler: each
+    # worker started a fresh one after its fork.
     assert kinds(server) == ({master: "server"} if preload else dict.fromkeys(workers, "server"))
-    assert {b["pid"] for b in site.bodies()} <= workers
-    recorded = {instance for r in site.database.job_runs() for instance in (r["instance"], *r["fired"])}
-    assert {int(i.rsplit(":", 1)[1]) for i in recorded} == workers, recorded  # default INSTANCE_ID host:pid
-    summary = assert_each_tick_once(site, window, recorded)
-    print(f"gunicorn {'--preload ' if preload else ''}+ post_worker_init: master {master} (no scheduler), "
-          f"schedulers in workers {sorted(started)}; {summary['ticks']} ticks each run once, "
-          f"runs per instance {summary['runs_per_instance']}")
+    assert "Traceback" not in server.text(), server.tail()
+    print(f"gunicorn {'--preload ' if preload else ''}with no request: master {master} (no scheduler), schedulers "
+          f"in workers {sorted(workers)}; {summary['ticks']} ticks each run once, runs per instance "
+          f"{summary['runs_per_instance']}")
 
 
-@pytest.mark.parametrize("preload", [False, True], ids=["no-preload", "preload"])
-def test_gunicorn_without_the_hook_starts_each_worker_scheduler_at_its_first_request(site: Site,
-                                                                                      preload: bool) -> None:
-    server, port = gunicorn(site, preload=preload, eager=False)
-    master = server.pid
+def test_gunicorn_with_the_old_post_worker_init_hook_still_starts_one_scheduler_per_worker(site: Site) -> None:
+    server, _ = gunicorn(site, "--config", str(HERE / "gunicorn_eager.py"), preload=True)
 
-    def both_loaded() -> set[int] | None:
-        server.assert_alive()
-        loaded = {int(pid) for pid in LOADED.findall(server.text())}
-        return loaded if len(loaded) == 2 else None
+    wait_for_schedulers(server, 2, "both workers to start a scheduler")
 
-    workers = wait_until(both_loaded, timeout=20, what="both workers to load the app")
-    assert workers == worker_pids(server) and master not in workers
+    def one_each() -> None:  # the hook runs after autostart's start, and starts nothing more
+        assert sorted(server.started_pids()) == sorted(pids(BOOTED, server))
 
-    def nothing_started() -> None:
-        assert server.started_pids() == [], "a scheduler started before any request"
-        assert site.bodies() == []
-
-    holds_for(nothing_started, seconds=2.5)  # over two ticks: loaded, idle workers run no scheduler
-
-    answered = hit_every_worker(port, workers)
-    assert answered == workers
-    wait_until(lambda: len(server.started_pids()) >= 2, timeout=10, what="both workers to start a scheduler")
-    window = wait_for_ticks(site, server, TICKS)
-    started = server.started_pids()
-    assert sorted(started) == sorted(workers), f"schedulers in {started}; master {master}, workers {workers}"
-    assert kinds(server) == ({master: "server"} if preload else dict.fromkeys(workers, "server"))
-    assert {b["pid"] for b in site.bodies()} <= workers
-    recorded = {instance for r in site.database.job_runs() for instance in (r["instance"], *r["fired"])}
-    assert {int(i.rsplit(":", 1)[1]) for i in recorded} == workers, recorded
-    summary = assert_each_tick_once(site, window, recorded)
-    print(f"gunicorn {'--preload ' if preload else ''}without hook: master {master} (no scheduler), no scheduler "
-          f"before the first request, then schedulers in workers {sorted(started)}; {summary['ticks']} ticks each "
-          f"run once, runs per instance {summary['runs_per_instance']}")
+    holds_for(one_each, seconds=1.0)
 
 
-def test_python_m_gunicorn_starts_the_scheduler_at_the_first_request(site: Site) -> None:
+def test_python_m_gunicorn_starts_the_scheduler_at_boot(site: Site) -> None:
     """``python -m gunicorn``: argv[0] is .../gunicorn/__main__.py, which must not be taken for ``python -m django``
     (it was: the worker said "not a serving process" and never started a scheduler)."""
-    port = free_port()
     command = [sys.executable, "-m", "gunicorn", "tests.django.fleet_wsgi:application", "--workers", "1",
-               "--bind", f"127.0.0.1:{port}", "--config", str(HERE / "gunicorn_lazy.py")]
+               "--bind", f"127.0.0.1:{free_port()}"]
     if has_control_socket():
         command.append("--no-control-socket")
     server = site.spawn("gunicorn", command)
 
-    def loaded() -> set[int] | None:
-        server.assert_alive()
-        return {int(pid) for pid in LOADED.findall(server.text())} or None
+    (started,) = wait_for_schedulers(server, 1, "the worker to start a scheduler, with no request sent")
+    assert pids(BOOTED, server) == {started}
 
-    workers = wait_until(loaded, timeout=20, what="the worker to load the app")
-    answered = http_get(f"http://127.0.0.1:{port}/pid/", timeout=5)
-    assert answered is not None and int(answered) in workers
-    # request_started starts the scheduler before the view runs: it has started once the answer is here.
-    assert server.started_pids() == [int(answered)], server.tail()
+
+@pytest.mark.parametrize("preload", [False, True], ids=["no-preload", "preload"])
+def test_gunicorn_workers_with_autostart_off_each_say_so_and_run_no_scheduler(site: Site, preload: bool) -> None:
+    server, _ = gunicorn(site, preload=preload, FLEET_AUTOSTART="0")
+
+    workers = wait_until(lambda: len(found := pids(BOOTED, server)) == 2 and found, timeout=20,
+                         what="both workers to boot")
+    wait_until(lambda: pids(AUTOSTART_OFF, server) == workers, timeout=10, what="each worker to say why")
+
+    def none_runs() -> None:
+        assert server.started_pids() == [] and site.bodies() == []
+
+    holds_for(none_runs, seconds=1.5)  # over a tick
+    assert len(re.findall(AUTOSTART_OFF, server.text())) == 2, server.tail()  # once each, the master never
 
 
 def test_gunicorn_stops_cleanly_on_sigterm(site: Site) -> None:
-    server, _ = gunicorn(site, preload=True, eager=True)
-    wait_until(lambda: len(server.started_pids()) >= 2, timeout=20, what="both workers to start a scheduler")
+    server, _ = gunicorn(site, preload=True)
+    wait_for_schedulers(server, 2, "both workers to start a scheduler")
     server.signal_group(signal.SIGTERM)  # as a supervisor would: master and workers
     assert server.wait_exit(timeout=20) == 0, server.tail()
     assert "Traceback" not in server.text(), server.tail()

@@ -77,6 +77,41 @@ def test_bad_store_names_the_key_and_the_value(value: object) -> None:
     assert "MUTEXCRON['STORE']" in message and repr(value) in message
 
 
+@pytest.mark.parametrize(("value", "meant"), [("djnago", '"django"'), ("Django", '"django"'),
+                                              ("djnago://default", '"django://…"'), ("rdis://127.0.0.1:6379/0",
+                                              '"redis://…"'), ("redis", '"redis://…"'), ("mongo://db", '"mongodb://…"')])
+def test_a_mistyped_store_names_the_valid_values_and_the_closest_one(value: str, meant: str) -> None:
+    """Reading the setting refuses a value that is no URL; a URL of an unknown scheme fails where the store is
+    built (``AppConfig.ready()`` builds it once, connecting to nothing)."""
+    if "://" in value:
+        with pytest.raises(ImproperlyConfigured) as raised:
+            read(STORE=value).build_store()
+        message = str(raised.value)
+    else:
+        message = problem({"STORE": value})
+
+    assert "MUTEXCRON['STORE']" in message and repr(value) in message
+    assert all(valid in message for valid in ("django", "redis", "mongodb", "memory", "dotted path")), message
+    assert message.endswith(f"did you mean {meant}?"), message
+
+
+def test_a_store_like_nothing_valid_names_the_valid_values_and_suggests_none() -> None:
+    message = problem({"STORE": "etcd"})
+
+    assert '"django"' in message and "redis://" in message and "did you mean" not in message
+
+
+@pytest.mark.parametrize(("key", "value", "meant"), [("BACKEND", "djnago", '"django"'),
+                                                     ("BACKEND", "reddis://127.0.0.1/0", '"redis://…"'),
+                                                     ("CANCEL_STORE", "djnago", '"django"')])
+def test_a_mistyped_task_backend_or_cancel_store_suggests_the_closest_value(key: str, value: str, meant: str) -> None:
+    tasks = {"BACKEND": "amqp://guest:guest@127.0.0.1:5672/", key: value}
+    message = problem({"TASKS": tasks})
+
+    assert f"MUTEXCRON['TASKS'][{key!r}]" in message and repr(value) in message and '"django"' in message
+    assert message.endswith(f"did you mean {meant}?"), message
+
+
 @pytest.mark.parametrize("value", ["yes", 1, None], ids=repr)
 def test_autostart_not_a_bool_names_the_key_and_the_value(value: object) -> None:
     message = problem({"AUTOSTART": value})

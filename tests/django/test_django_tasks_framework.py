@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -29,7 +30,7 @@ from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.test import override_settings
 
 import mutexcron_django.tasks as mutexcron_tasks
-from mutexcron.tasks import TaskQueue, TaskStatus
+from mutexcron.tasks import Handler, HandlerRegistry, TaskQueue, TaskStatus
 from mutexcron_django.tasks import (
     TASK_TYPE,
     MutexcronTaskBackend,
@@ -313,6 +314,53 @@ def test_a_task_that_raises_fails_with_its_exception_class_and_traceback(worker:
         assert error.traceback.rstrip().endswith("ValueError: boom")
 
 
+def test_a_task_that_raises_keyboard_interrupt_fails_and_the_worker_runs_the_next_task(worker: TaskQueue) -> None:
+    interrupted = finished(djtasks.interrupt.enqueue())
+    after = finished(djtasks.add.enqueue(2, 3))
+
+    assert interrupted.status == TaskResultStatus.FAILED
+    assert interrupted.errors[0].exception_class is KeyboardInterrupt
+    assert after.status == TaskResultStatus.SUCCESSFUL and worker.worker_alive
+
+
+def test_a_task_claimed_but_not_yet_begun_is_ready_so_a_running_result_always_has_its_start(
+        configured: None, queue_url: str) -> None:
+    """Between a worker's claim (the queue's status RUNNING) and the write that stamps the start, the result is
+    READY with no started_at; from that write on it is RUNNING with its started_at."""
+    from mutexcron_django.tasks.backend import run_django_task
+
+    claimed, go = threading.Event(), threading.Event()
+    seen_running: list[Any] = []
+
+    def begin_late(payload: Any) -> None:  # the worker has claimed the task and not begun it yet
+        claimed.set()
+        go.wait(10)
+        run_django_task(payload)
+
+    handlers = HandlerRegistry()
+    handlers.add(Handler(TASK_TYPE, begin_late, max_attempts=1))
+    with TaskQueue(queue_url, handlers=handlers) as late_worker:
+        late_worker.start([TASK_TYPE])
+        result = djtasks.add.enqueue(1, 2)
+        assert claimed.wait(10)
+        assert get_task_queue().status(result.id) == TaskStatus.RUNNING
+        result.refresh()
+        assert (result.status, result.started_at) == (TaskResultStatus.READY, None)
+
+        def running(sender: Any, task_result: Any, **_: Any) -> None:
+            seen_running.append(task_backends["default"].get_result(task_result.id))
+
+        task_started.connect(running)
+        try:
+            go.set()
+            finished(result)
+        finally:
+            task_started.disconnect(running)
+    (during,) = seen_running
+    assert during.status == TaskResultStatus.RUNNING and during.started_at is not None
+    assert result.started_at == during.started_at
+
+
 def test_a_failed_task_retried_runs_again_and_keeps_every_attempts_error(worker: TaskQueue) -> None:
     result = finished(djtasks.explode.enqueue("again"))
 
@@ -396,7 +444,7 @@ def test_get_result_of_an_unknown_id_raises_does_not_exist() -> None:
 
 @pytest.mark.usefixtures("on_redis")
 def test_get_result_of_a_task_that_is_not_a_django_task_raises_does_not_exist() -> None:
-    other = get_task_queue().schedule("handlerapp.echo", {"n": 1}, delay=timedelta(hours=1))
+    other = get_task_queue().schedule("handlerapp.echo", {"n": 1}, delay=timedelta(hours=1), require_handler=False)
 
     with pytest.raises(TaskResultDoesNotExist):
         task_backends["default"].get_result(other)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -11,13 +12,15 @@ from mutexcron import Registry, Scheduler, mutex_cron
 from mutexcron.cron import CronTrigger
 from mutexcron.ops.alerts import job_problems
 from mutexcron.records import JobContext, Outcome, RunRecord
+from tests.support import wait_until
 
 TICK = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
 
 
 def _run(body: object, **options: object) -> tuple[RunRecord, Scheduler]:
     registry = Registry()
-    mutex_cron("* * * * * *", name="limited", registry=registry, lease=5, timeout=0.2, **options)(body)
+    options = {"lease": 5, "timeout": 0.2, **options}
+    mutex_cron("* * * * * *", name="limited", registry=registry, **options)(body)
     scheduler = Scheduler("memory://", registry=registry, instance_id="here")
     try:
         return scheduler.run_tick("limited", TICK), scheduler
@@ -80,3 +83,35 @@ def test_a_timed_out_run_is_counted_by_its_outcome_in_the_metrics() -> None:
     finally:
         scheduler.shutdown()
     assert counted() == before + 1
+
+
+IGNORES = "ignores ctx.cancelled"
+
+
+def test_a_renewal_due_at_the_timeout_instant_is_made_without_calling_the_body_deaf(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """lease=3 s, timeout=1 s: the first renewal (lease / 3) falls due at the very instant of the timeout. The body
+    is told to stop then and has had no time to: the lock is renewed, and no "ignores ctx.cancelled" error."""
+    with caplog.at_level(logging.WARNING, logger="mutexcron.scheduler"):
+        record, _ = _run(lambda ctx: ctx.cancelled.wait(10), lease=3, timeout=1)
+    assert record.outcome is Outcome.TIMED_OUT
+    assert [r.getMessage() for r in caplog.records if IGNORES in r.getMessage()] == []
+
+
+def test_a_body_still_running_at_the_renewal_after_its_timeout_is_logged_as_ignoring_the_signal(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The renewal at the timeout instant is made; the next one (a third of the lease later) finds the body still
+    running, and is not: that body ignores ctx.cancelled."""
+    logged = threading.Event()
+
+    def deaf(ctx: JobContext) -> None:
+        ctx.cancelled.wait(10)
+        wait_until(lambda: any(IGNORES in r.getMessage() for r in caplog.records), timeout=10,
+                   what="the error about a body that ignores ctx.cancelled")
+        logged.set()
+
+    with caplog.at_level(logging.WARNING, logger="mutexcron.scheduler"):
+        record, _ = _run(deaf, lease=3, timeout=1)
+    assert logged.is_set() and record.outcome is Outcome.TIMED_OUT
+    (error,) = [r for r in caplog.records if IGNORES in r.getMessage()]
+    assert error.levelno == logging.ERROR and "'limited'" in error.getMessage()

@@ -555,6 +555,34 @@ def test_a_worker_rides_out_a_redis_outage_and_loses_no_task(
         proxy.close()
 
 
+def test_a_worker_started_while_redis_is_down_waits_and_runs_tasks_once_it_returns(
+    redis_server_url: str, redis_prefix: str, recorder: Recorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As the scheduler does: one line when the worker finds Redis down at its start, one when it is back."""
+    task_type = recorder.define()
+    server = urlsplit(redis_server_url)
+    assert server.hostname and server.port, f"the test Redis URL {redis_server_url!r} must name a host and port"
+    proxy = TcpProxy(server.hostname, server.port)
+    through_proxy = urlunsplit(server._replace(netloc=f"127.0.0.1:{proxy.port}", query=f"prefix={redis_prefix}"))
+    worker_queue = TaskQueue(through_proxy, handlers=recorder.handlers)
+    producer = TaskQueue(f"{redis_server_url}?prefix={redis_prefix}", handlers=recorder.handlers)
+    try:
+        with caplog.at_level(logging.INFO, logger="mutexcron.tasks"):
+            proxy.cut()
+            worker_queue.start()
+            wait_until(lambda: "task store unreachable" in caplog.text, timeout=10, what="the outage to be logged")
+            task_id = producer.schedule(task_type, "while down")
+            proxy.restore()
+            recorder.at("while down", timeout=10)
+            wait_until(lambda: producer.status(task_id) == TaskStatus.SUCCEEDED, what="the task to succeed")
+        assert worker_queue.worker_alive
+        assert caplog.text.count("task store unreachable") == 1 and caplog.text.count("reachable again") == 1
+    finally:
+        worker_queue.close()
+        producer.close()
+        proxy.close()
+
+
 # -- speed ----------------------------------------------------------------------------------------------
 
 

@@ -41,9 +41,10 @@ class WorkerBackend:
     env: dict[str, str] = field(default_factory=dict)  # extra environment of the worker processes
 
     def queue(self) -> TaskQueue:
-        """A producer queue in the test process (no handlers needed to schedule, cancel or inspect)."""
+        """A producer queue in the test process: its handlers run in the workers' processes alone
+        (``require_handlers=False``), and it schedules, cancels and inspects."""
         options = {"cancel_store": self.cancel_store} if self.cancel_store else {}
-        return TaskQueue(self.url, **options)
+        return TaskQueue(self.url, require_handlers=False, **options)
 
 
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest], WorkerBackend]] = {

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar, cast
 from ...errors import StoreUnavailable
 from ..handlers import validate_task_type
 from ..model import NewTask, TaskInfo, TaskStatus, UnknownTaskType
+from .outage import WorkerOutage
 
 if TYPE_CHECKING:
     from ..records.base import TaskRecordStore
@@ -200,23 +201,18 @@ class ClaimingConsumer(ABC):
         self.limit = request.prefetch
         self.token = uuid.uuid4().hex[:12]
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{self.token}"
-        self.claimed_once = False
-        self._failures = 0
+        self.outage = WorkerOutage(self.owner)
 
     def store_failed(self, error: StoreUnavailable) -> None:
-        """A claim cycle failed: raise it on the first contact (a wrong URL or a store that is down should
-        be loud), else wait before the next try (exponential, at most 1 s: a worker runs tasks again within a
-        second of the store's return)."""
-        if not self.claimed_once:
-            raise error
-        self._failures += 1
-        pause = min(1.0, 0.1 * 2 ** min(self._failures, 4))
-        logger.warning("task worker %s: %s; trying again in %.1fs", self.owner, error, pause)
+        """A claim cycle failed (the first one too: a worker started while its store is down waits for it, as the
+        scheduler does): log the outage once, and wait before the next try (exponential, at most 1 s: a worker
+        runs tasks again within a second of the store's return) unless ``stop`` is set meanwhile."""
+        pause = min(1.0, 0.1 * 2 ** min(self.outage.failures + 1, 4))
+        self.outage.failed(error, pause)
         self.stop.wait(pause)
 
     def store_answered(self) -> None:
-        self.claimed_once = True
-        self._failures = 0
+        self.outage.answered()
 
     @abstractmethod
     def run(self) -> None:

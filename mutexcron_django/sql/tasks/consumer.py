@@ -179,7 +179,7 @@ class DjangoConsumer(ClaimingConsumer):
                         next_due = self._claim_and_run(heartbeat, claimed_at)
                     self._maybe_prune()
             except StoreUnavailable as error:
-                self.store_failed(error)  # raised at the first contact: a wrong alias, a database down or not migrated
+                self.store_failed(error)  # logged once per outage; a database down when the worker starts too
                 look_first = False
                 continue
             self.store_answered()

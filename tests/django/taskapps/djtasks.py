@@ -52,3 +52,9 @@ async def asleep(seconds: float) -> str:
 def not_json() -> object:
     _record("not_json", None)
     return object()
+
+
+@task
+def interrupt() -> None:
+    _record("interrupt", None)
+    raise KeyboardInterrupt

@@ -8,7 +8,9 @@ through the record store and the link only. See ``docs/rabbitmq.md``.
 from __future__ import annotations
 
 import logging
+import os
 import queue
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +21,7 @@ from ....errors import StoreUnavailable
 from ...model import TaskStatus, decode_trace_context
 from ...records.base import RecordDataError, TaskRecordStore, Verdict
 from ..base import ConsumeRequest, Delivery
+from ..outage import WorkerOutage
 from .connection import BrokerConnection
 from .link import LOST, WAKE, ConsumerLink, LiveLinks
 from .topology import Received, TaskMessage, Undecodable, decode
@@ -54,25 +57,28 @@ class TaskConsumer:
         self._cancelled = request.cancelled
 
     def run(self) -> None:
-        """Until ``request.stop`` is set; a link lost after the first connection is made again with backoff."""
+        """Until ``request.stop`` is set; a link that cannot be made (the broker is down, also when the worker
+        starts) or is lost is made again with backoff, the outage logged once."""
         handle, stop = self._request.handle, self._request.stop
         backoff = _RECONNECT_BACKOFF[0]
-        connected_once = False
+        outage = WorkerOutage(f"{socket.gethostname()}:{os.getpid()}")
         while not stop.is_set():
             link = ConsumerLink(self.broker, self.types, self.prefetch, self.heartbeat)
             self._links.add(link)
             started = time.monotonic()
             try:
                 link.open()
-                connected_once = True
+                outage.answered()
                 self._serve(link, handle, stop)
                 return
             except StoreUnavailable as error:
-                if not (connected_once or link.connected):
-                    raise  # a wrong URL, or a broker that is down when the worker starts: say so
-                # Also a set-up that failed after connecting: RabbitMQ 3.10 closes a channel that consumes from
-                # a quorum queue declared a moment before by another worker, before its Raft server is up.
-                logger.warning("task consumer: %s; reconnecting in %.1f s", error, backoff)
+                if link.connected:
+                    # A link lost, or a set-up that failed after connecting: RabbitMQ 3.10 closes a channel that
+                    # consumes from a quorum queue declared a moment before by another worker, before its Raft
+                    # server is up.
+                    logger.warning("task consumer: %s; reconnecting in %.1f s", error, backoff)
+                else:  # the broker cannot be reached: an outage, logged when it begins and when it ends
+                    outage.failed(error, backoff)
             finally:
                 self._links.discard(link)
                 link.close()  # unacked deliveries (prefetched, not started) go back to the queue

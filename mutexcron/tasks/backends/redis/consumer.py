@@ -120,9 +120,9 @@ class RedisConsumer(ClaimingConsumer):
         heartbeat = RedisHeartbeat(self.backend)
         try:
             # Subscribed (confirmed) before the first claim: no wake-up published after it can be missed.
-            with self.backend.errors():
-                self._pubsub = self._new_pubsub()
-                self._subscribe(self._pubsub)
+            self._pubsub = self._subscribed_once_reachable()
+            if self._pubsub is None:
+                return  # stopped while the store was unreachable
             self.backend.warn_of_old_layout(self.types)
             self._loop(self._pubsub, heartbeat)
         finally:
@@ -130,6 +130,23 @@ class RedisConsumer(ClaimingConsumer):
             if self._pubsub is not None:
                 with contextlib.suppress(*REDIS_ERRORS):
                     self._pubsub.close()
+
+    def _subscribed_once_reachable(self) -> Any:
+        """A PubSub subscribed to the wake channels, made as soon as the store answers (None if ``stop`` is set
+        first): a worker started while Redis is down waits for it."""
+        while not self.stop.is_set():
+            pubsub = None
+            try:
+                with self.backend.errors():
+                    pubsub = self._new_pubsub()
+                    self._subscribe(pubsub)
+                return pubsub
+            except StoreUnavailable as error:
+                if pubsub is not None:
+                    with contextlib.suppress(*REDIS_ERRORS):
+                        pubsub.close()
+                self.store_failed(error)
+        return None
 
     def _new_pubsub(self) -> Any:
         """A PubSub of the backend's client (Any: redis-py annotates pubsub() only from 8.2 on)."""
