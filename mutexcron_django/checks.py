@@ -1,13 +1,18 @@
 """System checks: bad job declarations (errors), orphan locks, an unreachable store, a Redis eviction
-policy that may evict mutexcron's keys, overdue or failing jobs and run_on="tasks" leases shorter than the
-workers' visibility timeout (warnings)."""
+policy that may evict mutexcron's keys, overdue or failing jobs, run_on="tasks" leases shorter than the
+workers' visibility timeout and databases that lack mutexcron's migrations (warnings)."""
 
 from __future__ import annotations
 
+import sys
+from types import FrameType
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
+from django.core.management.commands.migrate import Command as MigrateCommand
+from django.db import DatabaseError, connections
+from django.db.migrations.executor import MigrationExecutor
 
 from mutexcron import default_registry
 from mutexcron.errors import ControlNotSupported, DuplicateJobError, MutexcronError
@@ -18,6 +23,10 @@ from mutexcron.tasks.records.base import TaskRecordStore
 from .conf import get_settings
 from .discovery import declaration_errors, declaration_messages
 from .health import health_report
+from .sql.databases import migrate_command
+from .sql.store import DjangoLockStore
+from .sql.tasks.backend import DjangoTaskBackend
+from .sql.tasks.records import DjangoTaskRecords
 
 TAG = "mutexcron"
 
@@ -159,14 +168,97 @@ def check_job_health(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
 
 @register(TAG)
 def check_job_leases_cover_the_visibility_timeout(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
-    """mutexcron.W005: a ``run_on="tasks"`` job whose lease is shorter than ``JOB_VISIBILITY_TIMEOUT``: the task of
-    a worker that died mid-body would come back after a later tick may have taken the lock (and is then not run)."""
+    """mutexcron.W005: a ``run_on="tasks"`` job whose lease is shorter than ``JOB_VISIBILITY_TIMEOUT``, which the
+    workers refuse (docs/run-on-tasks.md): the task of a worker that died mid-body must come back while that worker's
+    lease still keeps the tick, for the worker that gets it to take the tick over (else a later tick may take the
+    lock, and this tick is lost)."""
     visibility = get_settings().tasks.job_visibility_timeout
     return [Warning(
         f"job {job.name!r} runs on tasks with a lease ({job.lease}) shorter than MUTEXCRON['TASKS']"
-        f"['JOB_VISIBILITY_TIMEOUT'] ({visibility})",
-        hint="Give the job a lease of at least the visibility timeout (the lock must outlast a dead worker's task "
-             "until it comes back), or lower JOB_VISIBILITY_TIMEOUT.",
+        f"['JOB_VISIBILITY_TIMEOUT'] ({visibility}): `manage.py mutexcron worker` refuses to start with it",
+        hint="Give the job a lease of at least the visibility timeout (a dead worker's task comes back after the "
+             "visibility timeout, and the lock must still keep its tick then), or lower JOB_VISIBILITY_TIMEOUT.",
         obj=job.name,
         id="mutexcron.W005",
     ) for job in default_registry if job.run_on == "tasks" and job.lease < visibility]
+
+
+# -- W006: a database that lacks mutexcron's migrations ------------------------------------------------------------
+
+APP_LABEL = "mutexcron"
+_checked_by_database_check: list[str] | None = None  # the ``databases`` of the last run of the database check
+
+
+def _databases_in_use() -> set[str]:
+    """The aliases of the databases that hold this app's tables in use: the SQL lock store's and the django:// task
+    backend's and cancel store's (a store object from the settings is not closed here)."""
+    conf = get_settings()
+    aliases: set[str] = set()
+    store = conf.build_store()
+    try:
+        if isinstance(store, DjangoLockStore):
+            aliases.add(store.using)
+    finally:
+        if isinstance(conf.store, str):
+            store.close()
+    if "TASKS" in getattr(settings, "MUTEXCRON", {}) and isinstance(conf.tasks.backend, str):
+        queue = conf.tasks.build_queue()  # connects to nothing until asked
+        try:
+            parts = (queue.backend, queue.backend.record_store)
+            aliases.update(part.using for part in parts if isinstance(part, DjangoTaskBackend | DjangoTaskRecords))
+        finally:
+            queue.close()
+    return aliases
+
+
+def _unapplied_migrations(alias: str) -> list[Warning]:
+    """mutexcron.W006 if database ``alias`` lacks any of mutexcron's migrations (none if it cannot be read)."""
+    try:
+        executor = MigrationExecutor(connections[alias])
+        plan = executor.migration_plan(executor.loader.graph.leaf_nodes(APP_LABEL))
+    except DatabaseError:  # unreachable: W002 says so for the lock store, and every query will
+        return []
+    names = [migration.name for migration, _ in plan if migration.app_label == APP_LABEL]
+    if not names:
+        return []
+    span = names[0] if len(names) == 1 else f"{names[0]} to {names[-1]}"
+    return [Warning(
+        f"database {alias!r} lacks {len(names)} of mutexcron's migrations ({span}): its tables there are missing "
+        "or out of date, so the SQL lock store (every job is skipped as a store error) or django:// task queue in "
+        "it fails until they are migrated",
+        hint=f"Run {migrate_command(alias)}.",
+        obj=alias,
+        id="mutexcron.W006",
+    )]
+
+
+def _running_migrate() -> bool:
+    """Whether the checks run as ``manage.py migrate``'s own: it checks the database it is about to migrate."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if isinstance(frame.f_locals.get("self"), MigrateCommand):
+            return True
+        frame = frame.f_back
+    return False
+
+
+@register(TAG, Tags.database)
+def check_migrations_in_the_database(app_configs: Any = None, databases: Any = None, **kwargs: Any
+                                     ) -> list[Warning]:
+    """mutexcron.W006 for the databases it is given (``check --database``) that hold mutexcron's tables in use.
+    Silent without databases (a plain ``check``) and under ``migrate``, which runs the database checks first."""
+    global _checked_by_database_check
+    _checked_by_database_check = databases
+    if not databases or _running_migrate():
+        return []
+    return [warning for alias in sorted(_databases_in_use() & set(databases))
+            for warning in _unapplied_migrations(alias)]
+
+
+@register(TAG, deploy=True)
+def check_migrations_deploy(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Warning]:
+    """mutexcron.W006 (deploy) for every database that holds mutexcron's tables in use, but those the database
+    check above has just looked at in this same run (``check --deploy --database ...``: it runs first, given the same
+    list; without ``--database``, Django 6 does not run it and Django 5.2 gives it none)."""
+    seen = set(databases or ()) if databases is _checked_by_database_check else set()
+    return [warning for alias in sorted(_databases_in_use() - seen) for warning in _unapplied_migrations(alias)]

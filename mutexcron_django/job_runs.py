@@ -34,5 +34,9 @@ def install(queue: TaskQueue) -> JobRunner:
                        tracing=conf.tracing)
     runner.add_listener(runtime.send_signal, events=("started", "finished"))
     runner.add_listener(runtime.record_history)
-    runner.register(queue, visibility_timeout=conf.tasks.job_visibility_timeout)
+    try:  # SchedulerConfigError for a job whose lease is shorter than JOB_VISIBILITY_TIMEOUT
+        runner.register(queue, visibility_timeout=conf.tasks.job_visibility_timeout)
+    except BaseException:
+        runner.close()
+        raise
     return runner

@@ -18,6 +18,7 @@ class Lock(models.Model):
     lock_until = models.DateTimeField(null=True, blank=True)
     last_fire_time = models.DateTimeField(null=True, blank=True)
     token = models.BigIntegerField(default=0)
+    tick_token = models.BigIntegerField(default=0, help_text="the acquire's token while its run holds the lock")
     deleted = models.BooleanField(default=False, help_text="a tombstone: hidden, keeps its token and last fire")
     # Run-time control by operators (see mutexcron.stores.base.LockState): a pause, a schedule override.
     paused = models.BooleanField(default=False)
@@ -52,7 +53,7 @@ class Lock(models.Model):
         permissions = [
             ("force_unlock_lock", "Can force-unlock a job's lock"),
             ("pause_lock", "Can pause and resume a job"),
-            ("change_schedule", "Can change a job's schedule"),
+            ("retime_lock", "Can re-time a job (override its schedule)"),
         ]
 
     def __str__(self) -> str:
@@ -62,7 +63,8 @@ class Lock(models.Model):
 class Schedule(Lock):
     """A run-time schedule (``Scheduler.add_schedule``): a lock document with a definition. A proxy model, so that
     the admin has its page and Django its permissions (``add_schedule``, ``change_schedule``, ``delete_schedule``,
-    ``view_schedule``); the admin reads and writes the configured store, never this model's rows."""
+    ``view_schedule``: none shares a codename with Lock's); the admin reads and writes the configured store, never
+    this model's rows."""
 
     class Meta:
         proxy = True

@@ -24,7 +24,9 @@ from tests.document_contract import FIRE_1, FIRE_2, LONG, DocumentContract
 from tests.limits_contract import RunLimitsContract
 from tests.pause_contract import PauseContract
 from tests.runtime_schedule_contract import RuntimeScheduleContract
+from tests.stale_schedule_contract import StaleScheduleContract
 from tests.support import wait_until
+from tests.takeover_contract import TakeOverContract
 
 __all__ = ["FIRE_1", "FIRE_2", "LONG", "LockContract", "LockStoreContract"]
 
@@ -288,6 +290,6 @@ class LockContract(AcquireManyContract, ReleaseManyContract, BackfillContract, R
 
 
 class LockStoreContract(LockContract, DocumentContract, FleetControlContract, AlertsContract, CatchUpContract,
-                        RuntimeScheduleContract, PauseContract):
+                        RuntimeScheduleContract, PauseContract, TakeOverContract, StaleScheduleContract):
     """A store with the control plane (memory, Redis, MongoDB, Django ORM): the lock contract, and its documents,
-    operators' actions, alerts, catch-up and run-time schedules."""
+    operators' actions, alerts, catch-up, run-time schedules and runs taken over by task workers."""

@@ -148,11 +148,13 @@ class FleetControlContract:
         assert state.paused and state.paused_by == "alice"
         assert state.schedule == "0 * * * *" and state.schedule_timezone == "Europe/Paris"
 
-    def test_a_deleted_document_keeps_its_pause_when_revived(self) -> None:
+    def test_a_deleted_document_keeps_its_pause_and_a_refused_acquire_leaves_it_deleted(self) -> None:
         self.store.seed(["job"])
         self.store.pause("job")
         self.store.delete("job")
         assert self.acquire(TICK) is AcquireStatus.PAUSED
+        assert self.store.lock("job") is None
+        self.store.seed(["job"])
         assert self.state().paused
 
     def test_control_of_a_name_the_store_does_not_know_returns_none_and_creates_nothing(self) -> None:
@@ -217,10 +219,10 @@ class FleetControlContract:
         assert self.acquire(TICK, version=1) is AcquireStatus.ACQUIRED
         assert self.state().last_fire_time == TICK
 
-    def test_a_manual_acquire_and_one_without_a_version_are_not_checked(self) -> None:
+    def test_an_acquire_without_a_version_is_not_checked(self) -> None:
         self.store.seed(["job"])
         self.store.set_schedule("job", "*/3 * * * * *")
-        assert self.acquire(None, version=0) is AcquireStatus.ACQUIRED
+        assert self.acquire(None, version=None) is AcquireStatus.ACQUIRED
         self.store.force_unlock("job")
         assert self.acquire(TICK, version=None) is AcquireStatus.ACQUIRED
 

@@ -68,8 +68,8 @@ def test_the_public_names_stay_where_they_are() -> None:
 
     assert sorted(mutexcron.tasks.__all__) == [
         "Delivery", "DuplicateTaskHandler", "Handler", "HandlerRegistry", "InvalidTaskType", "NewTask", "PayloadError",
-        "TaskBackend", "TaskError", "TaskHandlerError", "TaskInfo", "TaskQueue", "TaskStatus", "UnknownTaskType",
-        "backend_from_url", "default_handlers", "task_handler",
+        "RetryLater", "TaskBackend", "TaskError", "TaskHandlerError", "TaskInfo", "TaskQueue", "TaskStatus",
+        "UnknownTaskType", "backend_from_url", "default_handlers", "task_handler",
     ]
     assert sorted(mutexcron.tasks.backends.__all__) == [
         "Claim", "ClaimHeartbeat", "ClaimedDelivery", "ClaimingBackend", "ClaimingConsumer", "ConsumeRequest",
@@ -103,7 +103,8 @@ KNOWN_CYCLE_EDGES: set[tuple[str, str]] = set()
 
 # Signatures longer than MAX_PARAMETERS on purpose: the public option lists, each a keyword-only list of options.
 LONG_SIGNATURES = {"mutexcron/registry.py:mutex_cron", "mutexcron/scheduling/scheduler.py:Scheduler.__init__",
-                   "mutexcron/scheduling/scheduler.py:Scheduler.add_schedule"}
+                   "mutexcron/scheduling/scheduler.py:Scheduler.add_schedule",
+                   "mutexcron/tasks/queue.py:TaskQueue.__init__"}
 # Longer than MAX_PARAMETERS for no reason of their own: none (issue 20 shortened the last). Keep it empty: what
 # travels together wants a value of its own.
 KNOWN_LONG_SIGNATURES: set[str] = set()

@@ -1,7 +1,8 @@
 """The scheduler side of ``run_on="tasks"``: the instance that won a tick's lock enqueues the body as one task.
 
-The lock is kept (not released): the task carries the tick and its fencing token, and the worker that runs it
-renews, heartbeats and releases the lock (:mod:`mutexcron.tasks.job_runs`). The task's id comes from the job name
+The lock is kept (not released): the task carries the tick, its token and the schedule version it was fired on, and
+the worker that runs it takes the lock over under a token of its own, heartbeats and releases it
+(:mod:`mutexcron.tasks.job_runs`). The task's id comes from the job name
 and the fire time, so an enqueue that is repeated (a retry after a lost reply) finds the task already there.
 An enqueue that fails releases the lock with the outcome ``failed``.
 """
@@ -87,7 +88,8 @@ class Offload:
         record (the error in it) and False, after which the caller releases the lock."""
         job = fire.job
         task = JobTask(tick_task_id(job.name, fire.time, manual=fire.manual), job.name, fire.time, ctx.token,
-                       catch_up=fire.catch_up, manual=fire.manual, enqueued_by=ctx.instance_id)
+                       catch_up=fire.catch_up, manual=fire.manual, enqueued_by=ctx.instance_id,
+                       schedule_version=fire.version)
         error = None
         try:
             self._enqueue(job, task)

@@ -245,17 +245,21 @@ class Runs:
 
     def _stale(self, fire: Fire, skipped: Callable[[Outcome, str], RunRecord]) -> RunRecord | None:
         """The store's schedule changed since this instance last read it: follow it now, and run the tick
-        if the new schedule (as just read, not this instance's copy) has it too (each tick still once)."""
+        if the new schedule (as just read, not this instance's copy) has it too (each tick still once); a manual
+        run, with the new definition, unless it was removed."""
         job, fire_time = fire.job, fire.time
         try:  # only a store with the control plane changes schedules
             state = require_control(self.store, "follow a schedule change").lock(job.name)
         except StoreUnavailable as error:
             self.health.failed(error)
             return skipped(Outcome.SKIPPED_STORE_ERROR, str(error))
-        current = self.schedules.follow(job, state) if state is not None else None
-        if current is not None and state is not None and self.schedules.trigger_for(current, state).next_after(
-                fire_time - _ONE_MICROSECOND) == fire_time:
+        current = self.schedules.follow(job, state)
+        if current is not None and state is not None and (fire.manual or self.schedules.trigger_for(
+                current, state).next_after(fire_time - _ONE_MICROSECOND) == fire_time):
             return self.execute(dataclasses.replace(fire, job=current, version=state.schedule_version))
+        if current is None and job.runtime:
+            logger.info("job %r fire %s skipped: its run-time schedule was removed", job.name, fire_time.isoformat())
+            return skipped(Outcome.SKIPPED_STALE_SCHEDULE, "the run-time schedule was removed")
         logger.info("job %r fire %s skipped: not a tick of its new schedule", job.name, fire_time.isoformat())
         return skipped(Outcome.SKIPPED_STALE_SCHEDULE, "the schedule changed; this is not a tick of the new one")
 

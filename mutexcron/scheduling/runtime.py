@@ -15,11 +15,21 @@ from typing import TYPE_CHECKING, Any, cast
 from .._options import duration, shown
 from .._options import zone as as_zone
 from ..cron import parse_cron
-from ..errors import CronSpecError, JobDefinitionError, StoreUnavailable, UnknownJobError
+from ..errors import CronSpecError, JobDefinitionError, UnknownJobError
 from ..ops.control import MAX_TEXT, zone_name
-from ..registry import CATCH_UP_POLICIES, Job, Registry, _is_task, validate_job_name
+from ..registry import (
+    CATCH_UP_POLICIES,
+    Job,
+    Registry,
+    _is_task,
+    check_on_busy,
+    failures_in_a_row,
+    run_limit,
+    validate_job_name,
+)
 from ..stores import ControlStore, LockState, LockStore, require_control
 from ..stores.base import MAX_DEFINITION
+from .overlap import check_overlap
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -28,8 +38,8 @@ if TYPE_CHECKING:
     from ..records import JobContext
 
 __all__ = ["MAX_DEFINITION", "RUN_ON", "RuntimeCall", "RuntimeSchedules", "ScheduleDefinition", "add",
-           "checked_definition", "hide_removed", "lease_of", "remove", "stored", "target_key", "with_stored",
-           "zone_of"]
+           "checked_definition", "lease_of", "remove", "run_options", "stored", "target_key",
+           "with_stored", "zone_of"]
 
 logger = logging.getLogger("mutexcron.scheduler")
 
@@ -39,7 +49,9 @@ DEFAULT_LEASE = timedelta(minutes=10)
 
 @dataclass(frozen=True)
 class ScheduleDefinition:
-    """What a run-time schedule runs and when: the target's name, its JSON kwargs and the job's options."""
+    """What a run-time schedule runs and when: the target's name, its JSON kwargs and the job's options (some of
+    :func:`~mutexcron.mutex_cron`'s: zone, lease, catch-up, where it runs, timeout, start deadline, busy policy and
+    pause on failure)."""
 
     target: str
     spec: str
@@ -48,22 +60,34 @@ class ScheduleDefinition:
     lease: timedelta = DEFAULT_LEASE
     catch_up: str = "skip"
     run_on: str = "here"
+    timeout: timedelta | None = None
+    start_deadline: timedelta | None = None
+    on_busy: str = "skip"
+    pause_on_failure: int | None = None  # None: never
+
+    def as_dict(self) -> dict[str, Any]:
+        """The definition as its JSON object holds it (durations in seconds, None for none)."""
+        return {"target": self.target, "spec": self.spec, "kwargs": self.kwargs, "timezone": self.timezone,
+                "lease": self.lease.total_seconds(), "catch_up": self.catch_up, "run_on": self.run_on,
+                "timeout": _seconds(self.timeout), "start_deadline": _seconds(self.start_deadline),
+                "on_busy": self.on_busy, "pause_on_failure": self.pause_on_failure}
 
     def to_json(self) -> str:
-        return json.dumps({"target": self.target, "spec": self.spec, "kwargs": self.kwargs, "timezone": self.timezone,
-                           "lease": self.lease.total_seconds(), "catch_up": self.catch_up, "run_on": self.run_on},
-                          allow_nan=False, sort_keys=True, separators=(",", ":"))
+        return json.dumps(self.as_dict(), allow_nan=False, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> ScheduleDefinition:
-        """The definition in ``text``; ValueError if it is not one (a store's document edited by hand)."""
+        """The definition in ``text``; ValueError if it is not one (a store's document edited by hand). A key it
+        lacks (a definition stored by an older release) takes its default."""
         data = json.loads(text)
         if not isinstance(data, dict) or not isinstance(data.get("target"), str) or not isinstance(
                 data.get("spec"), str) or not isinstance(data.get("kwargs", {}), dict):
             raise ValueError(f"not a schedule definition: {text[:200]!r}")
         return cls(data["target"], data["spec"], data.get("kwargs", {}), data.get("timezone"),
                    timedelta(seconds=float(data.get("lease", DEFAULT_LEASE.total_seconds()))),
-                   str(data.get("catch_up", "skip")), str(data.get("run_on", "here")))
+                   str(data.get("catch_up", "skip")), str(data.get("run_on", "here")),
+                   _duration(data.get("timeout")), _duration(data.get("start_deadline")),
+                   str(data.get("on_busy", "skip")), data.get("pause_on_failure"))
 
     def job(self, name: str, registry: Registry) -> Job:
         """The job this definition makes under ``name``, calling the target allowed in ``registry``; every
@@ -81,10 +105,38 @@ class ScheduleDefinition:
             raise JobDefinitionError(f"{what}: catch_up must be one of {CATCH_UP_POLICIES}, not {self.catch_up!r}")
         if self.run_on not in RUN_ON:
             raise JobDefinitionError(f"{what}: run_on must be one of {RUN_ON}, not {self.run_on!r}")
+        options = run_options(name, self.timeout, self.start_deadline, self.on_busy, self.pause_on_failure)
         call = RuntimeCall(self.target, func, self.kwargs)
         call.check(what)
-        return Job(name, call, spec, lease, timedelta(0), tz, "skip", True, self.catch_up,  # type: ignore[arg-type]
-                   runtime=True, run_on=self.run_on)  # type: ignore[arg-type]
+        return Job(name, call, spec, lease, timedelta(0), tz, options["on_busy"], True,
+                   self.catch_up, runtime=True, run_on=self.run_on,  # type: ignore[arg-type]
+                   timeout=options["timeout"], start_deadline=options["start_deadline"],
+                   pause_on_failure=options["pause_on_failure"])
+
+
+def run_options(name: str, timeout: object, start_deadline: object, on_busy: object,
+                pause_on_failure: object) -> dict[str, Any]:
+    """The run options of schedule ``name`` (ScheduleDefinition's fields), checked by the rules and with the errors
+    of :func:`~mutexcron.mutex_cron`: timeouts as timedeltas, ``pause_on_failure=False`` as None."""
+    return {"timeout": run_limit(timeout, name, "timeout"),
+            "start_deadline": run_limit(start_deadline, name, "start_deadline"),
+            "on_busy": check_on_busy(on_busy, name), "pause_on_failure": failures_in_a_row(pause_on_failure, name)}
+
+
+def _seconds(value: timedelta | None) -> float | None:
+    return None if value is None else value.total_seconds()
+
+
+def _duration(seconds: object) -> timedelta | None:
+    """A stored duration (seconds, or null) as a timedelta; ValueError if it is neither."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise ValueError(f"not a number of seconds: {shown(seconds)}")
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise ValueError(f"not a number of seconds: {shown(seconds)}") from None
 
 
 class RuntimeCall:
@@ -160,6 +212,7 @@ class RuntimeSchedules:
     def __init__(self, jobs: Registry) -> None:
         self.jobs = jobs
         self._texts: dict[str, str] = {}  # name -> the definition its Job was built from
+        self._versions: dict[str, int] = {}  # name -> the schedule version of that definition
         self._broken: set[tuple[str, str]] = set()  # (name, definition) already logged as unusable
 
     def job_from(self, state: LockState) -> Job | None:
@@ -199,6 +252,7 @@ class RuntimeSchedules:
             self.jobs.remove(state.name)  # a redefinition may call another target: not a duplicate
             self.jobs.add(job)
             self._texts[state.name] = state.definition
+            self._versions[state.name] = state.schedule_version
         return job
 
     def known(self, name: str, store: LockStore) -> Job:
@@ -210,8 +264,20 @@ class RuntimeSchedules:
                 self.put(state)
         return self.jobs.get(name)
 
+    def current(self, job: Job, state: LockState | None, dropped: Callable[[str], None]) -> Job | None:
+        """``job`` as ``state`` defines it now: a declared job as it is, a run-time schedule redefined rebuilt, one
+        removed (or with no visible document: None) forgotten here and ``dropped(name)``; None if it is gone."""
+        if not job.runtime:
+            return job if state is not None else None
+        if state is not None and state.definition is not None:
+            return self.put(state)
+        if self.drop(job.name):
+            dropped(job.name)
+        return None
+
     def drop(self, name: str) -> bool:
         """Forget a run-time schedule; True if this instance had it."""
+        self._versions.pop(name, None)
         if self._texts.pop(name, None) is None:
             return False
         self.jobs.remove(name)
@@ -219,6 +285,10 @@ class RuntimeSchedules:
 
     def names(self) -> list[str]:
         return sorted(self._texts)
+
+    def version(self, name: str) -> int | None:
+        """The schedule version of run-time schedule ``name`` as this instance built it (None: not one)."""
+        return self._versions.get(name)
 
 
 def with_stored(registry: Registry, states: dict[str, LockState]) -> Registry:
@@ -258,6 +328,7 @@ def add(store: LockStore, jobs: Registry, name: str, definition: ScheduleDefinit
     """Check ``definition`` and store it on ``name``'s lock document (:meth:`ControlStore.define`)."""
     control = require_control(store, "add a run-time schedule")
     text = checked_definition(name, definition, jobs)
+    check_overlap(store, [definition.job(name, jobs)])  # on_busy buffer_one or replace: the store keeps the slot
     if by is not None and (not isinstance(by, str) or len(by) > MAX_TEXT):
         raise JobDefinitionError(f"schedule {name!r}: by must be a string of at most {MAX_TEXT} characters, "
                                  f"not {shown(by)}")
@@ -289,12 +360,3 @@ def stored(store: LockStore) -> list[LockState]:
     """The run-time schedules ``store`` holds, sorted by name."""
     return [state for state in require_control(store, "list run-time schedules").locks()
             if state.definition is not None]
-
-
-def hide_removed(store: LockStore, state: LockState) -> None:
-    """Hide again a removed schedule's document that a late acquire revived (best effort: it runs nothing)."""
-    if isinstance(store, ControlStore) and state.definition is None:
-        try:
-            store.delete(state.name)
-        except StoreUnavailable:
-            logger.debug("run-time schedule %r: its revived lock stays visible until deleted", state.name)

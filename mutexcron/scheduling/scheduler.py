@@ -13,7 +13,7 @@ from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from ..errors import LockBusy, SchedulerConfigError, StoreUnavailable
+from ..errors import LockBusy, SchedulerConfigError, StoreUnavailable, UnknownJobError
 from ..listeners import Listener, Listeners
 from ..ops import control
 from ..ops.alerts import Alerts
@@ -22,7 +22,7 @@ from ..ops.health import StoreHealth
 from ..ops.heartbeats import Heartbeats
 from ..ops.pings import PING_TIMEOUT, Pings
 from ..records import Outcome, RunRecord
-from ..registry import BUSY_POLICIES, BusyPolicy, CatchUp, Job, Registry
+from ..registry import BusyPolicy, CatchUp, Job, Registry, check_on_busy
 from ..stores import LockState, LockStore, store_from_url, supports_control
 from ..telemetry import build_telemetry
 from . import runtime
@@ -101,7 +101,8 @@ class Scheduler:
         self._listeners = Listeners()
         self._life = self._new_generation()
         self._aps: BackgroundScheduler | None = None
-        self._schedules = Schedules(options.timezone, options.clock_skew, resolve=self._current_job)
+        self._schedules = Schedules(options.timezone, options.clock_skew,
+                                    resolve=lambda job, state: self._runtime.current(job, state, self._schedules.drop))
         # Ticks are missed while the store is away: catch them up once it is back.
         self._health = StoreHealth(on_down=lambda: self._catch_ups.mark(self._catching_up_jobs()),
                                    on_back=lambda: self._start_catch_up(self._life) if self._aps else None)
@@ -164,9 +165,7 @@ class Scheduler:
         life.sync.start()
         self._start_catch_up(life)
         self._check_alerts(states)
-        logger.info(
-            "mutexcron scheduler %s started with %d job(s) on %r", self.instance_id, len(jobs), self.store
-        )
+        logger.info("mutexcron scheduler %s started with %d job(s) on %r", self.instance_id, len(jobs), self.store)
         if not supports_control(self.store):
             logger.info("lock store %r has no control plane (mutexcron.stores.ControlStore): every tick runs once, "
                         "without pauses, schedule overrides, catch-up or alerts", self.store)
@@ -217,10 +216,11 @@ class Scheduler:
         """
         job = self._runtime.known(name, self.store)
         if on_busy is not None and on_busy != job.on_busy:
-            if on_busy not in BUSY_POLICIES:
-                raise ValueError(f"on_busy must be one of {BUSY_POLICIES}, not {on_busy!r}")
-            job = dataclasses.replace(job, on_busy=on_busy)
-        record = self._execute_now(job, _utc_now(), manual=True)
+            job = dataclasses.replace(job, on_busy=check_on_busy(on_busy, name))
+        # A run-time schedule's run is checked against the store's definition in the acquire itself.
+        record = self._execute_now(job, _utc_now(), manual=True, version=self._runtime.version(name))
+        if job.runtime and record.outcome is Outcome.SKIPPED_STALE_SCHEDULE and name not in self._runtime.names():
+            raise UnknownJobError(f"no job named {name!r}: its run-time schedule was removed from the store")
         if record.outcome is Outcome.SKIPPED_BUSY and job.on_busy == "raise":
             raise LockBusy(name, record)
         return record
@@ -230,8 +230,9 @@ class Scheduler:
         the trigger would: it runs only if no instance ran that tick. For tests and tooling."""
         if fire_time.tzinfo is None:
             raise ValueError(f"fire_time={fire_time!r} is naive; pass an aware datetime")
-        return self._execute_now(self._runtime.known(name, self.store), fire_time.astimezone(UTC), manual=False,
-                                 version=self._schedules.version(name))
+        job, version = self._runtime.known(name, self.store), self._schedules.version(name)
+        return self._execute_now(job, fire_time.astimezone(UTC), manual=False,  # not fired on yet: the definition's
+                                 version=self._runtime.version(name) if version is None else version)
 
     def backfill(self, name: str, start: datetime, end: datetime, *, by: str | None = None) -> int:
         """Run each tick of job ``name``'s schedule (an operator's override counts) from the aware ``start``
@@ -240,9 +241,9 @@ class Scheduler:
 
         Each runs under the job's lock (waiting for a scheduled run that holds it), with ``fire_time`` the tick
         and ``backfill=True``. The same range run again runs only the ticks no backfill of it took. It stops
-        early, logged, once the job is paused. :class:`JobDefinitionError` for a naive time, ``end <= start`` or
-        more than 10,000 ticks; :class:`UnknownJobError`; StoreUnavailable once the store cannot be reached.
-        """
+        early, logged, once the job is paused. :class:`JobDefinitionError` for a naive time, ``end <= start``, an
+        ``end`` after the store's now or over 10,000 ticks; :class:`UnknownJobError`; StoreUnavailable once the
+        store cannot be reached."""
         job = self._runtime.known(name, self.store)
         with self._entered() as life:
             return run_backfill(self._runs, life, job, start, end, by)
@@ -281,21 +282,23 @@ class Scheduler:
     def add_schedule(self, name: str, spec: str, target: str | Callable[..., Any], *,
                      kwargs: dict[str, Any] | None = None, timezone: str | tzinfo | None = None,
                      lease: timedelta | float = DEFAULT_LEASE, catch_up: CatchUp = "skip", run_on: str = "here",
-                     by: str | None = None) -> LockState:
-        """Store a schedule that calls the allowed ``target`` (its name, or the function) with the JSON ``kwargs``
-        at ``spec``: every running instance fires it within ``sync_interval``, as a declared job. Adding a name
-        again redefines it. :class:`JobDefinitionError` names a bad field or value, and nothing is stored."""
+                     timeout: timedelta | float | None = None, start_deadline: timedelta | float | None = None,
+                     on_busy: BusyPolicy = "skip", pause_on_failure: int | bool = False, by: str | None = None,
+                     ) -> LockState:
+        """Store a schedule that calls the allowed ``target`` (its name, or the function) with the JSON ``kwargs`` at
+        ``spec``: every running instance fires it within ``sync_interval`` as a declared job with these options (as
+        :func:`mutex_cron` checks them). Adding a name again redefines it. A bad field or value: JobDefinitionError."""
         definition = ScheduleDefinition(
             runtime.target_key(target, self.jobs, name), spec, {} if kwargs is None else kwargs,
-            runtime.zone_of(timezone, name), runtime.lease_of(lease, name), catch_up, run_on)
+            runtime.zone_of(timezone, name), runtime.lease_of(lease, name), catch_up, run_on,
+            **runtime.run_options(name, timeout, start_deadline, on_busy, pause_on_failure))
         state = runtime.add(self.store, self.jobs, name, definition, by=by)
         self._follow(state)
         return state
 
     def remove_schedule(self, name: str, *, by: str | None = None) -> LockState:
         """Remove run-time schedule ``name`` on every instance: no tick of it starts after this returns (a running
-        body finishes and releases). Returns its document as left (hidden). :class:`UnknownJobError` if the store
-        has no such schedule."""
+        body finishes and releases). Returns its document, hidden; :class:`UnknownJobError` if the store has none."""
         state = runtime.remove(self.store, self.jobs, name, by=by)
         if self._runtime.drop(name):
             self._schedules.drop(name)
@@ -382,18 +385,6 @@ class Scheduler:
                 self._start_catch_up(self._life, [job])
         elif self._aps is not None and state.name in self.jobs:
             self._schedules.apply(self.jobs.get(state.name), state)
-
-    def _current_job(self, job: Job, state: LockState) -> Job | None:
-        """``job`` as ``state`` defines it now: a run-time schedule redefined is rebuilt, one removed is dropped
-        here (and its document, revived by this instance's late acquire, hidden again); None if it is gone."""
-        if not job.runtime:
-            return job
-        if state.definition is not None:
-            return self._runtime.put(state)
-        if self._runtime.drop(job.name):
-            self._schedules.drop(job.name)
-        runtime.hide_removed(self.store, state)
-        return None
 
     def _catching_up_jobs(self) -> list[str]:
         """The jobs that catch up missed ticks: none on a store without the control plane (no last fire to read)."""

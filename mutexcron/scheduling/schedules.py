@@ -36,7 +36,7 @@ class Schedules:
     never built has no version: its run_tick() is not checked)."""
 
     def __init__(self, timezone: tzinfo, clock_skew: timedelta,
-                 resolve: Callable[[Job, LockState], Job | None] = lambda job, state: job) -> None:
+                 resolve: Callable[[Job, LockState | None], Job | None] = lambda job, state: job) -> None:
         self.timezone, self.clock_skew = timezone, clock_skew
         self._resolve = resolve  # a job as a document defines it now (a run-time schedule's; None: removed)
         self._lock = threading.Lock()
@@ -77,11 +77,11 @@ class Schedules:
         this instance's copy may be a sync behind or ahead of it)."""
         return self._effective(job, state)
 
-    def follow(self, job: Job, state: LockState) -> Job | None:
+    def follow(self, job: Job, state: LockState | None) -> Job | None:
         """After a stale refusal: ``job`` as ``state`` defines it, fired on by its version whatever this instance
-        had; None if ``state`` removed it (a run-time schedule)."""
+        had; None if ``state`` removed it (a run-time schedule) or there is no visible document (None)."""
         current = self._resolve(job, state)
-        if current is not None:
+        if current is not None and state is not None:
             self.apply(current, state, force=True)  # the store's word, even if its version went down
         return current
 

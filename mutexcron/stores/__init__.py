@@ -25,9 +25,11 @@ from .base import (
     OverlapStore,
     ReleaseRequest,
     Renewal,
+    TakeOverStore,
     require_control,
     supports_control,
     supports_overlap,
+    supports_take_over,
 )
 from .memory import MemoryLockStore
 
@@ -50,10 +52,12 @@ __all__ = [
     "RedisLockStore",
     "ReleaseRequest",
     "Renewal",
+    "TakeOverStore",
     "require_control",
     "store_from_url",
     "supports_control",
     "supports_overlap",
+    "supports_take_over",
 ]
 
 # scheme -> dotted path of the store class (imported on first use); other packages add theirs (mutexcron.plugins)

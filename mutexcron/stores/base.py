@@ -34,9 +34,9 @@ from .values import (
 
 __all__ = ["FAILING", "MAX_DEFINITION", "MAX_ERROR_LINE", "MAX_INCIDENT", "MAX_PAUSE_NOTE", "OUTCOMES",
            "AcquireRequest", "AcquireStatus", "Acquisition", "ControlStore", "LockState", "LockStore", "OverlapStore",
-           "ReleaseRequest", "Renewal", "check_definition", "check_incident", "check_outcome", "check_pause_note",
-           "datetime_to_ms", "duration_ms", "ms_to_datetime", "require_control", "supports_control",
-           "supports_overlap"]
+           "ReleaseRequest", "Renewal", "TakeOverStore", "check_definition", "check_incident", "check_outcome",
+           "check_pause_note", "datetime_to_ms", "duration_ms", "ms_to_datetime", "require_control", "supports_control",
+           "supports_overlap", "supports_take_over"]
 
 datetime_to_ms = epoch_ms  # the stores' name for it (Redis keeps times as epoch milliseconds)
 
@@ -53,6 +53,9 @@ class LockState:
     lock_until: datetime | None
     last_fire_time: datetime | None
     token: int
+    # The token of the acquire whose run holds the lock, kept when a task worker takes the run over (token then
+    # grows, tick_token stays); 0 once released. TakeOverStore.take_over needs it to tell that run from any other.
+    tick_token: int = 0
     paused: bool = False  # set by pause(), cleared by resume(); see is_paused() for ``until``
     paused_at: datetime | None = None  # when pause() was last called (store clock)
     paused_until: datetime | None = None  # the pause ends by itself then (None: until resume())
@@ -156,11 +159,13 @@ class LockStore(ABC):
                 schedule_version: int | None = None) -> Acquisition:
         """Take the lock if it is free (or its lease ran out) and, when ``fire_time`` is given, only if no
         fire at or after ``fire_time`` took it before. ``fire_time=None`` is a manual run: it neither
-        checks nor moves the last fire time. A missing document is created, a deleted one revived.
+        checks nor moves the last fire time. A missing document is created; a deleted one is revived by an
+        acquire that takes it.
 
         Refused, in this order: PAUSED while :meth:`LockState.is_paused` on the store's clock (any run);
-        STALE_SCHEDULE when ``schedule_version`` is given with a ``fire_time`` and differs from the
-        document's; then ALREADY_RAN and BUSY as above. A refusal changes nothing. A store without a control
+        STALE_SCHEDULE when ``schedule_version`` is given (a manual run too: a run-time schedule's) and differs
+        from the document's, a deleted one's included (a removed run-time schedule); then ALREADY_RAN and BUSY as
+        above. A refusal changes nothing (a deleted document stays deleted). A store without a control
         plane has no pauses and no schedule versions: it ignores ``schedule_version`` and answers only
         ACQUIRED, ALREADY_RAN and BUSY."""
 
@@ -337,6 +342,35 @@ class OverlapStore(ABC):
     def renew_watching(self, name: str, *, token: int, lease: timedelta) -> Renewal:
         """:meth:`LockStore.renew`, also saying (STOP) whether a ``claim_next(replace=True)`` asked the holder of
         ``token`` to stop."""
+
+
+class TakeOverStore(ABC):
+    """A run handed to a task worker (``run_on="tasks"``): the worker takes the lock over under a token of its own,
+    so that a worker that stalled and lost the run can neither renew nor release it (docs/run-on-tasks.md).
+
+    A store with it writes ``tick_token`` (:class:`LockState`): every acquire sets it to its new token, every
+    release and force-unlock clears it (0)."""
+
+    @abstractmethod
+    def take_over(self, name: str, *, tick_token: int, owner: str, lease: timedelta,
+                  schedule_version: int | None = None) -> Acquisition:
+        """Hand the run that the acquire of ``tick_token`` began to ``owner``, in one atomic step on the store's
+        clock: a new token (the document's + 1; ``tick_token`` kept), ``locked_by`` = ``owner``, a lease of
+        ``lease`` from now. Taken when the document's ``tick_token`` is ``tick_token`` and either its token still is
+        ``tick_token`` (the acquirer handed it on, lease live or not) or the lease of the holder that took it over
+        ran out (that holder died or stalled).
+
+        Refused, in this order: ALREADY_RAN when the document's ``tick_token`` is another (the run was released,
+        force-unlocked, or the lock taken by another run since), or there is no visible document; PAUSED while
+        paused; STALE_SCHEDULE when ``schedule_version`` is given and differs from the document's; BUSY while
+        another taker's lease is live (``holder`` names it). A PAUSED or STALE_SCHEDULE refusal of a run no one
+        took over yet also releases it unrun, so that the job is not held until the lease runs out; any other
+        refusal changes nothing."""
+
+
+def supports_take_over(store: LockStore) -> bool:
+    """True if ``store`` can hand a run to a task worker: it is a :class:`TakeOverStore`."""
+    return isinstance(store, TakeOverStore)
 
 
 def supports_overlap(store: LockStore) -> bool:

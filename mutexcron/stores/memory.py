@@ -15,6 +15,7 @@ from .base import (
     LockStore,
     OverlapStore,
     Renewal,
+    TakeOverStore,
     check_definition,
     check_incident,
     check_outcome,
@@ -28,7 +29,14 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class MemoryLockStore(LockStore, ControlStore, OverlapStore):
+def _reserved(state: LockState, lease: timedelta, now: datetime) -> bool:
+    """A run a task worker took over and never released is kept for its tick's retry until ``lease`` after its
+    lease ran out: an acquire with ``lease`` finds it busy (TakeOverStore)."""
+    return (state.locked and state.tick_token not in (0, state.token) and state.lock_until is not None
+            and state.lock_until + lease > now)
+
+
+class MemoryLockStore(LockStore, ControlStore, OverlapStore, TakeOverStore):
     """Locks in a dict guarded by a mutex. ``clock`` replaces the store's clock (tests move time by hand).
 
     A deleted lock stays in the dict as a tombstone (its name in ``_deleted``), hidden from readers, so its
@@ -62,20 +70,20 @@ class MemoryLockStore(LockStore, ControlStore, OverlapStore):
                 schedule_version: int | None = None) -> Acquisition:
         with self._mutex:
             now = self._clock()
-            self._deleted.discard(name)  # acquiring revives a tombstone, with its token and last fire time
             if name not in self._locks:
                 self._locks[name] = self._fresh(name)
             state = self._locks[name]
             if state.is_paused(now):
                 return Acquisition(AcquireStatus.PAUSED, holder=state.locked_by)
-            if fire_time is not None and schedule_version is not None and schedule_version != state.schedule_version:
+            if schedule_version is not None and schedule_version != state.schedule_version:
                 return Acquisition(AcquireStatus.STALE_SCHEDULE, schedule_version=state.schedule_version)
             if fire_time is not None and state.last_fire_time is not None and state.last_fire_time >= fire_time:
                 return Acquisition(AcquireStatus.ALREADY_RAN, holder=state.locked_by)
             slot = self._live_slot(state, now)
-            if state.is_held(now) or (slot is not None and slot != fire_time):
+            if state.is_held(now) or (slot is not None and slot != fire_time) or _reserved(state, lease, now):
                 return Acquisition(AcquireStatus.BUSY, holder=state.locked_by)
             self._next.pop(name, None)
+            self._deleted.discard(name)  # taking a tombstone revives it, with its token and last fire time
             token = state.token + 1
             self._locks[name] = replace(
                 state,
@@ -85,7 +93,30 @@ class MemoryLockStore(LockStore, ControlStore, OverlapStore):
                 lock_until=now + lease,
                 last_fire_time=fire_time.astimezone(UTC) if fire_time is not None else state.last_fire_time,
                 token=token,
+                tick_token=token,
             )
+            return Acquisition(AcquireStatus.ACQUIRED, token=token)
+
+    def take_over(self, name: str, *, tick_token: int, owner: str, lease: timedelta,
+                  schedule_version: int | None = None) -> Acquisition:
+        with self._mutex:
+            now, state = self._clock(), self._locks.get(name)
+            if state is None or name in self._deleted or not state.locked or state.tick_token != tick_token:
+                return Acquisition(AcquireStatus.ALREADY_RAN, holder=state.locked_by if state else None)
+            refusal = None
+            if state.is_paused(now):
+                refusal = Acquisition(AcquireStatus.PAUSED, holder=state.locked_by)
+            elif schedule_version is not None and schedule_version != state.schedule_version:
+                refusal = Acquisition(AcquireStatus.STALE_SCHEDULE, schedule_version=state.schedule_version)
+            if refusal is not None:
+                if state.token == tick_token:  # no one took it over: released unrun
+                    self._locks[name] = replace(state, locked=False, lock_until=now, last_released_at=now,
+                                                tick_token=0)
+                return refusal
+            if state.token != tick_token and state.is_held(now):
+                return Acquisition(AcquireStatus.BUSY, holder=state.locked_by)
+            token = state.token + 1
+            self._locks[name] = replace(state, locked_by=owner, lock_until=now + lease, token=token)
             return Acquisition(AcquireStatus.ACQUIRED, token=token)
 
     def _live_slot(self, state: LockState, now: datetime) -> datetime | None:
@@ -147,7 +178,7 @@ class MemoryLockStore(LockStore, ControlStore, OverlapStore):
                 "last_success_at": now if outcome == "succeeded" else state.last_success_at,
                 "failures": 0 if outcome == "succeeded" else state.failures}
             self._locks[name] = replace(state, locked=held, lock_until=hold_until if held else now,
-                                        last_released_at=now, **ran)  # type: ignore[arg-type]
+                                        last_released_at=now, tick_token=0, **ran)  # type: ignore[arg-type]
             return True
 
     def locks(self) -> list[LockState]:
@@ -164,7 +195,7 @@ class MemoryLockStore(LockStore, ControlStore, OverlapStore):
             if state is None or not state.locked:
                 return False
             now = self._clock()
-            self._locks[name] = replace(state, locked=False, lock_until=now, last_released_at=now)
+            self._locks[name] = replace(state, locked=False, lock_until=now, last_released_at=now, tick_token=0)
             return True
 
     def delete(self, name: str) -> bool:

@@ -11,25 +11,20 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
-from urllib.parse import parse_qsl, unquote, urlsplit
 
-import pymongo
 from bson.codec_options import CodecOptions
 from pymongo import ReturnDocument, UpdateOne
 from pymongo.collection import Collection
 from pymongo.errors import (
     BulkWriteError,
-    ConfigurationError,
     DuplicateKeyError,
-    InvalidName,
     OperationFailure,
     PyMongoError,
 )
 from pymongo.write_concern import WriteConcern
 
 from .._common import as_utc, store_errors
-from ..errors import StoreConfigError
-from ..urls import check_host_and_port, mask_url, pop_query_options, scrub
+from ..urls import mask_url
 from .base import (
     AcquireStatus,
     Acquisition,
@@ -38,6 +33,7 @@ from .base import (
     LockStore,
     OverlapStore,
     Renewal,
+    TakeOverStore,
     check_definition,
     check_incident,
     check_outcome,
@@ -46,14 +42,9 @@ from .base import (
     duration_ms,
     ms_to_datetime,
 )
+from .mongo_url import collection_from_url
 
 __all__ = ["MongoLockStore"]
-
-DEFAULT_DATABASE = "mutexcron"
-DEFAULT_COLLECTION = "mutexcron_locks"
-
-# Used only when the URL does not set them (keyword arguments would override the URL's own options).
-_DEFAULT_URL_OPTIONS = {"serverSelectionTimeoutMS": 3000, "connectTimeoutMS": 2000, "socketTimeoutMS": 5000}
 
 _DUPLICATE_KEY = 11000
 
@@ -74,7 +65,7 @@ T = TypeVar("T")
 Document = dict[str, Any]
 
 
-class MongoLockStore(LockStore, ControlStore, OverlapStore):
+class MongoLockStore(LockStore, ControlStore, OverlapStore, TakeOverStore):
     """Lock documents in one collection, ``_id`` = job name. Writes use write concern ``majority`` so a
     lock survives a primary failover; datetimes are read back as aware UTC whatever the client's options."""
 
@@ -90,33 +81,7 @@ class MongoLockStore(LockStore, ControlStore, OverlapStore):
     @classmethod
     def from_url(cls, url: str, **client_options: Any) -> MongoLockStore:
         """``mongodb://[user:pass@]host[:port][/database][?collection=…&<pymongo options>]``; also ``mongodb+srv://``."""
-        cleaned, options = pop_query_options(url, ("collection",))
-        parts = urlsplit(cleaned)
-        if "," not in parts.netloc:  # a replica-set seed list has several ports; pymongo checks those
-            check_host_and_port(cleaned)
-        database_name = unquote(parts.path[1:])
-        if "." in database_name:  # pymongo would silently read "db.coll" as database "db"
-            raise StoreConfigError(
-                f"malformed MongoDB URL {mask_url(url)!r}: database name {database_name!r} must not contain '.'; "
-                "name the collection with ?collection=…"
-            )
-        url_options = {key.lower() for key, _ in parse_qsl(parts.query, keep_blank_values=True)}
-        for key, value in _DEFAULT_URL_OPTIONS.items():
-            if key.lower() not in url_options:
-                client_options.setdefault(key, value)
-        client_options.setdefault("tz_aware", True)
-        client_options.setdefault("tzinfo", UTC)
-        try:
-            client: pymongo.MongoClient[Document] = pymongo.MongoClient(cleaned, **client_options)
-        except (ConfigurationError, ValueError, TypeError) as error:  # InvalidURI is a ConfigurationError
-            raise StoreConfigError(f"malformed MongoDB URL {mask_url(url)!r}: {scrub(str(error), url)}") from None
-        try:
-            database = client.get_default_database(default=DEFAULT_DATABASE)
-            collection = database[options.get("collection", DEFAULT_COLLECTION)]
-        except (InvalidName, ConfigurationError) as error:
-            client.close()
-            raise StoreConfigError(f"malformed MongoDB URL {mask_url(url)!r}: {scrub(str(error), url)}") from None
-        store = cls(collection, url=url)
+        store = cls(collection_from_url(url, **client_options), url=url)
         store._owns_client = True
         return store
 
@@ -160,20 +125,23 @@ class MongoLockStore(LockStore, ControlStore, OverlapStore):
             "last_locked_at": "$$NOW",
             "lock_until": {"$add": ["$$NOW", duration_ms(lease)]},
             "token": {"$add": [{"$ifNull": ["$token", 0]}, 1]},
+            "tick_token": {"$add": [{"$ifNull": ["$token", 0]}, 1]},
             "deleted": {"$literal": False},
         }
+        if schedule_version is not None:
+            reasons.append((AcquireStatus.STALE_SCHEDULE, _stale(schedule_version)))
         if fire is not None:
-            if schedule_version is not None:  # a document from before schedule overrides is at version 0
-                stale = {"$ne": [{"$ifNull": ["$schedule_version", 0]}, schedule_version]}
-                reasons.append((AcquireStatus.STALE_SCHEDULE, stale))
             reasons.append((AcquireStatus.ALREADY_RAN, {"$gte": ["$last_fire_time", fire]}))
             changes["last_fire_time"] = {"$literal": fire}
         reasons.append((AcquireStatus.BUSY, _HELD))
         reasons.append((AcquireStatus.BUSY, {"$and": [_SLOT_LIVE, {"$ne": ["$next_fire", fire]}]}))
+        # A run a task worker took over and never released: kept for its tick's retry one more lease (TakeOverStore).
+        tick = {"$ifNull": ["$tick_token", 0]}
+        taken_over = [{"$eq": ["$locked", True]}, {"$ne": [tick, 0]}, {"$ne": [tick, "$token"]},
+                      {"$gt": [{"$add": ["$lock_until", duration_ms(lease)]}, "$$NOW"]}]
+        reasons.append((AcquireStatus.BUSY, {"$and": taken_over}))
         changes["next_fire"] = {"$literal": None}
-        # The first reason that holds, or null: the atomic update's condition, and afterwards what refused it.
-        refusal = {"$switch": {"branches": [{"case": case, "then": status.value} for status, case in reasons],
-                               "default": None}}
+        refusal = _first(reasons)
         query: Document = {"_id": name, "$expr": {"$eq": [refusal, None]}}
 
         def attempt() -> Document | None:
@@ -182,19 +150,46 @@ class MongoLockStore(LockStore, ControlStore, OverlapStore):
         def why() -> list[Document]:
             return list(self.collection.aggregate([{"$match": {"_id": name}}, {"$addFields": {"_refusal": refusal}}]))
 
-        for _ in range(3):  # again if the document had to be created or revived, or nothing refuses it any more
+        for _ in range(3):  # again if the document had to be created, or nothing refuses it any more
             taken = self._call(attempt)
             if taken is not None:
                 return Acquisition(AcquireStatus.ACQUIRED, token=int(taken["token"]))
             current = next(iter(self._call(why)), None)
             status = None if current is None else current.get("_refusal")
-            if current is None or current.get("deleted"):
+            if current is None:
                 self.seed([name])
             elif status == AcquireStatus.STALE_SCHEDULE:
                 return Acquisition(AcquireStatus.STALE_SCHEDULE, schedule_version=_state(current).schedule_version)
             elif status is not None:
                 return Acquisition(AcquireStatus(status), holder=current.get("locked_by") or None)
         return Acquisition(AcquireStatus.BUSY)
+
+    def take_over(self, name: str, *, tick_token: int, owner: str, lease: timedelta,
+                  schedule_version: int | None = None) -> Acquisition:
+        gone = {"$or": [{"$eq": ["$deleted", True]}, {"$ne": ["$locked", True]},
+                        {"$ne": [{"$ifNull": ["$tick_token", 0]}, tick_token]}]}
+        reasons = [(AcquireStatus.ALREADY_RAN, gone), (AcquireStatus.PAUSED, _PAUSED)]
+        if schedule_version is not None:
+            reasons.append((AcquireStatus.STALE_SCHEDULE, _stale(schedule_version)))
+        reasons.append((AcquireStatus.BUSY, {"$and": [{"$ne": ["$token", tick_token]}, _HELD]}))
+        refusal = _first(reasons)
+        changes = {"locked_by": {"$literal": owner}, "lock_until": {"$add": ["$$NOW", duration_ms(lease)]},
+                   "token": {"$add": ["$token", 1]}}
+        taken = self._call(self.collection.find_one_and_update, {"_id": name, "$expr": {"$eq": [refusal, None]}},
+                           [{"$set": changes}], return_document=ReturnDocument.AFTER)
+        if taken is not None:
+            return Acquisition(AcquireStatus.ACQUIRED, token=int(taken["token"]))
+        why: list[Document] = [{"$match": {"_id": name}}, {"$addFields": {"_refusal": refusal}}]
+        current = next(iter(self._call(lambda: list(self.collection.aggregate(why)))), None)
+        status = AcquireStatus(current["_refusal"] or "busy") if current else AcquireStatus.ALREADY_RAN
+        if status in (AcquireStatus.PAUSED, AcquireStatus.STALE_SCHEDULE):  # unrun if no one took it over
+            unrun = {"$and": [{"$in": [refusal, [AcquireStatus.PAUSED.value, AcquireStatus.STALE_SCHEDULE.value]]},
+                              {"$eq": ["$token", tick_token]}]}
+            self._call(self.collection.update_one, {"_id": name, "$expr": unrun}, _UNLOCK)
+        if status is AcquireStatus.STALE_SCHEDULE:
+            assert current is not None
+            return Acquisition(status, schedule_version=_state(current).schedule_version)
+        return Acquisition(status, holder=current.get("locked_by") or None if current else None)
 
     def renew(self, name: str, *, token: int, lease: timedelta) -> bool:
         update = [{"$set": {"lock_until": {"$add": ["$$NOW", duration_ms(lease)]}}}]
@@ -230,6 +225,7 @@ class MongoLockStore(LockStore, ControlStore, OverlapStore):
                 "locked": still_held,
                 "lock_until": {"$cond": [still_held, hold_until, "$$NOW"]},
                 "last_released_at": "$$NOW",
+                "tick_token": {"$literal": 0},
             }
             if outcome is not None:
                 changes |= {"last_outcome": {"$literal": outcome}, "last_finished_at": "$$NOW",
@@ -356,7 +352,19 @@ class MongoLockStore(LockStore, ControlStore, OverlapStore):
 
 
 # A plain update, not a pipeline: $currentDate is the server's clock too, and it is cheaper to apply.
-_UNLOCK: Document = {"$set": {"locked": False}, "$currentDate": {"lock_until": True, "last_released_at": True}}
+_UNLOCK: Document = {"$set": {"locked": False, "tick_token": 0},
+                     "$currentDate": {"lock_until": True, "last_released_at": True}}
+
+
+def _first(reasons: list[tuple[AcquireStatus, Document]]) -> Document:
+    """The first reason that holds, or null: an atomic update's condition, and afterwards what refused it."""
+    return {"$switch": {"branches": [{"case": case, "then": status.value} for status, case in reasons],
+                        "default": None}}
+
+
+def _stale(schedule_version: int) -> Document:
+    """The document's schedule version is not ``schedule_version`` (one from before overrides is at 0)."""
+    return {"$ne": [{"$ifNull": ["$schedule_version", 0]}, schedule_version]}
 
 
 def _insert_only(name: str) -> list[Document]:

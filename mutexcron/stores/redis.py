@@ -45,6 +45,7 @@ from .base import (
     OverlapStore,
     ReleaseRequest,
     Renewal,
+    TakeOverStore,
     check_definition,
     check_incident,
     check_outcome,
@@ -116,7 +117,7 @@ def _acquisition(status: Any, detail: Any) -> Acquisition:
     return Acquisition(_STATUSES[status], holder=detail or None)
 
 
-class RedisLockStore(RedisClient, LockStore, ControlStore, OverlapStore):
+class RedisLockStore(RedisClient, LockStore, ControlStore, OverlapStore, TakeOverStore):
     """Lock hashes at ``<prefix>{<job name>}``; the braces make the name the Redis Cluster hash tag."""
 
     kind = "Redis store"
@@ -144,6 +145,7 @@ class RedisLockStore(RedisClient, LockStore, ControlStore, OverlapStore):
         self._release = client.register_script(scripts.RELEASE)
         self._release_many = client.register_script(scripts.RELEASE_MANY)
         self._release_on_master = client.register_script(scripts.RELEASE_ON_MASTER)
+        self._take_over = client.register_script(scripts.TAKE_OVER)
         self._force_unlock = client.register_script(scripts.FORCE_UNLOCK)
         self._delete = client.register_script(scripts.DELETE)
         self._read_all = client.register_script(scripts.READ_ALL)
@@ -185,11 +187,20 @@ class RedisLockStore(RedisClient, LockStore, ControlStore, OverlapStore):
     def acquire(self, name: str, *, owner: str, lease: timedelta, fire_time: datetime | None,
                 schedule_version: int | None = None) -> Acquisition:
         args = _acquire_args(AcquireRequest(name, owner, lease, fire_time, schedule_version))
+        return self._taken(self._acquire, name, args)
+
+    def take_over(self, name: str, *, tick_token: int, owner: str, lease: timedelta,
+                  schedule_version: int | None = None) -> Acquisition:
+        version = "" if schedule_version is None else str(schedule_version)
+        return self._taken(self._take_over, name, [tick_token, owner, duration_ms(lease), version])
+
+    def _taken(self, script: Script, name: str, args: list[str | int]) -> Acquisition:
+        """An acquiring script's answer; with ``wait_replicas``, a win that too few replicas confirmed is undone."""
         if self.wait_replicas:
-            (status, detail), confirmed = self._call(write_then_wait, self.client, self._acquire, [self.key(name)],
+            (status, detail), confirmed = self._call(write_then_wait, self.client, script, [self.key(name)],
                                                      args, self.wait_replicas, duration_ms(self.wait_timeout))
         else:
-            (status, detail), confirmed = self._call(self._acquire, keys=[self.key(name)], args=args), 0
+            (status, detail), confirmed = self._call(script, keys=[self.key(name)], args=args), 0
         if _text(status) == "acquired" and confirmed < self.wait_replicas:
             self._unconfirmed(name, int(_text(detail)), confirmed)
         return _acquisition(status, detail)
@@ -385,6 +396,7 @@ def _state(name: str, fields: dict[Any, Any], *, hidden: bool = False) -> LockSt
         lock_until=ms_to_datetime(data.get("lock_until")),
         last_fire_time=ms_to_datetime(data.get("last_fire_time")),
         token=int(data.get("token") or 0),
+        tick_token=int(data.get("tick_token") or 0),
         paused=data.get("paused") == "1",
         paused_at=ms_to_datetime(data.get("paused_at")),
         paused_until=ms_to_datetime(data.get("paused_until")),

@@ -23,6 +23,7 @@ __all__ = [
     "RESUME",
     "SEED",
     "SET_SCHEDULE",
+    "TAKE_OVER",
 ]
 
 # Every script reads the time with TIME so that leases run on the Redis server's clock, not on the
@@ -53,17 +54,18 @@ SEED = _NOW + _REVIVE + "return revive(KEYS[1], ARGV[1])"
 
 # After _REVIVE. acquire(key, name, owner, lease_ms, fire_ms ('' for a manual run), schedule_version ('' for
 # unchecked), attempt (unique to the call)). Refusals in the contract's order: paused, stale schedule, already ran,
-# busy (held, or a live overlap slot holding another tick: OverlapStore); a refusal writes nothing (but for reviving
-# the hash), a win empties the slot. The same attempt again, while it holds the lock, is
-# a client's retry of this call after its reply was lost: it gets the same answer, not 'already_ran' for its own tick.
+# busy (held, or a live overlap slot holding another tick: OverlapStore), read from a tombstone too; a refusal
+# writes nothing (but for creating a missing hash), a win revives a tombstone, empties the slot and sets tick_token.
+# The same attempt again, while it holds the lock, is a client's retry of this call after its reply was lost: it
+# gets the same answer, not 'already_ran' for its own tick.
 # A loser costs one HMGET, a winner one HSET more: at 8 instances x 100 jobs a tick the server's work for
 # each instant is on the fleet's critical path (each instance's batch waits behind the others').
 _ACQUIRE_ONE = """
 local function acquire(key, name, owner, lease, fire, wanted, attempt)
   local fields = {'locked', 'lock_until', 'last_fire_time', 'token', 'locked_by', 'paused', 'paused_until',
-                  'schedule_version', 'attempt', 'deleted', 'next_fire', 'next_until'}
+                  'schedule_version', 'attempt', 'deleted', 'next_fire', 'next_until', 'tick_token'}
   local h = redis.call('HMGET', key, unpack(fields))
-  if h[10] ~= '0' then  -- no hash, a tombstone, or a hash from before tombstones: revive(), then read again
+  if not h[4] then  -- no hash: create it, then read again
     revive(key, name)
     h = redis.call('HMGET', key, unpack(fields))
   end
@@ -72,19 +74,23 @@ local function acquire(key, name, owner, lease, fire, wanted, attempt)
   local paused_until = tonumber(h[7])
   if h[6] == '1' and (paused_until == nil or paused_until > now) then return {'paused', holder} end
   local version = tonumber(h[8]) or 0
-  if fire ~= '' and wanted ~= '' and tonumber(wanted) ~= version then
+  if wanted ~= '' and tonumber(wanted) ~= version then
     return {'stale_schedule', tostring(version)}
   end
   local last_fire = tonumber(h[3])
   if fire ~= '' and last_fire and last_fire >= tonumber(fire) then return {'already_ran', holder} end
   if h[1] == '1' and (tonumber(h[2]) or 0) > now then return {'busy', holder} end
+  -- a run a task worker took over and never released: kept for its tick's retry one more lease (TakeOverStore)
+  if h[1] == '1' and (h[13] or '0') ~= '0' and h[13] ~= h[4] and (tonumber(h[2]) or 0) + tonumber(lease) > now then
+    return {'busy', holder}
+  end
   local slot = tonumber(h[11])
   if slot and (tonumber(h[12]) or 0) > now and (not last_fire or slot > last_fire)
      and (fire == '' or tonumber(fire) ~= slot) then return {'busy', holder} end
   local token = (tonumber(h[4]) or 0) + 1
   local won = {'locked', '1', 'locked_by', owner, 'last_locked_at', now, 'lock_until', now + tonumber(lease),
-               'token', token, 'attempt', attempt, 'next_fire', ''}
-  if fire ~= '' then won[15] = 'last_fire_time'; won[16] = fire end
+               'token', token, 'tick_token', token, 'attempt', attempt, 'next_fire', '', 'deleted', '0'}
+  if fire ~= '' then won[#won + 1] = 'last_fire_time'; won[#won + 1] = fire end
   redis.call('HSET', key, unpack(won))
   return {'acquired', tostring(token)}
 end
@@ -147,8 +153,8 @@ local function release(key, token, hold, outcome, err)
   local h = redis.call('HMGET', key, 'locked', 'token', 'last_locked_at')
   if h[1] ~= '1' or h[2] ~= token then return 0 end
   local hold_until = (tonumber(h[3]) or 0) + tonumber(hold)
-  local fields = {'lock_until', hold_until, 'last_released_at', now}
-  if hold_until <= now then fields = {'locked', '0', 'lock_until', now, 'last_released_at', now} end
+  local fields = {'lock_until', hold_until, 'last_released_at', now, 'tick_token', '0'}
+  if hold_until <= now then fields = {'locked', '0', 'lock_until', now, 'last_released_at', now, 'tick_token', '0'} end
   if outcome ~= '' then
     for _, v in ipairs({'last_outcome', outcome, 'last_finished_at', now, 'last_error', err}) do
       fields[#fields + 1] = v
@@ -188,9 +194,31 @@ RELEASE_ON_MASTER = _ON_MASTER + _NOW + _RELEASE_ONE + _EACH_LOCAL % "release"
 # READ_ALL's for one master: each lock hash as HGETALL answers it.
 READ_ON_MASTER = _ON_MASTER + "local function read(key) return redis.call('HGETALL', key) end" + _EACH_LOCAL % "read"
 
+# ARGV: tick_token, owner, lease_ms, schedule_version ('' for unchecked). TakeOverStore.take_over: {status, token or
+# holder or version}. A paused or stale refusal of a run its acquirer still holds releases it unrun.
+TAKE_OVER = _NOW + """
+local h = redis.call('HMGET', KEYS[1], 'locked', 'lock_until', 'token', 'tick_token', 'locked_by', 'paused',
+                     'paused_until', 'schedule_version', 'deleted')
+local holder = h[5] or ''
+if h[9] == '1' or h[1] ~= '1' or h[4] ~= ARGV[1] then return {'already_ran', holder} end
+local version, paused_until, refusal = tonumber(h[8]) or 0, tonumber(h[7]), nil
+if h[6] == '1' and (paused_until == nil or paused_until > now) then refusal = {'paused', holder}
+elseif ARGV[4] ~= '' and tonumber(ARGV[4]) ~= version then refusal = {'stale_schedule', tostring(version)} end
+if refusal then
+  if h[3] == ARGV[1] then
+    redis.call('HSET', KEYS[1], 'locked', '0', 'lock_until', now, 'last_released_at', now, 'tick_token', '0')
+  end
+  return refusal
+end
+if h[3] ~= ARGV[1] and (tonumber(h[2]) or 0) > now then return {'busy', holder} end
+local token = tonumber(h[3]) + 1
+redis.call('HSET', KEYS[1], 'locked_by', ARGV[2], 'lock_until', now + tonumber(ARGV[3]), 'token', token, 'attempt', '')
+return {'acquired', tostring(token)}
+"""
+
 FORCE_UNLOCK = _NOW + """
 if redis.call('HGET', KEYS[1], 'locked') ~= '1' then return 0 end
-redis.call('HSET', KEYS[1], 'locked', '0', 'lock_until', now, 'last_released_at', now)
+redis.call('HSET', KEYS[1], 'locked', '0', 'lock_until', now, 'last_released_at', now, 'tick_token', '0')
 return 1
 """
 

@@ -14,7 +14,7 @@ from .handlers import (
     default_handlers,
     task_handler,
 )
-from .model import NewTask, PayloadError, TaskError, TaskInfo, TaskStatus, UnknownTaskType
+from .model import NewTask, PayloadError, RetryLater, TaskError, TaskInfo, TaskStatus, UnknownTaskType
 from .queue import TaskQueue, backend_from_url
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "InvalidTaskType",
     "NewTask",
     "PayloadError",
+    "RetryLater",
     "TaskBackend",
     "TaskError",
     "TaskHandlerError",

@@ -1,11 +1,12 @@
 """The worker side of ``run_on="tasks"``: a task of type :data:`TASK_TYPE` runs one tick's body under its lock.
 
 The scheduler instance that wins a tick's lock keeps the lock and enqueues one task (its id from the job name and
-the fire time, :func:`tick_task_id`) carrying the tick and the lock's fencing token (:class:`JobTask`). A worker
-with a :class:`JobRunner` registered on its queue renews the lock with that token before it runs the body (a
-refused renewal means the lock is no longer the tick's: the body is not run), heartbeats it while the body runs,
-then releases it with the outcome, which the alerts read. A worker that dies mid-body leaves the lock held: the
-task comes back after its visibility timeout and the retry renews with the same token. See ``docs/jobs.md``.
+the fire time, :func:`tick_task_id`) carrying the tick, the acquire's token (the tick token) and the schedule
+version (:class:`JobTask`). A worker with a :class:`JobRunner` registered on its queue takes the run over from the
+tick token under a new fencing token of its own (:meth:`TakeOverStore.take_over`; refused: the body is not run),
+heartbeats it while the body runs, then releases it with the outcome, which the alerts read. A worker that dies or
+stalls mid-body keeps the run until its lease runs out: its task comes back after the visibility timeout, and the
+worker that gets it takes the run over once that lease ran out, under a newer token. See docs/run-on-tasks.md.
 """
 
 from __future__ import annotations
@@ -19,20 +20,29 @@ from collections.abc import Callable, Collection
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..errors import StoreUnavailable
+from ..errors import SchedulerConfigError, StoreUnavailable
 from ..listeners import Listener, Listeners
 from ..ops.failures import count_failure
 from ..ops.heartbeats import Heartbeats
 from ..ops.pings import Pings
 from ..ops.run_limits import BodyEnd
-from ..records import Outcome, RunRecord
+from ..records import JobContext, Outcome, RunRecord
 from ..registry import Job, Registry, default_registry
 from ..scheduling.runtime import ScheduleDefinition
-from ..stores import LockStore, require_control, store_from_url, supports_control
+from ..stores import (
+    AcquireStatus,
+    ControlStore,
+    LockStore,
+    TakeOverStore,
+    require_control,
+    store_from_url,
+    supports_control,
+)
 from ..telemetry import build_telemetry
 from .backends.base import TaskBackend
 from .handlers import Handler
 from .job_tasks import TASK_TYPE, JobTask, tick_task_id
+from .model import RetryLater
 from .queue import TaskQueue
 
 __all__ = ["TASK_TYPE", "JobRunner", "JobTask", "declared_or_stored", "tick_task_id"]
@@ -41,6 +51,15 @@ logger = logging.getLogger("mutexcron.tasks.jobs")
 
 # What a task's result says once its body ran (or was refused: "not_run").
 FINISHED = ("succeeded", "failed", "timed_out")
+# A refused take-over: the tick's skip and why.
+_REFUSED = {
+    AcquireStatus.PAUSED: (Outcome.SKIPPED_PAUSED, "the job is paused"),
+    AcquireStatus.STALE_SCHEDULE: (Outcome.SKIPPED_STALE_SCHEDULE, "the schedule changed since this tick was "
+                                                                   "enqueued; this tick of the old one is not run"),
+    AcquireStatus.ALREADY_RAN: (Outcome.SKIPPED_BUSY, "the lock is no longer the tick's: it was released or "
+                                                      "force-unlocked, or its lease ran out and another run took it "
+                                                      "(raise the job's lease above the queue wait?)"),
+}
 
 
 def declared_or_stored(registry: Registry, store: LockStore) -> Callable[[str], Job]:
@@ -60,26 +79,34 @@ def declared_or_stored(registry: Registry, store: LockStore) -> Callable[[str], 
 class JobRunner:
     """Runs the bodies of ``run_on="tasks"`` jobs in a task worker; :meth:`register` it on the worker's queue.
 
-    ``store``: the jobs' lock store (the schedulers' one: a URL or a LockStore); ``lookup(name) -> Job`` finds a
-    job (default: :func:`declared_or_stored` on the default registry and the store; raise for an unknown one);
+    ``store``: the jobs' lock store (the schedulers' one: a URL or a LockStore); ``registry``: the declared jobs
+    (default: the default registry, unless ``lookup`` is given), checked by :meth:`register`; ``lookup(name) ->
+    Job`` finds a job (default: :func:`declared_or_stored` on ``registry`` and the store; raise for an unknown one);
     ``instance_id``: this worker's name in run records (default ``host:pid``). Listeners (:meth:`add_listener`)
     get a ``"started"`` and a ``"finished"`` RunRecord of each body as a scheduler's do; ``metrics`` /
-    ``tracing`` as the Scheduler's.
+    ``tracing`` as the Scheduler's. The store must be a :class:`TakeOverStore` (every built-in store is).
     """
 
     def __init__(self, store: str | LockStore, *, lookup: Callable[[str], Job] | None = None,
-                 instance_id: str | None = None, metrics: bool = False, tracing: bool = False) -> None:
+                 registry: Registry | None = None, instance_id: str | None = None, metrics: bool = False,
+                 tracing: bool = False) -> None:
         self._owns_store = not isinstance(store, LockStore)
         self.store = store_from_url(store)
-        self.lookup = lookup if lookup is not None else declared_or_stored(default_registry, self.store)
+        if not isinstance(self.store, TakeOverStore):
+            raise SchedulerConfigError(f"store {self.store!r} cannot hand a tick to a task worker (it is no "
+                                       "TakeOverStore): run_on='tasks' needs one")
+        self.taker: TakeOverStore = self.store
+        if registry is None and lookup is None:
+            registry = default_registry
+        self._declared = registry  # checked against the visibility timeout by register()
+        self.lookup = lookup if lookup is not None else declared_or_stored(registry or default_registry, self.store)
         self._instance_id = instance_id
         self.telemetry = build_telemetry(metrics=metrics, tracing=tracing)
         self.listeners = Listeners()
         self._heartbeats = Heartbeats(self.store)
         self._pings = Pings()  # the jobs' ping_url, after each body this worker ran
         self._results: TaskBackend | None = None
-        self._visibility = timedelta(minutes=5)
-        self._warned: set[str] = set()  # jobs whose lease was found shorter than the visibility timeout
+        self._visibility: timedelta | None = None  # the registered queue's: a job's lease must be at least it
 
     @property
     def instance_id(self) -> str:
@@ -92,7 +119,17 @@ class JobRunner:
     def register(self, queue: TaskQueue, *, max_attempts: int = 5,
                  visibility_timeout: timedelta = timedelta(minutes=5)) -> None:
         """Run :data:`TASK_TYPE` tasks of ``queue``'s workers with this runner. ``visibility_timeout``: how soon the
-        task of a worker that died mid-body runs again; ``max_attempts``: how many such deaths it survives."""
+        task of a worker that died mid-body runs again; ``max_attempts``: how many such deaths it survives.
+
+        A job whose lease is shorter than ``visibility_timeout`` is refused (docs/run-on-tasks.md): a declared one
+        here (SchedulerConfigError naming it), a run-time schedule when its tick comes (not run, logged)."""
+        short = [f"{job.name!r} (lease {job.lease})" for job in self._declared or ()
+                 if job.run_on == "tasks" and job.lease < visibility_timeout]
+        if short:
+            raise SchedulerConfigError(
+                f"job(s) {', '.join(short)} run on tasks with a lease shorter than the workers' visibility timeout "
+                f"({visibility_timeout}): a dead worker's task would come back after a later tick may have taken the "
+                "lock. Give each a lease of at least the visibility timeout, or lower the visibility timeout")
         queue.handlers.add(Handler(TASK_TYPE, self.run, max_attempts=max_attempts,
                                    visibility_timeout=visibility_timeout))
         self._results, self._visibility = queue.backend, visibility_timeout
@@ -106,37 +143,46 @@ class JobRunner:
     # -- one task ---------------------------------------------------------------------------------
 
     def run(self, payload: object) -> None:
-        """Run the tick a task carries, once: a task whose body already ran (its result says so) is not run again;
-        a StoreUnavailable is raised (the task is tried again later, the lock still the tick's)."""
+        """Run the tick a task carries, at most once: a task whose body already ran (its result says so) is not run
+        again; the run is taken over from the tick token under this worker's own token, or not run (paused, stale,
+        no longer the tick's); while another worker's lease on it is live, :class:`RetryLater` until it runs out. A
+        StoreUnavailable is raised (the task is tried again later)."""
         task = JobTask.from_payload(payload)
         earlier = self._result(task)
-        if earlier.get("outcome") in FINISHED and earlier.get("token") == task.token:
+        if earlier.get("outcome") in FINISHED:
             logger.info("job %r (tick %s): task %s already ran its body (%s); not run again", task.job_name,
                         task.fire_time.isoformat(), task.task_id, earlier["outcome"])
-            self._release(task, earlier.get("hold"), earlier["outcome"], earlier.get("error"))
+            self._release(task, earlier.get("token"), earlier.get("hold"), earlier["outcome"], earlier.get("error"))
             return
         try:
             job = self.lookup(task.job_name)
         except StoreUnavailable:
             raise  # reading a run-time schedule's definition failed: tried again later
         except Exception as error:
-            self._not_run(task, None, f"job {task.job_name!r} is not declared in worker {self.instance_id}: {error}")
+            self._not_run(task, None, Outcome.FAILED,
+                          f"job {task.job_name!r} is not declared in worker {self.instance_id}: {error}")
             return
-        self._check_lease(job)
+        refused = self._refused_lease(job)
+        if refused is not None:
+            self._not_run(task, None, Outcome.FAILED, refused)
+            return
         started_at = datetime.now(UTC)
-        if not self.store.renew(job.name, token=task.token, lease=job.lease):  # StoreUnavailable: tried again later
-            self._not_run(task, job, f"the lock of job {job.name!r} is no longer held by tick "
-                                     f"{task.fire_time.isoformat()} (token {task.token}): it was force-unlocked, or "
-                                     "its lease ran out and another run took it; not run (raise the job's lease "
-                                     "above the queue wait?)")
-            return
-        self._run_body(job, task, started_at)
+        taken = self.taker.take_over(job.name, tick_token=task.token, owner=self.instance_id, lease=job.lease,
+                                     schedule_version=task.schedule_version)
+        if taken.acquired:
+            assert taken.token is not None
+            self._run_body(job, task, taken.token, started_at)
+        elif taken.status is AcquireStatus.BUSY:
+            raise RetryLater(self._lease_left(job), f"job {job.name!r} (tick {task.fire_time.isoformat()}): taken "
+                                                    f"over by {taken.holder or 'another worker'}, whose lease is live")
+        else:
+            self._not_run(task, job, *_REFUSED[taken.status])
 
-    def _run_body(self, job: Job, task: JobTask, started_at: datetime) -> None:
-        ctx = task.context(self.instance_id)
+    def _run_body(self, job: Job, task: JobTask, token: int, started_at: datetime) -> None:
+        ctx = task.context(self.instance_id, token)
         beat = self._heartbeats.add(job, ctx)
         if self.listeners.wants("started"):
-            self.listeners.notify(task.record(self.instance_id, None, started_at), "started")
+            self.listeners.notify(task.record(self.instance_id, None, started_at, token=token), "started")
         if job.ping_url is not None:  # <url>/start from where the body runs
             self._pings.ping(job.ping_url, "start")
         end = BodyEnd()  # the job's timeout holds here too: the heartbeat tells the body to stop
@@ -150,54 +196,82 @@ class JobRunner:
                 self._heartbeats.remove(beat)
         outcome, error = end.verdict(job, beat, logger, f"tick {task.fire_time.isoformat()}, task {task.task_id}")
         hold = job.hold_at_least.total_seconds()
-        # The result first: a worker that dies between the two leaves a task that, tried again, only releases.
-        self._store_result(task, {"outcome": str(outcome), "error": error, "token": task.token, "hold": hold,
-                                  "worker": self.instance_id})
-        self._release(task, hold, str(outcome), error)
+        if self._still_holds(job, ctx):
+            # The result first: a worker that dies between the two leaves a task that, tried again, only releases.
+            self._store_result(task, {"outcome": str(outcome), "error": error, "token": token, "hold": hold,
+                                      "worker": self.instance_id})
+            self._release(task, token, hold, str(outcome), error)
+        else:  # a worker that took the run over after this one stalled owns its outcome
+            logger.error("job %r (tick %s): this worker lost the run while its body ran (a stall past its lease?); "
+                         "its outcome is not kept", job.name, task.fire_time.isoformat())
         if outcome in (Outcome.FAILED, Outcome.TIMED_OUT):
             count_failure(self.store, job, error, instance_id=self.instance_id, notify=self.listeners.notify)
         record = task.record(self.instance_id, outcome, started_at, finished_at=datetime.now(UTC), error=error,
-                             lock_lost=ctx.lock_lost)
+                             lock_lost=ctx.lock_lost, token=token)
         if outcome is Outcome.SUCCEEDED:
             logger.info("job %r (tick %s) succeeded in task %s", job.name, task.fire_time.isoformat(), task.task_id)
         self._pings.send(job.ping_url, record)
         self._finish(record)
 
-    def _check_lease(self, job: Job) -> None:
-        """Warn (once per job) when a dead worker's task would come back after the lock's lease ran out: another
-        tick may take the lock meanwhile, and the retry is then refused (the tick is not run)."""
-        if job.lease < self._visibility and job.name not in self._warned:
-            self._warned.add(job.name)
-            logger.warning("job %r: its lease (%s) is shorter than the workers' visibility timeout (%s): the task of a "
-                           "worker that dies mid-body comes back after the lock may have been taken by a later tick, "
-                           "and is then not run; give the job a lease of at least the visibility timeout",
-                           job.name, job.lease, self._visibility)
+    def _still_holds(self, job: Job, ctx: JobContext) -> bool:
+        """Whether this worker still holds the run it took over: a renewal, unless its heartbeat already lost it (a
+        store that cannot say counts as held: the release will tell)."""
+        if ctx.lock_lost:
+            return False
+        try:
+            held = self.store.renew(job.name, token=ctx.token, lease=job.lease)
+        except StoreUnavailable:
+            return True
+        if not held:
+            ctx._mark_lost()
+        return held
 
-    def _not_run(self, task: JobTask, job: Job | None, why: str) -> None:
+    def _refused_lease(self, job: Job) -> str | None:
+        """Why ``job`` is not run here: a lease shorter than the visibility timeout (docs/run-on-tasks.md), so that a
+        dead worker's task would come back after a later tick may have taken the lock; None if it is run."""
+        if self._visibility is None or job.lease >= self._visibility:
+            return None
+        return (f"job {job.name!r}: its lease ({job.lease}) is shorter than the workers' visibility timeout "
+                f"({self._visibility}): the task of a worker that dies mid-body would come back after a later tick "
+                "may have taken the lock; not run. Give the job a lease of at least the visibility timeout")
+
+    def _lease_left(self, job: Job) -> timedelta:
+        """How long until the lease of the run's current holder runs out (on the store's clock), at least a tenth of a
+        second; the job's lease where the store cannot say."""
+        state = self.store.lock(job.name) if isinstance(self.store, ControlStore) else None
+        if state is None or state.lock_until is None:
+            return job.lease
+        return max(state.lock_until - self.store.now(), timedelta(milliseconds=100))
+
+    def _not_run(self, task: JobTask, job: Job | None, outcome: Outcome, why: str) -> None:
         """Fail closed: the body is not run; the reason is logged, kept as the task's result and recorded as a
-        ``skipped_busy`` fire of the tick (a job this worker does not know also releases the tick's lock)."""
+        skip of the tick (``outcome``). A job this worker cannot run (``job`` None) also releases the tick's lock
+        as failed, if no worker took it over."""
         logger.error("job %r (tick %s, task %s): %s", task.job_name, task.fire_time.isoformat(), task.task_id, why)
         self._store_result(task, {"outcome": "not_run", "error": why, "token": task.token,
                                   "worker": self.instance_id})
         if job is None:
-            self._release(task, 0.0, str(Outcome.FAILED), why)
+            self._release(task, task.token, 0.0, str(Outcome.FAILED), why)
         now = datetime.now(UTC)
-        self._finish(task.record(self.instance_id, Outcome.SKIPPED_BUSY, now, finished_at=now, error=why))
+        self._finish(task.record(self.instance_id, outcome, now, finished_at=now, error=why))
 
     def _finish(self, record: RunRecord) -> None:
         self.telemetry.finished(record)
         self.listeners.notify(record, "finished")
 
-    def _release(self, task: JobTask, hold: object, outcome: str, error: object) -> None:
+    def _release(self, task: JobTask, token: object, hold: object, outcome: str, error: object) -> None:
+        """Release the run held by ``token`` (a result's: read back, so checked here) with its outcome."""
+        if isinstance(token, bool) or not isinstance(token, int):
+            return
         seconds = float(hold) if isinstance(hold, int | float) else 0.0
         try:
-            released = self.store.release(task.job_name, token=task.token, hold_at_least=timedelta(seconds=seconds),
+            released = self.store.release(task.job_name, token=token, hold_at_least=timedelta(seconds=seconds),
                                           outcome=outcome, error=error if isinstance(error, str) else None)
         except StoreUnavailable as failure:
             logger.error("job %r: could not release its lock (it expires with its lease): %s", task.job_name, failure)
             return
         if not released:
-            logger.debug("job %r: lock (token %d) no longer held at release", task.job_name, task.token)
+            logger.debug("job %r: lock (token %d) no longer held at release", task.job_name, token)
 
     def _result(self, task: JobTask) -> dict[str, Any]:
         text = self._results.load_result(task.task_id) if self._results is not None else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from ..errors import MutexcronError
@@ -95,6 +95,15 @@ class PayloadError(TaskError, ValueError):
 
 class UnknownTaskType(TaskError, LookupError):
     """No handler is registered for a task type."""
+
+
+class RetryLater(TaskError):
+    """Raised by a handler that cannot run its task yet (not a failure): the task is delivered again after
+    ``delay``, with no traceback logged; like a failure's retry, the new delivery counts as an attempt."""
+
+    def __init__(self, delay: timedelta, why: str) -> None:
+        super().__init__(why)
+        self.delay = delay
 
 
 @dataclass(frozen=True)

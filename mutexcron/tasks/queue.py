@@ -19,7 +19,9 @@ from ..plugins import Wording, build_from_url, schemes
 from ..urls import shown
 from .backends.base import Delivery, TaskBackend
 from .handlers import HandlerRegistry, default_handlers, validate_task_type
-from .model import NewTask, PayloadError, TaskInfo, TaskStatus, UnknownTaskType
+from .interrupt import stop_on_ctrl_c
+from .job_tasks import TASK_TYPE as JOB_TASK_TYPE
+from .model import NewTask, PayloadError, RetryLater, TaskInfo, TaskStatus, UnknownTaskType
 from .telemetry import TaskTelemetry
 
 __all__ = ["TaskQueue", "backend_from_url", "check_task_id"]
@@ -27,7 +29,10 @@ __all__ = ["TaskQueue", "backend_from_url", "check_task_id"]
 logger = logging.getLogger("mutexcron.tasks")
 
 UNKNOWN_TYPE_RETRY = timedelta(minutes=1)
-SCHEDULE_OPTIONS = frozenset({"run_at", "delay", "task_id"})
+SCHEDULE_OPTIONS = frozenset({"run_at", "delay", "task_id", "require_handler"})
+# Task types of the library's own, scheduled by processes that do not run them: run_on="tasks" ticks, which a
+# scheduler enqueues and only workers handle (mutexcron.tasks.job_runs registers their handler there).
+RESERVED_TYPES = frozenset({JOB_TASK_TYPE})
 _TASK_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 UNKNOWN_TYPE_ATTEMPTS = 5
 
@@ -103,10 +108,14 @@ class TaskQueue:
         worker_id: str | None = None,
         metrics: bool = False,
         tracing: bool = False,
+        require_handlers: bool = True,
     ) -> None:
         self.telemetry = TaskTelemetry(metrics=metrics, tracing=tracing)  # checked before connecting to anything
+        if not isinstance(require_handlers, bool):
+            raise StoreConfigError(f"TaskQueue require_handlers must be True or False, not {require_handlers!r}")
         self.backend = backend_from_url(url, cancel_store=cancel_store)
         self.handlers = handlers if handlers is not None else default_handlers
+        self.require_handlers = require_handlers
         self._worker_id = worker_id
         self._stop = threading.Event()  # set by stop(); cleared when the last run_worker() it ended returns
         self._running = 0  # run_worker() calls in progress
@@ -123,21 +132,25 @@ class TaskQueue:
 
     def schedule(
         self, task_type: str, payload: Any = None, *, run_at: datetime | None = None, delay: timedelta | None = None,
-        task_id: str | None = None,
+        task_id: str | None = None, require_handler: bool | None = None,
     ) -> str:
         """Store a task due at ``run_at`` (aware) or after ``delay`` (default: now); returns its id.
 
         ``task_id``: the caller's id for it (see :func:`check_task_id`), which makes scheduling idempotent: if a
-        task of that id exists already, nothing is stored and the id is returned (that task runs, once)."""
-        (scheduled,) = self.schedule_many([(task_type, payload, {"run_at": run_at, "delay": delay,
-                                                                 "task_id": task_id})])
+        task of that id exists already, nothing is stored and the id is returned (that task runs, once).
+        A type with no handler in this queue's registry raises :class:`UnknownTaskType` (a typo would otherwise
+        wait forever), unless ``require_handler=False`` (default: the queue's ``require_handlers``): for a producer
+        whose handlers live only in the workers' processes."""
+        options = {"run_at": run_at, "delay": delay, "task_id": task_id, "require_handler": require_handler}
+        (scheduled,) = self.schedule_many([(task_type, payload, options)])
         return scheduled
 
     def schedule_many(self, tasks: Iterable[tuple[str, Any] | tuple[str, Any, dict[str, Any]]]) -> list[str]:
         """Schedule many tasks in few round trips: ``[(type, payload), (type, payload, {"delay": …}), …]``.
 
-        Options: ``run_at``, ``delay``, ``task_id`` (as :meth:`schedule`'s). Every task is checked (type, JSON
-        payload, aware time, id) before any is stored; a task whose id comes again in the batch is stored once.
+        Options: ``run_at``, ``delay``, ``task_id``, ``require_handler`` (as :meth:`schedule`'s). Every task is
+        checked (type and its handler, JSON payload, aware time, id) before any is stored; a task whose id comes
+        again in the batch is stored once.
         """
         now = datetime.now(UTC)
         trace_context = self.trace_context()
@@ -149,13 +162,14 @@ class TaskQueue:
             task_type, payload, *rest = entry
             options = rest[0] if rest else {}
             if not isinstance(options, dict):
-                raise PayloadError(f"task {task_type!r}: options must be a dict (run_at, delay, task_id), "
-                                   f"not {options!r}")
+                raise PayloadError(f"task {task_type!r}: options must be a dict (run_at, delay, task_id, "
+                                   f"require_handler), not {options!r}")
             unknown = set(options) - SCHEDULE_OPTIONS
             if unknown:
-                raise PayloadError(f"task {task_type!r}: unknown option(s) {sorted(unknown)}; use run_at, delay "
-                                   "or task_id")
+                raise PayloadError(f"task {task_type!r}: unknown option(s) {sorted(unknown)}; use run_at, delay, "
+                                   "task_id or require_handler")
             validate_task_type(task_type)
+            self._check_handler(task_type, options.get("require_handler"))
             given = options.get("task_id")
             task = NewTask(
                 id=uuid.uuid4().hex if given is None else check_task_id(task_type, given),
@@ -169,6 +183,21 @@ class TaskQueue:
         if prepared:
             self.backend.enqueue(list(prepared.values()))
         return ids
+
+    def _check_handler(self, task_type: str, required: object) -> None:
+        """UnknownTaskType for a type no handler of this queue's registry runs, unless not required (the call's
+        ``require_handler``, else the queue's ``require_handlers``). The library's own types always pass."""
+        if required is not None and not isinstance(required, bool):
+            raise PayloadError(f"task {task_type!r}: require_handler must be True, False or None, not {required!r}")
+        if not (self.require_handlers if required is None else required) or task_type in RESERVED_TYPES:
+            return
+        if task_type not in self.handlers:
+            known = ", ".join(self.handlers.types()) or "none"
+            raise UnknownTaskType(
+                f"no handler for task type {task_type!r} in this process (registered: {known}), so no worker may "
+                "ever run it; if its handler runs only in the workers' processes, schedule it with "
+                "require_handler=False, or make the queue with TaskQueue(..., require_handlers=False) (in Django: "
+                "MUTEXCRON['TASKS']['REQUIRE_HANDLERS'] = False)")
 
     def trace_context(self) -> str | None:
         """What a task scheduled now carries of the current trace (``NewTask.trace_context``): None unless
@@ -196,6 +225,9 @@ class TaskQueue:
         """Run due tasks of ``task_types`` (default: every registered type) until :meth:`stop`. Blocking.
 
         A stop asked for before this call, or while it runs, ends it; once it returned, a new call runs again.
+        In the main thread (under Python's default SIGINT handler) Ctrl-C stops it after the task it is running,
+        with one log line, and it returns; a second Ctrl-C leaves at once (that task runs again after its
+        visibility timeout).
         """
         types = list(task_types) if task_types is not None else self.handlers.types()
         for task_type in types:
@@ -206,17 +238,29 @@ class TaskQueue:
             self._running += 1
         try:
             logger.info("task worker %s consuming %s", self.worker_id, ", ".join(types))
-            self.backend.consume(
-                types, self._handle, self._stop,
-                visibility_timeout=lambda task_type: self.handlers.get(task_type).visibility_timeout,
-                prefetch=prefetch, cancelled=self.telemetry.cancelled if self.telemetry.metrics else None,
-            )
+            with stop_on_ctrl_c(self.worker_id, self._stop_consuming) as ctrl_c:
+                try:
+                    self.backend.consume(
+                        types, self._handle, self._stop,
+                        visibility_timeout=lambda task_type: self.handlers.get(task_type).visibility_timeout,
+                        prefetch=prefetch, cancelled=self.telemetry.cancelled if self.telemetry.metrics else None,
+                    )
+                except KeyboardInterrupt:
+                    if not ctrl_c.pressed:
+                        raise  # not a second Ctrl-C of the user's (nothing was installed, or a handler raised it)
+                    logger.warning("task worker %s: Ctrl-C again: left without waiting for the running task",
+                                   self.worker_id)
         finally:
             with self._running_lock:
                 self._running -= 1
                 if self._running == 0:
                     self._stop.clear()  # that stop is spent: it ended every worker running on this queue
         logger.info("task worker %s stopped", self.worker_id)
+
+    def _stop_consuming(self) -> None:
+        """Ask the workers of this queue to stop after their running task, without waiting for them."""
+        self._stop.set()
+        self.backend.wake()
 
     def start(self, task_types: Sequence[str] | None = None, *, prefetch: int = 10) -> None:
         """Run a worker in a background thread."""
@@ -245,8 +289,7 @@ class TaskQueue:
 
         The request holds until a worker ends on it: one that :meth:`run_worker` has not reached yet ends at once.
         """
-        self._stop.set()
-        self.backend.wake()
+        self._stop_consuming()
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
@@ -291,6 +334,11 @@ class TaskQueue:
         try:
             with telemetry.span(delivery):
                 handler.func(json.loads(delivery.payload))
+        except RetryLater as later:
+            logger.info("task %s (%s): %s; delivered again in %s", delivery.id, delivery.task_type, later, later.delay)
+            telemetry.finished(delivery, "retrying", started=started, finished=datetime.now(UTC))
+            delivery.retry_later(later.delay, str(later))
+            return
         except Exception:
             finished = datetime.now(UTC)
             failure = traceback.format_exc()

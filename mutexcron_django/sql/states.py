@@ -14,8 +14,9 @@ from .clock import AsUTC, aware
 __all__ = ["lock_states"]
 
 # LockState's fields as the row holds them; the times are read as UTC whatever the session's time zone.
-_PLAIN = ("name", "locked", "locked_by", "token", "paused", "paused_by", "pause_note", "schedule", "schedule_timezone",
-          "schedule_version", "schedule_by", "last_outcome", "last_error", "failures", "incident", "definition")
+_PLAIN = ("name", "locked", "locked_by", "token", "tick_token", "paused", "paused_by", "pause_note", "schedule",
+          "schedule_timezone", "schedule_version", "schedule_by", "last_outcome", "last_error", "failures", "incident",
+          "definition")
 _TIMES = ("last_locked_at", "last_released_at", "lock_until", "last_fire_time", "paused_at", "paused_until",
           "resumed_at", "schedule_changed_at", "created_at", "last_finished_at", "last_success_at", "incident_at")
 

@@ -25,6 +25,7 @@ from mutexcron.stores.base import (
     LockStore,
     OverlapStore,
     Renewal,
+    TakeOverStore,
     check_definition,
     check_incident,
     check_outcome,
@@ -36,12 +37,13 @@ from .clock import AsUTC, DbNow, aware, db_now, now_minus, now_plus, plus
 from .databases import checked_alias, parse_django_url, sql_errors
 from .overlap import SLOT_LIVE, claim_next, renew_watching, slot_allows
 from .states import lock_states
+from .takeover import NOT_PAUSED, PAUSED, free_for, reserve_columns, reserved, take_over
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 
-class DjangoLockStore(LockStore, ControlStore, OverlapStore):
+class DjangoLockStore(LockStore, ControlStore, OverlapStore, TakeOverStore):
     """The ``Lock`` model as a lock store; ``using`` picks the database alias (default: the router's)."""
 
     def __init__(self, using: str | None = None) -> None:
@@ -96,32 +98,29 @@ class DjangoLockStore(LockStore, ControlStore, OverlapStore):
                           else self._update_one(request))
                 if answer is not None:
                     return answer
-                self.seed([name])  # create or revive it, then try once more
+                self.seed([name])  # create it, then try once more
             raise StoreUnavailable(f"database {self.using!r}: lock row for {name!r} vanished while acquiring")
 
         return self._call(run)
 
     def _update_one(self, request: AcquireRequest) -> Acquisition | None:
         """One conditional UPDATE decides it all on the database's clock: not paused (or the pause's until passed),
-        fired for the current schedule, a new fire, free, and no live overlap slot holding another tick. None: no
-        row, or a deleted one it did not take."""
+        fired for the current schedule, a new fire, free, and no live overlap slot holding another tick (a deleted
+        row it takes is revived; one it refuses stays deleted). None: no row."""
         name, fire_time, schedule_version = request.name, request.fire_time, request.schedule_version
-        free = self._locks.filter(Q(name=name) & _NOT_PAUSED & (Q(locked=False) | Q(lock_until__lte=DbNow()))
-                                  & slot_allows(fire_time))
+        free = self._locks.filter(Q(name=name) & NOT_PAUSED & free_for(request.lease) & slot_allows(fire_time))
         if fire_time is not None:
             free = free.filter(Q(last_fire_time__isnull=True) | Q(last_fire_time__lt=fire_time))
-            if schedule_version is not None:
-                free = free.filter(schedule_version=schedule_version)
+        if schedule_version is not None:
+            free = free.filter(schedule_version=schedule_version)
         with transaction.atomic(using=self.using):
             if free.update(**_taken(request.owner, request.lease, fire_time)) == 1:
                 return Acquisition(AcquireStatus.ACQUIRED, token=self._locks.get(name=name).token)
         state = (self._locks.filter(name=name)
-                 .values("locked_by", "deleted", "schedule_version", last_fire=AsUTC("last_fire_time"),
-                         paused_now=ExpressionWrapper(_PAUSED, output_field=BooleanField()))
+                 .values("locked_by", "schedule_version", last_fire=AsUTC("last_fire_time"),
+                         paused_now=ExpressionWrapper(PAUSED, output_field=BooleanField()))
                  .first())
-        if state is None or state["deleted"]:
-            return None
-        return _refusal(state, fire_time, schedule_version)
+        return None if state is None else _refusal(state, fire_time, schedule_version)  # a tombstone's too
 
     def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[Acquisition | StoreUnavailable]:
         """The fires of one instant in one transaction (see :func:`acquire_batch`): their rows locked in name
@@ -143,6 +142,11 @@ class DjangoLockStore(LockStore, ControlStore, OverlapStore):
             answer = decided.get(request.name) if firsts.get(request.name) == index else None
             answers.append(super().acquire_many([request])[0] if answer is None else answer)
         return answers
+
+    def take_over(self, name: str, *, tick_token: int, owner: str, lease: timedelta,
+                  schedule_version: int | None = None) -> Acquisition:
+        request = AcquireRequest(name, owner, lease, None, schedule_version)
+        return self._call(take_over, self._locks, self.using, request, tick_token)
 
     def renew(self, name: str, *, token: int, lease: timedelta) -> bool:
         return self._call(lambda: self._locks.filter(name=name, locked=True, token=token)
@@ -171,15 +175,16 @@ class DjangoLockStore(LockStore, ControlStore, OverlapStore):
                 # Still inside hold_at_least: keep it locked until then. Otherwise free it now.
                 held = mine.filter(last_locked_at__gt=now_minus(hold_at_least))
                 if hold_at_least and held.update(lock_until=plus("last_locked_at", hold_at_least),
-                                                 last_released_at=DbNow(), **finished) == 1:
+                                                 last_released_at=DbNow(), tick_token=0, **finished) == 1:
                     return True
-                return mine.update(locked=False, lock_until=DbNow(), last_released_at=DbNow(), **finished) == 1
+                return mine.update(locked=False, lock_until=DbNow(), last_released_at=DbNow(), tick_token=0,
+                                   **finished) == 1
 
         return self._call(run)
 
     def force_unlock(self, name: str) -> bool:
         return self._call(lambda: self._locks.filter(name=name, locked=True)
-                          .update(locked=False, lock_until=DbNow(), last_released_at=DbNow()) == 1)
+                          .update(locked=False, lock_until=DbNow(), last_released_at=DbNow(), tick_token=0) == 1)
 
     def delete(self, name: str) -> bool:
         return self._call(lambda: self._locks.filter(name=name, deleted=False).update(deleted=True) == 1)
@@ -219,7 +224,7 @@ class DjangoLockStore(LockStore, ControlStore, OverlapStore):
                 if rows.update(failures=F("failures") + 1) != 1:
                     return 0, False
                 failures = rows.values_list("failures", flat=True).get()
-                paused = pause_after is not None and failures >= pause_after and rows.filter(_NOT_PAUSED).update(
+                paused = pause_after is not None and failures >= pause_after and rows.filter(NOT_PAUSED).update(
                     paused=True, paused_at=DbNow(), paused_until=None, paused_by=by, pause_note=note) == 1
             return failures, paused
 
@@ -290,11 +295,6 @@ class DjangoLockStore(LockStore, ControlStore, OverlapStore):
         return f"<DjangoLockStore database={self.using!r}>"
 
 
-# Acquires are refused while this is false: paused, and its until (if any) not reached on the database's clock.
-_NOT_PAUSED = Q(paused=False) | Q(paused_until__lte=DbNow())
-_PAUSED = Q(paused=True) & (Q(paused_until__isnull=True) | Q(paused_until__gt=DbNow()))  # its negation, NULL-safe
-
-
 # How long a batch waits for a row another transaction holds before it answers BUSY: a holder stopped between its
 # UPDATE and its COMMIT (SIGSTOP, a debugger) must not stop every other instance's fires with it. PostgreSQL's
 # lock_timeout; on MariaDB the statement's own innodb_lock_wait_timeout, in whole seconds (1 s). MySQL waits its
@@ -304,9 +304,9 @@ BATCH_LOCK_TIMEOUT = timedelta(milliseconds=500)
 
 def acquire_batch(locks: QuerySet[Lock], using: str, batch: Sequence[AcquireRequest]) -> dict[str, Acquisition]:
     """Each request (one per name) decided from its row, read FOR UPDATE in name order (so
-    that two batches never deadlock) on the database's clock; the won rows taken, all in one transaction. A name
-    without a row (or with a deleted one it did not take) is left out: the caller creates or revives it and asks
-    again. A row still locked after BATCH_LOCK_TIMEOUT answers BUSY."""
+    that two batches never deadlock) on the database's clock; the won rows taken (a deleted one revived), all in one
+    transaction. A name without a row is left out: the caller creates it and asks again. A row still locked after
+    BATCH_LOCK_TIMEOUT answers BUSY."""
     names = sorted(request.name for request in batch)
     connection = connections[using]
     own_transaction = not connection.in_atomic_block  # SET LOCAL would outlive a savepoint, into the caller's
@@ -317,9 +317,9 @@ def acquire_batch(locks: QuerySet[Lock], using: str, batch: Sequence[AcquireRequ
                     cursor.execute(f"SET LOCAL lock_timeout = '{BATCH_LOCK_TIMEOUT // timedelta(milliseconds=1)}ms'")
             wanted = locks.select_for_update().filter(name__in=names).order_by("name").values(
                 "name", "token", "locked_by", "deleted", "schedule_version", last_fire=AsUTC("last_fire_time"),
-                paused_now=ExpressionWrapper(_PAUSED, output_field=BooleanField()),
+                paused_now=ExpressionWrapper(PAUSED, output_field=BooleanField()),
                 free=ExpressionWrapper(Q(locked=False) | Q(lock_until__lte=DbNow()), output_field=BooleanField()),
-                slot_fire=AsUTC("next_fire"), slot_live=SLOT_LIVE)
+                slot_fire=AsUTC("next_fire"), slot_live=SLOT_LIVE, **reserve_columns())
             rows = _read_for_update(connection, wanted)
             answers, won = _decide(batch, {row["name"]: row for row in rows})
             for (owner, lease, fire_time), taken in won.items():
@@ -353,7 +353,8 @@ def _taken(owner: str, lease: timedelta, fire_time: datetime | None) -> dict[str
     """What an acquire writes to the row it takes (a manual run, without a fire time, leaves the last fire); it
     empties the overlap slot."""
     changes = {"locked": True, "locked_by": owner, "last_locked_at": DbNow(), "lock_until": now_plus(lease),
-               "token": F("token") + 1, "deleted": False, "next_fire": None, "next_until": None}
+               "tick_token": F("token") + 1, "token": F("token") + 1, "deleted": False, "next_fire": None,
+               "next_until": None}  # tick_token first: MySQL's SET sees the columns assigned before it
     if fire_time is not None:
         changes["last_fire_time"] = fire_time
     return changes
@@ -378,11 +379,12 @@ def _decide(batch: Sequence[AcquireRequest], states: Mapping[str, Mapping[str, A
         if state is None:
             continue
         refusal = _refusal(state, request.fire_time, request.schedule_version)
-        slot_held = bool(state["slot_live"]) and aware(state["slot_fire"]) != request.fire_time
-        if refusal.status is AcquireStatus.BUSY and state["free"] and not slot_held:
+        held = ((bool(state["slot_live"]) and aware(state["slot_fire"]) != request.fire_time)  # the slot, or a retry's
+                or reserved(state, request.lease))
+        if refusal.status is AcquireStatus.BUSY and state["free"] and not held:
             answers[request.name] = Acquisition(AcquireStatus.ACQUIRED, token=state["token"] + 1)
             won.setdefault((request.owner, request.lease, request.fire_time), []).append(request.name)
-        elif not state["deleted"]:  # a deleted row refused is left to the caller, which revives it and asks again
+        else:  # a deleted row refused stays deleted
             answers[request.name] = refusal
     return answers, won
 
@@ -392,7 +394,7 @@ def _refusal(state: Mapping[str, Any], fire_time: datetime | None, schedule_vers
     holder = state["locked_by"]
     if state["paused_now"]:
         return Acquisition(AcquireStatus.PAUSED, holder=holder)
-    if fire_time is not None and schedule_version is not None and schedule_version != state["schedule_version"]:
+    if schedule_version is not None and schedule_version != state["schedule_version"]:
         return Acquisition(AcquireStatus.STALE_SCHEDULE, schedule_version=state["schedule_version"])
     last_fire = aware(state["last_fire"])
     if fire_time is not None and last_fire is not None and last_fire >= fire_time:

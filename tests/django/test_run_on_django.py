@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.test import Client, override_settings
 
 from mutexcron import JobContext, Outcome, RunRecord
@@ -82,7 +82,8 @@ def test_a_tick_is_enqueued_on_the_projects_queue_and_run_by_the_workers_job_run
         queue.handlers.get("mutexcron-job").func(info.payload)  # as the worker calls it
     finally:
         runner.close()
-    assert [(ctx.fire_time, ctx.token) for ctx in bodies] == [(FIRE, enqueued.token)]
+    assert enqueued.token is not None  # the worker's own token: the run taken over from the scheduler's acquire
+    assert [(ctx.fire_time, ctx.token) for ctx in bodies] == [(FIRE, enqueued.token + 1)]
     row.refresh_from_db()
     assert (row.outcome, row.task_id, row.fired_count) == ("succeeded", enqueued.task_id, 1)
     assert row.instance_id == queue.worker_id
@@ -149,3 +150,12 @@ def test_a_run_on_tasks_lease_shorter_than_the_visibility_timeout_is_w005(declar
     assert "lease (0:01:00) shorter than MUTEXCRON['TASKS']['JOB_VISIBILITY_TIMEOUT'] (0:05:00)" in warning.msg
     with override_settings(MUTEXCRON={"AUTOSTART": False, "TASKS": {"JOB_VISIBILITY_TIMEOUT": 60}}):
         assert checks.check_job_leases_cover_the_visibility_timeout() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_worker_refuses_to_start_with_a_run_on_tasks_job_whose_lease_is_shorter_than_the_visibility_timeout(
+        declare: Declarations) -> None:
+    declare("0 2 * * *", name="tests.run_on.short", run_on="tasks", lease=60)
+    with pytest.raises(CommandError, match=r"job\(s\) 'tests.run_on.short' \(lease 0:01:00\) run on tasks with a lease "
+                                           r"shorter than the workers' visibility timeout \(0:05:00\)"):
+        call_command("mutexcron", "worker")

@@ -620,7 +620,7 @@ def test_a_delay_longer_than_the_levels_hold_re_enters_them_and_arrives_on_time(
 
 def test_a_long_delay_message_carries_its_due_time(own_prefix: Callable[..., str], redis_url: str) -> None:
     """It sits in the top levels; only the consumer re-publishes it, so no worker is needed to check it."""
-    queue = TaskQueue(own_prefix(levels="4"), cancel_store=redis_url)
+    queue = TaskQueue(own_prefix(levels="4"), cancel_store=redis_url, require_handlers=False)
     try:
         topology = backend_of(queue).topology
         before = time.time() * 1000
@@ -1105,10 +1105,36 @@ def test_a_worker_rides_out_a_broker_outage_and_loses_no_task(
         proxy.close()
 
 
+def test_a_worker_started_while_the_broker_is_down_waits_and_runs_tasks_once_it_returns(
+    amqp_url: str, redis_url: str, recorder: Recorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As the scheduler does: one line when the worker finds the broker down at its start, one when it is back."""
+    recorder.define()
+    server = urlsplit(AMQP_URL)
+    proxy = TcpProxy(server.hostname or "127.0.0.1", server.port or 5672)
+    worker = TaskQueue(_through(proxy, amqp_url), cancel_store=redis_url, handlers=recorder.handlers)
+    direct = TaskQueue(amqp_url, cancel_store=redis_url, handlers=recorder.handlers)
+    try:
+        with caplog.at_level(logging.INFO, logger="mutexcron.tasks"):
+            proxy.cut()
+            worker.start()
+            wait_until(lambda: "task store unreachable" in caplog.text, timeout=10, what="the outage to be logged")
+            task_id = direct.schedule("rabbit.task", "while down")
+            proxy.restore()
+            recorder.at("while down", timeout=15)
+            wait_until(lambda: direct.status(task_id) == TaskStatus.SUCCEEDED, what="the task to succeed")
+        assert worker.worker_alive
+        assert caplog.text.count("task store unreachable") == 1 and caplog.text.count("reachable again") == 1
+    finally:
+        worker.close()
+        direct.close()
+        proxy.close()
+
+
 def test_a_producer_reconnects_after_losing_its_connection(amqp_url: str, redis_url: str) -> None:
     server = urlsplit(AMQP_URL)
     proxy = TcpProxy(server.hostname or "127.0.0.1", server.port or 5672)
-    queue = TaskQueue(_through(proxy, amqp_url), cancel_store=redis_url)
+    queue = TaskQueue(_through(proxy, amqp_url), cancel_store=redis_url, require_handlers=False)
     try:
         queue.schedule("rabbit.task", 1, delay=timedelta(hours=1))
         proxy.cut()
@@ -1127,7 +1153,7 @@ def test_a_failed_publish_leaves_no_scheduled_record(amqp_url: str, redis_url: s
                                                      redis_records: RedisTaskRecords) -> None:
     server = urlsplit(AMQP_URL)
     proxy = TcpProxy(server.hostname or "127.0.0.1", server.port or 5672)
-    queue = TaskQueue(_through(proxy, amqp_url), cancel_store=redis_url)
+    queue = TaskQueue(_through(proxy, amqp_url), cancel_store=redis_url, require_handlers=False)
     try:
         proxy.cut()
         created: list[str] = []
@@ -1196,7 +1222,7 @@ def test_publish_and_drain_throughput(queues: Callable[..., TaskQueue], recorder
 
 def test_a_run_on_tasks_tick_enqueued_twice_is_delivered_and_run_once(amqp_url: str, redis_url: str) -> None:
     """RabbitMQ cannot dedupe a message: the record store claims the tick's task id first, so a second enqueue of
-    the tick publishes nothing, and the JobRunner runs the body once with the tick's token."""
+    the tick publishes nothing, and the JobRunner runs the body once, taken over under its own token."""
     from mutexcron import JobContext, Registry, Scheduler, mutex_cron
     from mutexcron.stores import MemoryLockStore
     from mutexcron.tasks import HandlerRegistry
@@ -1218,7 +1244,8 @@ def test_a_run_on_tasks_tick_enqueued_twice_is_delivered_and_run_once(amqp_url: 
         time.sleep(0.5)  # a second message would have been delivered by now
         succeeded = queue.info(task_id)
         assert succeeded is not None and succeeded.attempts == 1
-        assert [(ctx.fire_time, ctx.token) for ctx in bodies] == [(record.fire_time, record.token)]
+        assert record.token is not None  # the worker's token: the run taken over from the scheduler's acquire
+        assert [(ctx.fire_time, ctx.token) for ctx in bodies] == [(record.fire_time, record.token + 1)]
     finally:
         queue.close()
         runner.close()

@@ -19,12 +19,13 @@ from mutexcron.errors import JobDefinitionError, SchedulerConfigError, StoreUnav
 from mutexcron.registry import Registry, mutex_cron
 from mutexcron.scheduling.scheduler import Scheduler
 from mutexcron.stores import MemoryLockStore
-from mutexcron.tasks import HandlerRegistry, TaskQueue, TaskStatus
+from mutexcron.tasks import HandlerRegistry, RetryLater, TaskQueue, TaskStatus
 from mutexcron.tasks.job_runs import TASK_TYPE, JobRunner, JobTask, declared_or_stored, tick_task_id
 from tests.support import wait_until
 
 JOB = "reports.nightly"
 TICK = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
+VISIBILITY = timedelta(seconds=30)  # the worker's visibility timeout: at most the job's lease (60 s)
 
 
 class Body:
@@ -70,7 +71,7 @@ def scheduler(new_scheduler: Callable[..., Scheduler], store: MemoryLockStore, q
 @pytest.fixture
 def runner(store: MemoryLockStore, registry: Registry, queue: TaskQueue) -> Iterator[JobRunner]:
     runner = JobRunner(store, lookup=registry.get, instance_id="worker-1")
-    runner.register(queue)
+    runner.register(queue, visibility_timeout=VISIBILITY)
     yield runner
     runner.close()
 
@@ -173,15 +174,15 @@ def test_a_worker_runs_the_body_with_the_ticks_context_and_releases_the_lock_wit
     enqueued = scheduler.run_tick(JOB, TICK)
     queue.start()
     wait_until(lambda: queue.status(enqueued.task_id or "") == TaskStatus.SUCCEEDED, what="the task to succeed")
-    (ctx,) = body.contexts
-    assert (ctx.job_name, ctx.fire_time, ctx.token, ctx.catch_up, ctx.instance_id) == (JOB, TICK, 1, False,
+    (ctx,) = body.contexts  # the worker's own token: the scheduler's acquire had 1
+    assert (ctx.job_name, ctx.fire_time, ctx.token, ctx.catch_up, ctx.instance_id) == (JOB, TICK, 2, False,
                                                                                       "worker-1")
     state = store.lock(JOB)
     assert state is not None and not state.locked and state.last_outcome == "succeeded"
     assert state.last_success_at is not None
     (run,) = runs
     assert (run.outcome, run.task_id, run.token, run.fire_time, run.instance_id) == (
-        Outcome.SUCCEEDED, enqueued.task_id, 1, TICK, "worker-1")
+        Outcome.SUCCEEDED, enqueued.task_id, 2, TICK, "worker-1")
 
 
 def test_a_failing_body_releases_the_lock_as_failed_with_its_error_and_is_not_retried(
@@ -209,7 +210,7 @@ def test_a_task_whose_lock_was_force_unlocked_does_not_run_the_body_and_says_why
     assert body.contexts == []
     (run,) = runs
     assert run.outcome is Outcome.SKIPPED_BUSY
-    assert "no longer held by tick 2026-03-01T02:00:00+00:00" in (run.error or "")
+    assert "the lock is no longer the tick's" in (run.error or "")
     assert f"job {JOB!r} (tick 2026-03-01T02:00:00+00:00" in caplog.text
     assert json.loads(queue.backend.load_result(enqueued.task_id or "") or "{}")["outcome"] == "not_run"
 
@@ -223,22 +224,29 @@ def test_a_task_delivered_again_after_its_body_finished_does_not_run_it_again(
     assert len(body.contexts) == 1
 
 
-def test_a_task_delivered_again_while_its_lock_is_held_runs_the_body_with_the_same_tick(
+def test_a_task_delivered_again_while_the_dead_workers_lease_is_live_is_retried_once_it_ran_out(
         scheduler: Scheduler, body: Body, queue: TaskQueue, runner: JobRunner, store: MemoryLockStore) -> None:
-    """What a worker killed mid-body leaves: the lock held by the tick's token and no result. The retry renews with
-    that token and runs the body with the same fire time and token."""
+    """What a worker killed (or stopped) mid-body leaves: the run taken over under its token, and no result. The
+    task delivered again waits for that worker's lease, then runs the body with the same tick and a newer token."""
     enqueued = scheduler.run_tick(JOB, TICK)
     payload = payload_of(queue, enqueued.task_id or "")
-    assert store.renew(JOB, token=1, lease=timedelta(seconds=60))  # the first attempt's renewal, then it died
+    first = store.take_over(JOB, tick_token=1, owner="worker-0", lease=timedelta(milliseconds=300))
+    assert first.token == 2  # the first attempt's, then it died
+    with pytest.raises(RetryLater) as later:
+        runner.run(payload)
+    assert later.value.delay <= timedelta(milliseconds=300) and "worker-0" in str(later.value)
+    assert body.contexts == []
+    wait_until(lambda: not store.lock(JOB).is_held(store.now()), what="the dead worker's lease to run out")  # type: ignore[union-attr]
     runner.run(payload)
-    assert [(ctx.fire_time, ctx.token) for ctx in body.contexts] == [(TICK, 1)]
+    assert [(ctx.fire_time, ctx.token) for ctx in body.contexts] == [(TICK, 3)]
+    assert not store.renew(JOB, token=2, lease=timedelta(seconds=60))
 
 
 def test_a_job_the_worker_does_not_know_is_not_run_and_its_lock_is_released_as_failed(
         scheduler: Scheduler, body: Body, queue: TaskQueue, store: MemoryLockStore) -> None:
     enqueued = scheduler.run_tick(JOB, TICK)
     runner = JobRunner(store, lookup=Registry().get, instance_id="worker-2")
-    runner.register(queue)
+    runner.register(queue, visibility_timeout=VISIBILITY)
     try:
         runner.run(payload_of(queue, enqueued.task_id or ""))
     finally:
@@ -257,22 +265,35 @@ def test_a_catch_up_tick_keeps_its_flag_on_the_worker(queue: TaskQueue, body: Bo
     assert [ctx.catch_up for ctx in body.contexts] == [True]
 
 
-def test_a_lease_shorter_than_the_visibility_timeout_is_warned_about_once(
-        scheduler: Scheduler, body: Body, queue: TaskQueue, store: MemoryLockStore, registry: Registry,
-        caplog: pytest.LogCaptureFixture) -> None:
-    runner = JobRunner(store, lookup=registry.get)
-    runner.register(queue, visibility_timeout=timedelta(minutes=2))  # the job's lease is 60 s
+def test_register_refuses_a_declared_job_whose_lease_is_shorter_than_the_visibility_timeout(
+        body: Body, queue: TaskQueue, store: MemoryLockStore, registry: Registry) -> None:
+    runner = JobRunner(store, registry=registry)
     try:
-        with caplog.at_level(logging.WARNING, "mutexcron.tasks.jobs"):
-            for tick in (TICK, TICK + timedelta(days=1)):
-                enqueued = scheduler.run_tick(JOB, tick)
-                runner.run(payload_of(queue, enqueued.task_id or ""))
+        with pytest.raises(SchedulerConfigError, match=rf"job\(s\) {JOB!r} \(lease 0:01:00\) run on tasks with a lease "
+                                                       r"shorter than the workers' visibility timeout \(0:02:00\)"):
+            runner.register(queue, visibility_timeout=timedelta(minutes=2))  # the job's lease is 60 s
     finally:
         runner.close()
-    assert len(body.contexts) == 2
-    warnings = [text for text in (r.getMessage() for r in caplog.records)
-                if "shorter than the workers' visibility timeout" in text]
-    assert len(warnings) == 1 and f"job {JOB!r}: its lease (0:01:00)" in warnings[0]
+    assert "mutexcron-job" not in queue.handlers
+
+
+def test_a_job_found_at_run_time_with_a_lease_shorter_than_the_visibility_timeout_is_not_run_and_released(
+        scheduler: Scheduler, body: Body, queue: TaskQueue, store: MemoryLockStore, registry: Registry,
+        caplog: pytest.LogCaptureFixture) -> None:
+    runner = JobRunner(store, lookup=registry.get)  # no declared jobs to check at register: a run-time lookup
+    runner.register(queue, visibility_timeout=timedelta(minutes=2))
+    runs = runs_of(runner)
+    try:
+        with caplog.at_level(logging.ERROR, "mutexcron.tasks.jobs"):
+            enqueued = scheduler.run_tick(JOB, TICK)
+            runner.run(payload_of(queue, enqueued.task_id or ""))
+    finally:
+        runner.close()
+    assert body.contexts == []
+    assert [run.outcome for run in runs] == [Outcome.FAILED]
+    assert f"job {JOB!r}: its lease (0:01:00) is shorter than the workers' visibility timeout" in caplog.text
+    state = store.lock(JOB)
+    assert state is not None and not state.locked and state.last_outcome == "failed"
 
 
 def test_a_run_time_schedule_that_runs_on_tasks_is_enqueued_and_found_by_the_workers_lookup(
@@ -283,7 +304,7 @@ def test_a_run_time_schedule_that_runs_on_tasks_is_enqueued_and_found_by_the_wor
     enqueued = scheduler.run_tick("export.nightly", TICK + timedelta(hours=1))
     assert enqueued.outcome is Outcome.ENQUEUED and calls == []
     runner = JobRunner(store, lookup=declared_or_stored(registry, store), instance_id="worker-1")
-    runner.register(queue)
+    runner.register(queue, visibility_timeout=VISIBILITY)
     try:
         runner.run(payload_of(queue, enqueued.task_id or ""))
     finally:
@@ -301,7 +322,7 @@ def test_a_store_outage_while_the_worker_looks_the_job_up_is_tried_again_not_a_f
         raise StoreUnavailable("the lock store is down")
 
     runner = JobRunner(store, lookup=unreachable)
-    runner.register(queue)
+    runner.register(queue, visibility_timeout=VISIBILITY)
     try:
         with pytest.raises(StoreUnavailable):
             runner.run(payload_of(queue, enqueued.task_id or ""))

@@ -36,7 +36,7 @@ def test_a_worker_tells_a_body_past_its_timeout_to_stop_and_records_it_timed_out
 
     mutex_cron("0 2 * * *", name=JOB, registry=registry, run_on="tasks", lease=60, timeout=0.5)(body)
     runner = JobRunner(redis_store, lookup=registry.get, instance_id="worker-1")
-    runner.register(worker_queue)
+    runner.register(worker_queue, visibility_timeout=timedelta(seconds=1))  # at most the job's lease
     runs: list[RunRecord] = []
     runner.add_listener(runs.append)
     try:
@@ -69,7 +69,7 @@ def test_a_worker_tells_a_body_a_newer_tick_replaces_to_stop_and_runs_the_new_ti
 
     mutex_cron("0 * * * *", name=JOB, registry=registry, run_on="tasks", lease=1.5, on_busy="replace")(body)
     runner = JobRunner(redis_store, lookup=registry.get, instance_id="worker-1")
-    runner.register(worker_queue)
+    runner.register(worker_queue, visibility_timeout=timedelta(seconds=1))  # at most the job's lease
     runs: list[RunRecord] = []
     runner.add_listener(runs.append)
     scheduler = new_scheduler(redis_store, "web-1", tasks=worker_queue)
@@ -94,7 +94,7 @@ def test_a_worker_counts_a_failed_run_and_pauses_the_job_at_its_pause_on_failure
 
     mutex_cron("0 2 * * *", name=JOB, registry=registry, run_on="tasks", lease=60, pause_on_failure=1)(body)
     runner = JobRunner(redis_store, lookup=registry.get, instance_id="worker-1")
-    runner.register(worker_queue)
+    runner.register(worker_queue, visibility_timeout=timedelta(seconds=1))  # at most the job's lease
     alerts: list[Alert] = []
     runner.add_listener(alerts.append, events=["paused"])
     try:

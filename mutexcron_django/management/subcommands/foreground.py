@@ -18,7 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from mutexcron.backend_helpers import SignalFlag
-from mutexcron.errors import MutexcronError
+from mutexcron.errors import MutexcronError, SchedulerConfigError
 from mutexcron.urls import scrub
 
 from ... import runtime
@@ -115,7 +115,10 @@ def worker(command: BaseCommand, *, types: list[str] | None, prefetch: int, verb
         queue = get_task_queue()
     except ImproperlyConfigured as error:
         raise CommandError(str(error)) from None
-    runner = install_job_runner(queue) if runs_jobs() else None  # the bodies of run_on="tasks" jobs
+    try:
+        runner = install_job_runner(queue) if runs_jobs() else None  # the bodies of run_on="tasks" jobs
+    except SchedulerConfigError as error:  # a job the workers refuse (its lease is shorter than the visibility)
+        raise CommandError(str(error)) from None
     try:
         _work(command, queue, types=types, prefetch=prefetch, verbosity=verbosity)
     finally:
