@@ -330,3 +330,12 @@ def test_a_store_outage_while_the_worker_looks_the_job_up_is_tried_again_not_a_f
         runner.close()
     state = store.lock(JOB)
     assert state is not None and state.locked and state.last_outcome is None  # still the tick's, for the retry
+
+
+def test_a_later_tick_that_finds_the_lock_busy_names_the_worker_running_the_body(
+        scheduler: Scheduler, body: Body, queue: TaskQueue, store: MemoryLockStore) -> None:
+    enqueued = scheduler.run_tick(JOB, TICK)
+    assert enqueued.token is not None
+    assert store.take_over(JOB, tick_token=enqueued.token, owner="worker-7", lease=timedelta(seconds=60)).acquired
+    busy = scheduler.run_tick(JOB, TICK + timedelta(days=1))
+    assert busy.outcome is Outcome.SKIPPED_BUSY and busy.error == "lock held by worker-7"
