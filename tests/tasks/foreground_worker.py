@@ -10,6 +10,7 @@ exists, then appends "finished <n>".
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import time
 from pathlib import Path
@@ -21,6 +22,9 @@ TASK_TYPE = "foreground.task"
 
 
 def main(url: str, ledger: Path) -> int:
+    # Ctrl-C as in a terminal: a process started in the background of a non-interactive shell (CI runs the suites
+    # so) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler of its own.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
     handlers = HandlerRegistry()
 
