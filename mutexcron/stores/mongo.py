@@ -147,14 +147,11 @@ class MongoLockStore(LockStore, ControlStore, OverlapStore, TakeOverStore):
         def attempt() -> Document | None:
             return self.collection.find_one_and_update(query, [{"$set": changes}], return_document=ReturnDocument.AFTER)
 
-        def why() -> list[Document]:
-            return list(self.collection.aggregate([{"$match": {"_id": name}}, {"$addFields": {"_refusal": refusal}}]))
-
         for _ in range(3):  # again if the document had to be created, or nothing refuses it any more
             taken = self._call(attempt)
             if taken is not None:
                 return Acquisition(AcquireStatus.ACQUIRED, token=int(taken["token"]))
-            current = next(iter(self._call(why)), None)
+            current = self._refused(name, refusal)
             status = None if current is None else current.get("_refusal")
             if current is None:
                 self.seed([name])
@@ -179,8 +176,7 @@ class MongoLockStore(LockStore, ControlStore, OverlapStore, TakeOverStore):
                            [{"$set": changes}], return_document=ReturnDocument.AFTER)
         if taken is not None:
             return Acquisition(AcquireStatus.ACQUIRED, token=int(taken["token"]))
-        why: list[Document] = [{"$match": {"_id": name}}, {"$addFields": {"_refusal": refusal}}]
-        current = next(iter(self._call(lambda: list(self.collection.aggregate(why)))), None)
+        current = self._refused(name, refusal)
         status = AcquireStatus(current["_refusal"] or "busy") if current else AcquireStatus.ALREADY_RAN
         if status in (AcquireStatus.PAUSED, AcquireStatus.STALE_SCHEDULE):  # unrun if no one took it over
             unrun = {"$and": [{"$in": [refusal, [AcquireStatus.PAUSED.value, AcquireStatus.STALE_SCHEDULE.value]]},
@@ -190,6 +186,11 @@ class MongoLockStore(LockStore, ControlStore, OverlapStore, TakeOverStore):
             assert current is not None
             return Acquisition(status, schedule_version=_state(current).schedule_version)
         return Acquisition(status, holder=current.get("locked_by") or None if current else None)
+
+    def _refused(self, name: str, refusal: Document) -> Document | None:
+        """``name``'s document with ``_refusal``: what ``refusal`` (a :func:`_first` of reasons) says of it now."""
+        why: list[Document] = [{"$match": {"_id": name}}, {"$addFields": {"_refusal": refusal}}]
+        return next(iter(self._call(lambda: list(self.collection.aggregate(why)))), None)
 
     def renew(self, name: str, *, token: int, lease: timedelta) -> bool:
         update = [{"$set": {"lock_until": {"$add": ["$$NOW", duration_ms(lease)]}}}]

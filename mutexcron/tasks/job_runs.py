@@ -95,7 +95,7 @@ class JobRunner:
         if not isinstance(self.store, TakeOverStore):
             raise SchedulerConfigError(f"store {self.store!r} cannot hand a tick to a task worker (it is no "
                                        "TakeOverStore): run_on='tasks' needs one")
-        self.taker: TakeOverStore = self.store
+        self._taker: TakeOverStore = self.store  # the store, as the take-over contract
         if registry is None and lookup is None:
             registry = default_registry
         self._declared = registry  # checked against the visibility timeout by register()
@@ -167,7 +167,7 @@ class JobRunner:
             self._not_run(task, None, Outcome.FAILED, refused)
             return
         started_at = datetime.now(UTC)
-        taken = self.taker.take_over(job.name, tick_token=task.token, owner=self.instance_id, lease=job.lease,
+        taken = self._taker.take_over(job.name, tick_token=task.token, owner=self.instance_id, lease=job.lease,
                                      schedule_version=task.schedule_version)
         if taken.acquired:
             assert taken.token is not None
