@@ -19,13 +19,13 @@ import pytest
 from mutexcron import JobDefinitionError, Registry, RunRecord, Scheduler, mutex_cron
 from mutexcron.records import JobContext, Outcome
 from mutexcron.stores import ControlStore, LockStore
-from tests.support import wait_until
+from tests.support import FireThreads, wait_until
 
 MIDNIGHT = datetime(2026, 1, 5, tzinfo=UTC)
 TEN_MINUTES = [MIDNIGHT + timedelta(minutes=10 * n) for n in range(6)]  # "*/10 * * * *" from 00:00 to 01:00
 
 
-class BackfillContract:
+class BackfillContract(FireThreads):
     """What a backfill runs, on a real store."""
 
     store: LockStore
@@ -53,17 +53,6 @@ class BackfillContract:
         scheduler = Scheduler(self.store, registry=registry, instance_id="operator")
         scheduler.add_listener(records.append)
         return scheduler, contexts, records
-
-    def _in_thread(self, target: Callable[[], object]) -> threading.Thread:
-        def run() -> None:
-            try:
-                target()
-            finally:
-                self.thread_finished()
-
-        thread = threading.Thread(target=run)
-        thread.start()
-        return thread
 
     def test_a_backfill_runs_each_tick_of_the_range_once_oldest_first_as_a_backfill(self) -> None:
         scheduler, contexts, records = self._job()
@@ -146,7 +135,7 @@ class BackfillContract:
             barrier.wait()
             counts.append(scheduler.backfill("backfilled", MIDNIGHT, end))
 
-        for thread in [self._in_thread(lambda s=s: backfill(s)) for s in (first, second)]:
+        for thread in [self.in_thread(lambda s=s: backfill(s)) for s in (first, second)]:
             thread.join()
         assert sorted(ctx.fire_time for ctx in contexts) == TEN_MINUTES and sum(counts) == 6
 
@@ -163,9 +152,9 @@ class BackfillContract:
             ended.append(datetime.now(UTC))
 
         scheduler, contexts, records = self._job(body=body)
-        running = self._in_thread(lambda: scheduler.run_tick("backfilled", datetime.now(UTC).replace(second=0)))
+        running = self.in_thread(lambda: scheduler.run_tick("backfilled", datetime.now(UTC).replace(second=0)))
         wait_until(scheduled.is_set, what="the scheduled run's body")
-        backfill = self._in_thread(lambda: scheduler.backfill("backfilled", MIDNIGHT, TEN_MINUTES[2]))
+        backfill = self.in_thread(lambda: scheduler.backfill("backfilled", MIDNIGHT, TEN_MINUTES[2]))
         backfill.join(0.3)
         assert backfill.is_alive(), "the backfill did not wait for the scheduled run"
         finish.set()

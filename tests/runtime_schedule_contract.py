@@ -8,7 +8,7 @@ Mixed into :class:`tests.contract.LockStoreContract`, so every store runs it aga
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -40,17 +40,6 @@ class RuntimeScheduleContract(FireThreads):
                 stack.callback(scheduler.shutdown)
                 fleet.append(scheduler)
             yield fleet, records
-
-    def _in_thread(self, target: Callable[[], object]) -> threading.Thread:
-        def run() -> None:
-            try:
-                target()
-            finally:
-                self.thread_finished()
-
-        thread = threading.Thread(target=run)
-        thread.start()
-        return thread
 
     @staticmethod
     def _past_tick() -> datetime:
@@ -169,7 +158,7 @@ class RuntimeScheduleContract(FireThreads):
         first, second = (Scheduler(self.store, registry=registry, instance_id=instance, busy_grace=timedelta(0))
                          for instance in ("first", "second"))
         first.add_schedule(name, "* * * * * *", "held", lease=1.5, on_busy="replace")
-        running = self._in_thread(lambda: records.setdefault("first", first.run_tick(name, tick)))
+        running = self.in_thread(lambda: records.setdefault("first", first.run_tick(name, tick)))
         try:
             assert started.wait(10)
             records["second"] = second.run_tick(name, tick + timedelta(seconds=1))

@@ -143,3 +143,13 @@ class FireThreads:
             yield
         finally:
             self.thread_finished()
+
+    def in_thread(self, target: Callable[[], object]) -> threading.Thread:
+        """``target`` run in a thread of its own, started; ``thread_finished`` is called at its end."""
+        def run() -> None:
+            with self.each_fire():
+                target()
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
