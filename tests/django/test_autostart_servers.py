@@ -151,6 +151,8 @@ def test_gunicorn_with_the_old_post_worker_init_hook_still_starts_one_scheduler_
     server, _ = gunicorn(site, "--config", str(HERE / "gunicorn_eager.py"), preload=True)
 
     wait_for_schedulers(server, 2, "both workers to start a scheduler")
+    # The master logs "Booting worker" after its fork, which may come after the worker's own start.
+    wait_until(lambda: len(pids(BOOTED, server)) == 2, timeout=15, what="the master to log both workers' boot")
 
     def one_each() -> None:  # the hook runs after autostart's start, and starts nothing more
         assert sorted(server.started_pids()) == sorted(pids(BOOTED, server))
