@@ -16,8 +16,8 @@ from mutexcron.backend_helpers import store_errors
 from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.urls import mask_url, pop_query_options, shown
 
-__all__ = ["checked_alias", "drop_broken_connection", "migrate_advice", "migrate_command", "not_migrated",
-           "parse_django_url", "sql_errors"]
+__all__ = ["checked_alias", "drop_broken_connection", "is_retryable", "migrate_advice", "migrate_command",
+           "not_migrated", "parse_django_url", "sql_errors"]
 
 # A table or column that does not exist, as each database says it: PostgreSQL's SQLSTATE (undefined_table,
 # undefined_column), MySQL's and MariaDB's error numbers (ER_NO_SUCH_TABLE, ER_BAD_FIELD_ERROR), SQLite's message.
@@ -104,3 +104,14 @@ def sql_errors(alias: str, where: str) -> Iterator[None]:
             if advice is not None:
                 raise StoreUnavailable(f"{where}: {advice}") from error
             raise
+
+
+def is_retryable(error: BaseException) -> bool:
+    """A deadlock, serialization failure, lock wait timeout or a busy SQLite file: worth one more try."""
+    cause = error.__cause__ or error
+    if getattr(cause, "sqlstate", None) in ("40P01", "40001", "55P03"):
+        return True
+    args = getattr(cause, "args", ())
+    if args and args[0] in (1205, 1213):  # MySQL/MariaDB: lock wait timeout, deadlock
+        return True
+    return "database is locked" in str(cause)

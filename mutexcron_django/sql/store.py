@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
-from django.db import IntegrityError, OperationalError, connections, transaction
+from django.db import Error, IntegrityError, OperationalError, connections, transaction
 from django.db.models import BooleanField, Case, ExpressionWrapper, F, Q, QuerySet, When
 
 from mutexcron.errors import StoreUnavailable
@@ -34,7 +34,7 @@ from mutexcron.stores.base import (
 
 from ..models import Lock
 from .clock import AsUTC, DbNow, aware, db_now, now_minus, now_plus, plus
-from .databases import checked_alias, parse_django_url, sql_errors
+from .databases import checked_alias, is_retryable, parse_django_url, sql_errors
 from .overlap import SLOT_LIVE, claim_next, renew_watching, slot_allows
 from .states import lock_states
 from .takeover import NOT_PAUSED, PAUSED, free_for, reserve_columns, reserved, take_over
@@ -75,17 +75,26 @@ class DjangoLockStore(LockStore, ControlStore, OverlapStore, TakeOverStore):
             created = self._locks.filter(name__in=wanted, deleted=True).update(deleted=False)  # revived
             existing = set(self._locks.filter(name__in=wanted).values_list("name", flat=True))
             for name in wanted:
-                if name in existing:
-                    continue
-                try:
-                    with transaction.atomic(using=self.using):
-                        self._locks.create(name=name, created_at=DbNow())
-                    created += 1
-                except IntegrityError:  # another instance seeded it a moment ago
-                    pass
+                if name not in existing:
+                    created += self._create(name)
             return created
 
         return self._call(run)
+
+    def _create(self, name: str, attempts: int = 3) -> int:
+        """Insert ``name``'s row unless another instance does at the same moment: 1 if this call created it. Two
+        inserts of one new key can deadlock on MariaDB's gap locks; the loser tries again and finds the row."""
+        for attempt in range(attempts):
+            try:
+                with transaction.atomic(using=self.using):
+                    self._locks.create(name=name, created_at=DbNow())
+                return 1
+            except IntegrityError:  # another instance seeded it a moment ago
+                return 0
+            except Error as error:
+                if attempt + 1 == attempts or not is_retryable(error):
+                    raise
+        return 0
 
     def acquire(self, name: str, *, owner: str, lease: timedelta, fire_time: datetime | None,
                 schedule_version: int | None = None) -> Acquisition:

@@ -22,7 +22,7 @@ from mutexcron.backend_helpers import epoch_ms
 
 from ...models import ScheduledTask
 from ..clock import AsUTC, DbNow, aware, now_plus, now_sql, utc_sql
-from ..databases import sql_errors
+from ..databases import is_retryable, sql_errors
 from .wakeups import Message, wake_payload
 
 logger = logging.getLogger("mutexcron.tasks.django")
@@ -55,17 +55,6 @@ class HeldClaim(Protocol):
 
 
 Held = TypeVar("Held", bound=HeldClaim)
-
-
-def is_retryable(error: BaseException) -> bool:
-    """A deadlock, serialization failure, lock wait timeout or a busy SQLite file: worth one more try."""
-    cause = error.__cause__ or error
-    if getattr(cause, "sqlstate", None) in ("40P01", "40001", "55P03"):
-        return True
-    args = getattr(cause, "args", ())
-    if args and args[0] in (1205, 1213):  # MySQL/MariaDB: lock wait timeout, deadlock
-        return True
-    return "database is locked" in str(cause)
 
 
 class TaskClaims:
