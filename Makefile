@@ -21,7 +21,7 @@ MYPY = $(VENV)/bin/mypy --cache-dir $(VENV)/.mypy_cache
 # dependencies, and it runs on the locked redis-py.
 ARQ = arq==0.28.0
 
-.PHONY: demo test test-latest lint lock dist check-dist docs docs-serve bench soak services system-deps clean
+.PHONY: demo test test-latest lint lock dist check-dist docs docs-serve bench soak nemesis services system-deps clean
 
 $(UV):
 	$(PYTHON) -m venv .venv-uv
@@ -57,8 +57,25 @@ define run_suite
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 endef
 
+# Without PYTEST_ARGS, the whole suite in three phases as CI splits it (lint, the suite in 4 worker processes, then
+# the fleet tests in 4), each announced with its time (scripts/test-phases.sh); with them, lint and one pytest run
+# with those arguments (.ci/run's parts, or one file: PYTEST_ARGS=tests/test_cron.py).
 test: system-deps $(VENV)/.installed .venv-mongo/.installed services
+ifeq ($(strip $(PYTEST_ARGS)),)
+	MYPY='$(MYPY)' scripts/test-phases.sh $(VENV) $(LINT)
+else
 	$(run_suite)
+endif
+
+# The nemesis run (docs/nemesis.md): a busy fleet under random faults for MINUTES on STORE (redis, cluster, sentinel,
+# postgres, mariadb, mongo), seeded by SEED; BROKEN=release-any|tick-token|ignore-version runs a broken variant.
+# Exit 1 if the checker found an anomaly; the run's ledgers, logs and report.md are in .nemesis/.
+MINUTES ?= 10
+STORE ?= redis
+SEED ?= 1
+BROKEN ?=
+nemesis: system-deps $(VENV)/.installed .venv-mongo/.installed services
+	$(VENV)/bin/python -m tests.nemesis --minutes $(MINUTES) --store $(STORE) --seed $(SEED) $(if $(BROKEN),--broken $(BROKEN))
 
 # The newest releases pyproject.toml allows, without the lock, on Python 3.13: a new release of a dependency that
 # breaks mutexcron fails here before a user meets it. Rebuilt on every run, since "newest" changes by the day.

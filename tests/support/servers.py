@@ -139,9 +139,11 @@ class MongoWireServer:
         self.process: subprocess.Popen[str] | None = None
         self.port: int | None = None
 
-    def start(self, port: int = 0, timeout: float = 60.0) -> str:
+    def start(self, port: int = 0, timeout: float = 60.0, path: Path | None = None) -> str:
+        """Start it (on ``port``, 0: a free one), its data in memory or, with ``path``, in that SQLite file."""
         self.process = subprocess.Popen(
-            [mongoeco_python(), str(ROOT / "tests" / "support" / "mongo_server.py"), str(port)],
+            [mongoeco_python(), str(ROOT / "tests" / "support" / "mongo_server.py"), str(port),
+             *([str(path)] if path is not None else [])],
             stdout=subprocess.PIPE,
             stderr=sys.stderr,
             text=True,

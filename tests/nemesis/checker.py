@@ -1,0 +1,437 @@
+"""The checker of a nemesis run: judges a recorded history (:mod:`.history`) against the properties that
+docs/guarantees.md promises, one function per property, and counts what the run did.
+
+Every time is compared on ``mono`` (one clock for the whole machine); a tick's nominal ``fire_time`` is mapped to
+``mono`` through the harness's "run" start line, whose wall clock no fault moves.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from typing import Any
+
+from mutexcron.cron import CronTrigger, iter_fire_times, parse_cron
+
+from .history import Event, RunConfig
+
+PROPERTIES = ("mutual_exclusion", "once_per_tick", "exactly_once", "paused", "stale_schedule", "cancelled_task",
+              "task_runs", "recovery")
+STORE = "store"  # the target of a fault done to the store's servers: it touches every process
+PROXIED = "proxied"  # the target of a link fault: it touches the processes behind the proxy (RunConfig.proxied)
+OP_GRACE = 1.0  # seconds after an operator call returned until every instance must obey it
+LEASE_SLACK = 0.2  # a second holder this long before the first one's lease could have run out is never excused
+MAX_SKEW = 2.0  # seconds: the most a clock_jump fault moves an instance's clock
+WARM_UP, COOL_DOWN = 20.0, 5.0  # exactly_once judges the ticks between run start + WARM_UP and run end - COOL_DOWN
+TASK_MARGIN = 15.0  # a task due later than run end - TASK_MARGIN may be left unrun
+_MICROSECOND = timedelta(microseconds=1)
+
+
+@dataclass
+class Anomaly:
+    """One violation of a property, at ``mono``, with the events that show it."""
+
+    prop: str
+    message: str
+    mono: float
+    events: list[Event] = field(default_factory=list)
+
+
+@dataclass
+class Verdict:
+    """What the checker found: the anomalies (in real-time order), what the run did, and how fast it recovered."""
+
+    anomalies: list[Anomaly] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    recovery: dict[str, list[float]] = field(default_factory=dict)  # fault kind -> seconds to the next probe run
+
+    @property
+    def ok(self) -> bool:
+        return not self.anomalies
+
+    def of(self, prop: str) -> list[Anomaly]:
+        return [anomaly for anomaly in self.anomalies if anomaly.prop == prop]
+
+    def add(self, prop: str, message: str, mono: float, events: Iterable[Event]) -> None:
+        self.anomalies.append(Anomaly(prop, message, mono, list(events)))
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault window, from its start line to its end line (or the run's end when it has none)."""
+
+    kind: str
+    target: str
+    start: float
+    end: float
+    events: tuple[Event, ...]
+    ended: bool
+    proxied: frozenset[str] = frozenset()  # the processes behind the proxy, which a link fault touches
+
+    @property
+    def store_wide(self) -> bool:
+        return self.target == STORE
+
+    def touches(self, proc: str) -> bool:
+        return self.target == proc or self.store_wide or (self.target == PROXIED and proc in self.proxied)
+
+    def overlaps(self, lo: float, hi: float) -> bool:
+        return self.start <= hi and self.end >= lo
+
+
+@dataclass(frozen=True)
+class Body:
+    """One run of a job's body: its start line, its end line if any, and when it stopped (end, death or run end)."""
+
+    start: Event
+    end: Event | None
+    until: float
+    lane: str  # "tick", "manual" or "backfill START END" (a backfill runs each tick of its range once)
+    job: str
+    proc: str
+    mono: float
+    fire: datetime  # the tick (fire_time)
+    lease: float
+
+    @property
+    def events(self) -> list[Event]:
+        return [self.start] if self.end is None else [self.start, self.end]
+
+
+def parse_time(text: str) -> datetime:
+    """An ISO time as an aware UTC datetime (a naive one is taken as UTC)."""
+    moment = datetime.fromisoformat(text)
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+class History:
+    """The events of a run indexed for the properties: its clocks, fault windows, bodies, operator calls."""
+
+    def __init__(self, events: list[Event], config: RunConfig) -> None:
+        self.events = sorted(events, key=lambda event: event["mono"])
+        self.config = config
+        self._kinds: dict[str, list[Event]] = defaultdict(list)
+        for event in self.events:
+            self._kinds[event["event"]].append(event)
+        run = self.of("run")
+        start = next((event for event in run if event.get("phase") == "start"), None)
+        if start is None:
+            raise ValueError("the history has no run start line")
+        self.start, self.wall0 = float(start["mono"]), parse_time(start["wall"])
+        end = next((event for event in run if event.get("phase") == "end"), None)
+        self.end = float(end["mono"] if end else self.events[-1]["mono"])
+        self.faults = self._faults()
+        self.ops = self.of("op")
+        self.bodies = self._bodies()
+        # A schedule() that raised may or may not have stored its task: such a task is not judged.
+        self.scheduled = [event for event in self.of("scheduled") if event.get("error") is None and event.get("due")]
+        self.task_starts: dict[str, list[Event]] = defaultdict(list)
+        for event in self.of("task"):
+            if event.get("phase") == "start":
+                self.task_starts[event["task_id"]].append(event)
+
+    def of(self, kind: str) -> list[Event]:
+        return self._kinds.get(kind, [])
+
+    def mono_of(self, wall: datetime) -> float:
+        """The real time (mono) of a nominal wall time."""
+        return self.start + (wall - self.wall0).total_seconds()
+
+    def wall_of(self, mono: float) -> datetime:
+        return self.wall0 + timedelta(seconds=mono - self.start)
+
+    def earliest_acquire(self, body: Body) -> float:
+        """The earliest its lock can have been taken: not before its tick on an instance clock up to MAX_SKEW early
+        (the body's own start line comes after the acquire, late on a busy or stopped process). A backfill's past
+        tick says nothing: the body's start."""
+        if body.lane.startswith("backfill"):
+            return body.mono - body.lease
+        return min(body.mono, self.mono_of(body.fire) - MAX_SKEW)
+
+    def excused(self, proc: str, lo: float, hi: float) -> bool:
+        """The fault excuse: a fault touching ``proc`` (or the whole store) overlaps [lo, hi]."""
+        return any(fault.touches(proc) and fault.overlaps(lo, hi) for fault in self.faults)
+
+    def binding(self, body: Body, returned: float) -> bool:
+        """The ops excuse, reversed: ``body`` started after an operator call that returned at ``returned`` had to
+        hold everywhere, and no fault explains a process that acted on what it knew before."""
+        return body.mono > returned + OP_GRACE and not self.excused(body.proc, returned - 1.0, body.mono)
+
+    def done(self, *actions: str) -> list[Event]:
+        """The operator calls of these actions that returned without raising."""
+        return [op for op in self.ops if op["action"] in actions and op.get("error") is None]
+
+    def _faults(self) -> list[Fault]:
+        lines: dict[Any, dict[str, Event]] = defaultdict(dict)  # fault id -> phase -> its line
+        for event in self.of("fault"):
+            lines[event["fault"]].setdefault(event.get("phase", ""), event)
+        pairs = [(line["start"], line.get("end")) for line in lines.values() if "start" in line]
+        faults = [Fault(start["kind"], str(start.get("target")), float(start["mono"]),
+                        self.end if end is None else float(end["mono"]), (start,) if end is None else (start, end),
+                        end is not None, frozenset(self.config.proxied)) for start, end in pairs]
+        return sorted(faults, key=lambda fault: fault.start)
+
+    def _bodies(self) -> list[Body]:
+        deaths: dict[str, list[float]] = defaultdict(list)  # when each process was SIGKILLed or exited
+        for event in self.events:
+            if event["event"] == "exit" or (event["event"], event.get("kind"), event.get("phase")) == (
+                    "fault", "kill", "start"):
+                deaths[str(event.get("target"))].append(float(event["mono"]))
+        manual = {(r["job"], parse_time(r["fire_time"]), r.get("token")) for r in self.of("record") if r.get("manual")}
+        running: dict[tuple[Any, ...], list[int]] = defaultdict(list)  # where in pairs each running body is
+        pairs: list[list[Any]] = []  # [start, end or None]
+        for event in self.of("body"):
+            key = (event["proc"], event["job"], event["fire_time"], event.get("token"), bool(event.get("backfill")))
+            if event.get("phase") == "start":
+                running[key].append(len(pairs))
+                pairs.append([event, None])
+            elif running[key]:
+                pairs[running[key].pop(0)][1] = event
+        bodies = []
+        for start, end in pairs:
+            died = min((m for m in deaths[start["proc"]] if m >= start["mono"]), default=self.end)
+            job, fire, token = str(start["job"]), parse_time(start["fire_time"]), start.get("token")
+            lane = (f"backfill {start.get('range')}" if start.get("backfill") else
+                    "manual" if start.get("manual") or (job, fire, token) in manual else "tick")
+            bodies.append(Body(start, end, died if end is None else float(end["mono"]), lane, job, str(start["proc"]),
+                               float(start["mono"]), fire, float(start.get("lease") or 0.0)))
+        return bodies
+
+
+@cache
+def _trigger(spec: str) -> CronTrigger:
+    return CronTrigger(parse_cron(spec))
+
+
+def ticks(spec: str, first: datetime, last: datetime) -> Iterator[datetime]:
+    """The fire times of a cron spec (UTC, with seconds) in [first, last], as the scheduler fires them."""
+    for fire in iter_fire_times(_trigger(spec), first - _MICROSECOND):
+        if fire > last:
+            return
+        yield fire
+
+
+def is_tick(spec: str, moment: datetime) -> bool:
+    return _trigger(spec).next_after(moment - _MICROSECOND) == moment
+
+
+def _group(bodies: Iterable[Body], key: Callable[[Body], Hashable]) -> dict[Any, list[Body]]:
+    """The bodies by ``key``, each group in start order."""
+    groups: dict[Any, list[Body]] = defaultdict(list)
+    for body in sorted(bodies, key=lambda body: body.mono):
+        groups[key(body)].append(body)
+    return groups
+
+
+def mutual_exclusion(history: History, verdict: Verdict) -> None:
+    """Two bodies of one job never overlap, unless a fault froze or cut off the first holder past its lease."""
+    for bodies in _group(history.bodies, lambda body: body.job).values():
+        for i, first in enumerate(bodies):
+            for second in bodies[i + 1:]:
+                if second.mono >= first.until:
+                    break
+                if second.mono < history.earliest_acquire(first) + first.lease - LEASE_SLACK:
+                    why = "before the first holder's lease could have run out"
+                elif not history.excused(first.proc, first.mono, second.mono):
+                    why = "with no fault on the first holder"
+                else:
+                    continue
+                verdict.add("mutual_exclusion", f"{second.job}: {second.proc} started while {first.proc} ran, {why}",
+                            second.mono, [*first.events, second.start])
+
+
+def _frozen(history: History, body: Body) -> bool:
+    """The body's process was killed or stopped while the body ran."""
+    return any(fault.kind in ("kill", "stop") and fault.target == body.proc and fault.overlaps(body.mono, body.until)
+               for fault in history.faults)
+
+
+def once_per_tick(history: History, verdict: Verdict) -> None:
+    """Each (job, tick, lane) runs at most once; a worker's tick may start again only after its worker was killed or
+    stopped, and then at most one of its runs keeps its outcome (ends without lock_lost)."""
+    for (job, fire, lane), bodies in _group(history.bodies, lambda body: (body.job, body.fire, body.lane)).items():
+        if len(bodies) < 2:
+            continue
+        if bodies[0].start.get("run_on") == "tasks":
+            kept = [body for body in bodies if body.end is not None and not body.end.get("lock_lost")]
+            if len(kept) <= 1 and all(_frozen(history, body) for body in bodies[:-1]):
+                continue
+        verdict.add("once_per_tick", f"{job} {lane} {fire.isoformat()} started {len(bodies)} times",
+                    bodies[1].mono, [event for body in bodies for event in body.events])
+
+
+def _disturbs_schedulers(fault: Fault, config: RunConfig) -> bool:
+    """The fault may cost a tick: the store's servers, a scheduler's link, or a scheduler killed or stopped (it may
+    hold a probe's lock until its lease runs out). A worker's fault, or a clock jump (an instance that fires early
+    or late is still one of six), costs none."""
+    if fault.kind == "clock_jump":
+        return False
+    return fault.store_wide or any(fault.touches(proc) for proc in config.schedulers)
+
+
+def exactly_once(history: History, verdict: Verdict) -> None:
+    """Each tick of a probe job with no fault near it that may cost a tick runs exactly once."""
+    config, checked, excluded = history.config, 0, 0
+    starts = _group((body for body in history.bodies if body.lane == "tick"), lambda body: (body.job, body.fire))
+    first, last = history.wall_of(history.start + WARM_UP), history.wall_of(history.end - COOL_DOWN)
+    for job in (job for job in config.jobs if job.probe):
+        settle = job.lease + config.sync_interval + 3.0
+        for fire in ticks(job.spec, first, last):
+            at = history.mono_of(fire)
+            if any(_disturbs_schedulers(fault, history.config) and fault.start - 1.0 <= at + 2.0
+                   and fault.end + settle >= at - 1.0 for fault in history.faults):
+                excluded += 1
+                continue
+            checked += 1
+            bodies = starts.get((job.name, fire), [])
+            if len(bodies) != 1:
+                verdict.add("exactly_once", f"{job.name} {fire.isoformat()}, a clean tick, started {len(bodies)} times",
+                            at, [body.start for body in bodies])
+    verdict.counts["ticks.checked"], verdict.counts["ticks.excluded"] = checked, excluded
+
+
+def paused(history: History, verdict: Verdict) -> None:
+    """No body of a paused job starts once pause() returned, until resume() is called."""
+    resumes = [op for op in history.ops if op["action"] == "resume"]  # even one that raised may have resumed
+    for pause in history.done("pause"):
+        job, returned = pause["target"], float(pause["returned"])
+        resumed = min((op["called"] for op in resumes if op["target"] == job and op["called"] >= returned),
+                      default=history.end)
+        for body in history.bodies:
+            if body.job == job and body.mono < resumed and history.binding(body, returned):
+                verdict.add("paused", f"{job} started on {body.proc} {body.mono - returned:.2f} s after pause returned",
+                            body.mono, [pause, body.start])
+
+
+def stale_schedule(history: History, verdict: Verdict) -> None:
+    """No tick of a replaced schedule, and no run of a redefined or removed run-time schedule, starts once the
+    change returned."""
+    _stale_overrides(history, verdict)
+    _stale_definitions(history, verdict)
+
+
+def _stale_overrides(history: History, verdict: Verdict) -> None:
+    """A scheduled tick must be one of a schedule that may be in force when its body starts: the last one whose
+    change returned more than OP_GRACE before, or one whose change was under way or returned since."""
+    changes: dict[str, list[tuple[Event, str]]] = defaultdict(list)
+    for op in history.done("set_schedule", "reset_schedule"):
+        job = history.config.job(op["target"])
+        spec = op.get("argument") if op["action"] == "set_schedule" else job.spec if job else None
+        if isinstance(spec, str):
+            changes[op["target"]].append((op, spec))
+    for body in history.bodies:
+        if body.lane != "tick" or body.job not in changes:
+            continue
+        settled = [(op, spec) for op, spec in changes[body.job] if op["returned"] + OP_GRACE < body.mono]
+        if not settled:
+            continue
+        op, spec = settled[-1]
+        recent = [spec for op, spec in changes[body.job] if op["called"] <= body.mono < op["returned"] + OP_GRACE]
+        returned = float(op["returned"])
+        if any(is_tick(allowed, body.fire) for allowed in (spec, *recent)) or (
+                body.start.get("catch_up") and history.mono_of(body.fire) < returned):
+            continue
+        if history.binding(body, returned):
+            verdict.add("stale_schedule", f"{body.job} ran {body.fire.isoformat()}, not a tick of {spec!r} in force",
+                        body.mono, [op, body.start])
+
+
+def _stale_definitions(history: History, verdict: Verdict) -> None:
+    ops: dict[str, list[Event]] = defaultdict(list)
+    for op in history.ops:
+        if op["action"] in ("add_schedule", "change_schedule", "remove_schedule"):
+            ops[op["target"]].append(op)
+    for body in history.bodies:
+        defn = body.start.get("defn")
+        if defn is None:
+            continue
+        made = [op for op in ops[body.job] if op.get("defn") == defn and op["action"] != "remove_schedule"
+                and op["called"] <= body.mono]
+        if not made:
+            continue
+        ender = next((op for op in ops[body.job] if op["called"] > made[-1]["called"] and op.get("error") is None
+                      and op.get("defn") != defn), None)
+        if ender is not None and history.binding(body, float(ender["returned"])):
+            verdict.add("stale_schedule", f"{body.job} ran definition {defn!r} after {ender['action']} returned",
+                        body.mono, [made[-1], ender, body.start])
+
+
+def cancelled_task(history: History, verdict: Verdict) -> None:
+    """A task whose cancel() returned True never starts after that call."""
+    for cancel in history.of("cancel"):
+        if cancel.get("cancelled") is True:
+            for start in history.task_starts.get(cancel["task_id"], []):
+                if start["mono"] > cancel["called"]:
+                    verdict.add("cancelled_task", f"task {cancel['task_id']} started after it was cancelled",
+                                start["mono"], [cancel, start])
+
+
+def _hits_workers(fault: Fault) -> bool:
+    """The fault may lose a worker's ack or claim (a clock jump does not), so its task may legitimately run again."""
+    return fault.kind != "clock_jump" and any(fault.touches(worker) for worker in ("w1", "w2", "w3"))
+
+
+def task_runs(history: History, verdict: Verdict) -> None:
+    """Every scheduled, uncancelled task due well before the end runs; twice only when a fault hit the workers."""
+    cancelled = {cancel["task_id"] for cancel in history.of("cancel") if cancel.get("cancelled") is True}
+    for scheduled in history.scheduled:
+        task_id, due = scheduled["task_id"], history.mono_of(parse_time(scheduled["due"]))
+        starts = history.task_starts.get(task_id, [])
+        if not starts and task_id not in cancelled and due <= history.end - TASK_MARGIN:
+            verdict.add("task_runs", f"lost task {task_id}: due, never started", due, [scheduled])
+        elif len(starts) > 1:
+            first, last = starts[0]["mono"] - 1.0, starts[-1]["mono"]
+            if not any(_hits_workers(fault) and fault.overlaps(first, last) for fault in history.faults):
+                verdict.add("task_runs", f"task {task_id} started {len(starts)} times with no fault on the workers",
+                            starts[1]["mono"], [scheduled, *starts])
+
+
+def recovery(history: History, verdict: Verdict) -> None:
+    """After a fault ends (and no other one follows), a probe runs its next tick within the bound."""
+    probes = [job for job in history.config.jobs if job.probe]
+    if not probes:
+        return
+    bound = max(job.lease for job in probes) + history.config.sync_interval + 10.0
+    names = {job.name for job in probes}
+    runs = sorted((body for body in history.bodies if body.job in names and body.lane == "tick"), key=lambda b: b.mono)
+    for fault in (fault for fault in history.faults if fault.ended):
+        end = fault.end
+        if end + bound > history.end or any(other is not fault and other.start < end + bound and other.end > end
+                                            for other in history.faults):
+            continue
+        first = next((body for body in runs if history.mono_of(body.fire) >= end), None)
+        if first is None or first.mono - end > bound:
+            verdict.add("recovery", f"no probe ran within {bound:.1f} s after {fault.kind} on {fault.target} ended",
+                        end, list(fault.events))
+        else:
+            verdict.recovery.setdefault(fault.kind, []).append(max(0.0, first.mono - end))
+
+
+def _counts(history: History) -> dict[str, int]:
+    counts: Counter[str] = Counter({f"bodies.{lane}": 0 for lane in ("tick", "backfill", "manual")})
+    counts.update(f"bodies.{body.lane.split()[0]}" for body in history.bodies)
+    counts.update(f"faults.{fault.kind}" for fault in history.faults)
+    counts.update(f"ops.{op['action']}" for op in history.ops)
+    counts["faults"], counts["ops"] = len(history.faults), len(history.ops)
+    counts["tasks.scheduled"] = len({event["task_id"] for event in history.scheduled})
+    counts["tasks.cancelled"] = len({e["task_id"] for e in history.of("cancel") if e.get("cancelled") is True})
+    counts["tasks.run"] = len(history.task_starts)
+    return dict(counts)
+
+
+CHECKS: tuple[Callable[[History, Verdict], None], ...] = (
+    mutual_exclusion, once_per_tick, exactly_once, paused, stale_schedule, cancelled_task, task_runs, recovery)
+
+
+def check(events: list[Event], config: RunConfig) -> Verdict:
+    """Judge a run's history against every property (:data:`PROPERTIES`)."""
+    history = History(events, config)
+    verdict = Verdict(counts=_counts(history))
+    for prop in CHECKS:
+        prop(history, verdict)
+    verdict.anomalies.sort(key=lambda anomaly: anomaly.mono)
+    return verdict
+

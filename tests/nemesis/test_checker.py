@@ -1,0 +1,355 @@
+"""Specification of the nemesis checker (:mod:`tests.nemesis.checker`) and its report, on small synthetic histories:
+for each property, a clean history passes and one with the anomaly is caught."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from tests.nemesis.checker import PROPERTIES, Verdict, check
+from tests.nemesis.history import Event, JobSpec, RunConfig
+from tests.nemesis.report import around, render
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)  # the harness's wall clock at the run start
+MONO0 = 5000.0  # time.monotonic() at the run start
+
+JOB = JobSpec("job", "*/10 * * * * *", lease=3.0)
+PROBE = JobSpec("probe", "* * * * * *", lease=2.0, probe=True)
+WORKER_JOB = JobSpec("worker_job", "*/10 * * * * *", lease=3.0, run_on="tasks")
+
+
+def iso(at: float) -> str:
+    return (T0 + timedelta(seconds=at)).isoformat()
+
+
+class History:
+    """A synthetic history: events appended at given seconds after the run start (mono and harness wall alike)."""
+
+    def __init__(self, *jobs: JobSpec, broken: str | None = None) -> None:
+        self.config = RunConfig(store="redis", seed=7, minutes=1.0, jobs=list(jobs), broken=broken)
+        self.events: list[Event] = []
+        self.tokens = 0
+        self.add(0.0, "harness", "run", phase="start", config=self.config.to_json())
+
+    def add(self, at: float, proc: str, event: str, **fields: Any) -> Event:
+        line = {"event": event, "proc": proc, "mono": MONO0 + at, "wall": iso(at), **fields}
+        self.events.append(line)
+        return line
+
+    def body(self, at: float, proc: str, job: JobSpec | str, fire: float, *, seconds: float | None = 0.5,
+             lock_lost: bool = False, **fields: Any) -> Event:
+        """A body of ``job`` for the tick at ``fire`` s, started at ``at``, ending ``seconds`` later (None: never)."""
+        spec = job if isinstance(job, JobSpec) else JobSpec(job, "* * * * * *", lease=3.0)
+        self.tokens += 1
+        common = {"job": spec.name, "fire_time": iso(fire), "token": self.tokens, "lease": spec.lease,
+                  "run_on": spec.run_on, "catch_up": False, "backfill": False, "defn": None, **fields}
+        start = self.add(at, proc, "body", phase="start", **common)
+        if seconds is not None:
+            self.add(at + seconds, proc, "body", phase="end", lock_lost=lock_lost, cancelled=False, failed=False,
+                     **common)
+        return start
+
+    def probe_ticks(self, first: int, last: int, proc: str = "s1") -> None:
+        """The probe job's ticks from ``first`` to ``last`` s, each run once, 50 ms after its fire time."""
+        for fire in range(first, last + 1):
+            self.body(fire + 0.05, proc, PROBE, fire, seconds=0.1)
+
+    def fault(self, start: float, end: float | None, kind: str, target: str = "store", fault: int = 1) -> None:
+        self.add(start, "harness", "fault", phase="start", kind=kind, target=target, fault=fault, detail=None)
+        if end is not None:
+            self.add(end, "harness", "fault", phase="end", kind=kind, target=target, fault=fault, detail=None)
+
+    def op(self, called: float, action: str, target: str, *, argument: Any = None, error: str | None = None,
+           defn: str | None = None) -> None:
+        self.add(called + 0.1, "op", "op", action=action, target=target, argument=argument, result=None,
+                 error=error, called=MONO0 + called, returned=MONO0 + called + 0.1, defn=defn)
+
+    def task(self, task_id: str, *, due: float, starts: tuple[float, ...] = (), cancel: float | None = None) -> None:
+        self.add(due - 5.0, "p1", "scheduled", task_id=task_id, due=iso(due), called=MONO0 + due - 5.0,
+                 returned=MONO0 + due - 4.9)
+        if cancel is not None:
+            self.add(cancel + 0.05, "p1", "cancel", task_id=task_id, cancelled=True, called=MONO0 + cancel,
+                     returned=MONO0 + cancel + 0.05)
+        for number, at in enumerate(starts, 1):
+            self.add(at, f"w{number}", "task", phase="start", task_id=task_id, attempt=number)
+
+    def check(self, end: float = 60.0) -> Verdict:
+        self.add(end, "harness", "run", phase="end", config=self.config.to_json())
+        return check(self.events, self.config)
+
+
+def props(verdict: Verdict) -> set[str]:
+    return {anomaly.prop for anomaly in verdict.anomalies}
+
+
+def test_an_empty_run_passes() -> None:
+    assert History(JOB).check().anomalies == []
+
+
+def test_two_overlapping_bodies_of_one_job_with_no_fault_break_mutual_exclusion() -> None:
+    history = History(JOB)
+    history.body(10.0, "s1", JOB, 10, seconds=5.0)
+    history.body(14.0, "s2", JOB, 10, seconds=0.5, backfill=True)
+    assert props(history.check()) == {"mutual_exclusion"}
+
+
+def test_a_second_holder_within_the_first_ones_lease_breaks_mutual_exclusion_even_under_a_fault() -> None:
+    history = History(JOB)
+    history.fault(10.3, 30.0, "stop", "s1")
+    history.body(10.0, "s1", JOB, 10, seconds=20.0, lock_lost=True)
+    # The lease (3 s) from the earliest the lock can have been taken: the tick, on a clock up to 2 s early.
+    history.body(10.7, "s2", JOB, 11, seconds=0.5)
+    assert props(history.check()) == {"mutual_exclusion"}
+
+
+def test_a_second_holder_once_a_late_first_holders_lease_may_have_run_out_is_judged_by_the_faults() -> None:
+    history = History(JOB)
+    history.fault(11.8, 30.0, "stop", "s1")
+    history.body(11.5, "s1", JOB, 10, seconds=20.0)  # its body logged 1.5 s after the tick: the acquire was earlier
+    history.body(13.9, "s2", JOB, 14, seconds=0.5)
+    assert history.check().anomalies == []
+
+
+def test_a_holder_stopped_past_its_lease_may_overlap_the_next_holder() -> None:
+    history = History(JOB)
+    history.fault(10.5, 30.0, "stop", "s1")
+    history.body(10.0, "s1", JOB, 10, seconds=20.0, lock_lost=True)
+    history.body(20.0, "s2", JOB, 20, seconds=0.5)
+    assert history.check().anomalies == []
+
+
+def test_a_body_whose_process_was_killed_ends_with_its_process() -> None:
+    history = History(JOB)
+    history.body(10.0, "s1", JOB, 10, seconds=None)
+    history.fault(10.5, 11.0, "kill", "s1")
+    history.body(20.0, "s2", JOB, 20, seconds=0.5)
+    assert history.check().anomalies == []
+
+
+def test_a_tick_run_twice_breaks_once_per_tick() -> None:
+    history = History(JOB)
+    history.body(10.0, "s1", JOB, 10, seconds=0.2)
+    history.body(11.0, "s2", JOB, 10, seconds=0.2)
+    assert props(history.check()) == {"once_per_tick"}
+
+
+def test_a_tick_and_its_backfill_are_different_lanes() -> None:
+    history = History(JOB)
+    history.body(10.0, "s1", JOB, 10, seconds=0.2)
+    history.body(11.0, "op", JOB, 10, seconds=0.2, backfill=True)
+    assert history.check().anomalies == []
+
+
+def test_a_tick_backfilled_twice_by_one_range_breaks_once_per_tick_but_by_two_ranges_does_not() -> None:
+    history = History(JOB)
+    history.body(11.0, "op", JOB, 10, seconds=0.2, backfill=True, range="A")
+    history.body(12.0, "op", JOB, 10, seconds=0.2, backfill=True, range="B")  # another range: runs it again
+    history.body(13.0, "op", JOB, 10, seconds=0.2, backfill=True, range="A")
+    assert [(a.prop, a.mono) for a in history.check().anomalies] == [("once_per_tick", MONO0 + 13)]
+
+
+def test_a_run_now_is_a_manual_run_not_a_second_run_of_the_tick() -> None:
+    history = History(JOB)
+    history.body(10.0, "s1", JOB, 10, seconds=0.2)
+    manual = history.body(11.0, "op", JOB, 10, seconds=0.2)
+    history.add(11.3, "op", "record", job="job", fire_time=iso(10), outcome="succeeded", token=manual["token"],
+                manual=True)
+    verdict = history.check()
+    assert verdict.anomalies == []
+    assert (verdict.counts["bodies.tick"], verdict.counts["bodies.manual"]) == (1, 1)
+
+
+def test_a_worker_tick_runs_again_after_its_worker_was_stopped_and_keeps_one_outcome() -> None:
+    history = History(WORKER_JOB)
+    history.fault(10.5, 20.0, "stop", "w1")
+    history.body(10.0, "w1", WORKER_JOB, 10, seconds=10.5, lock_lost=True)
+    history.body(16.0, "w2", WORKER_JOB, 10, seconds=0.5)
+    assert history.check().anomalies == []
+
+
+def test_a_worker_tick_that_keeps_two_outcomes_breaks_once_per_tick() -> None:
+    history = History(WORKER_JOB)
+    history.fault(10.5, 20.0, "stop", "w1")
+    history.body(10.0, "w1", WORKER_JOB, 10, seconds=10.5)
+    history.body(16.0, "w2", WORKER_JOB, 10, seconds=0.5)
+    assert props(history.check()) == {"once_per_tick"}
+
+
+def test_every_clean_probe_tick_run_once_passes_exactly_once() -> None:
+    history = History(PROBE)
+    history.probe_ticks(0, 59)
+    verdict = history.check()
+    assert verdict.anomalies == []
+    assert (verdict.counts["ticks.checked"], verdict.counts["ticks.excluded"]) == (36, 0)  # 20 s .. 55 s
+
+
+def test_a_clean_probe_tick_with_no_body_breaks_exactly_once() -> None:
+    history = History(PROBE)
+    history.probe_ticks(0, 29)
+    history.probe_ticks(31, 59)
+    assert [(a.prop, a.mono) for a in history.check().anomalies] == [("exactly_once", MONO0 + 30)]
+
+
+def test_a_probe_tick_near_a_fault_is_excluded_not_judged() -> None:
+    history = History(PROBE)
+    history.probe_ticks(0, 29)
+    history.probe_ticks(33, 59)
+    history.fault(30.0, 31.0, "stop", "s1")
+    verdict = history.check()
+    assert verdict.anomalies == []
+    # 27 s .. 39 s: the fault's window, 1 s before and lease + sync + 3 s after, meets the tick's [-1 s, +2 s]
+    assert verdict.counts["ticks.excluded"] == 13
+
+
+@pytest.mark.parametrize(("kind", "target"), [("stop", "w1"), ("kill", "w2"), ("clock_jump", "s1")])
+def test_a_fault_that_cannot_cost_a_tick_does_not_excuse_a_missing_one(kind: str, target: str) -> None:
+    history = History(PROBE)
+    history.probe_ticks(0, 29)
+    history.probe_ticks(31, 59)
+    history.fault(29.0, 32.0, kind, target)
+    assert [a.prop for a in history.check().anomalies] == ["exactly_once"]
+
+
+def test_a_body_after_pause_returned_breaks_paused() -> None:
+    history = History(JOB)
+    history.op(10.0, "pause", "job")
+    history.body(20.0, "s1", JOB, 20)
+    history.op(30.0, "resume", "job")
+    history.body(40.0, "s1", JOB, 40)
+    assert [(a.prop, a.mono) for a in history.check().anomalies] == [("paused", MONO0 + 20)]
+
+
+def test_a_body_of_a_process_stopped_across_the_pause_is_excused() -> None:
+    history = History(JOB)
+    history.fault(9.5, 19.0, "stop", "s1")
+    history.op(10.0, "pause", "job")
+    history.body(20.0, "s1", JOB, 20)
+    assert history.check().anomalies == []
+
+
+def test_a_pause_that_raised_does_not_count() -> None:
+    history = History(JOB)
+    history.op(10.0, "pause", "job", error="StoreError")
+    history.body(20.0, "s1", JOB, 20)
+    assert history.check().anomalies == []
+
+
+def test_a_tick_of_the_old_schedule_after_set_schedule_returned_breaks_stale_schedule() -> None:
+    history = History(JOB)
+    history.op(12.0, "set_schedule", "job", argument="*/15 * * * * *")
+    history.body(15.0, "s1", JOB, 15)
+    history.body(20.0, "s2", JOB, 20)
+    assert [(a.prop, a.mono) for a in history.check().anomalies] == [("stale_schedule", MONO0 + 20)]
+
+
+def test_a_tick_of_the_schedule_a_change_just_put_back_is_not_stale() -> None:
+    history = History(JOB)
+    history.op(12.0, "set_schedule", "job", argument="*/15 * * * * *")
+    history.op(20.5, "reset_schedule", "job")
+    history.body(21.0, "s1", JOB, 21)  # a tick of neither "*/15" nor the "*/10" the reset is putting back
+    history.body(30.2, "s2", JOB, 30)  # "*/10": the schedule the reset put back, 9.6 s after it returned
+    history.op(39.5, "set_schedule", "job", argument="*/15 * * * * *")
+    history.body(40.1, "s3", JOB, 40)  # the old "*/10" while the change settles: allowed either way
+    assert [(a.prop, a.mono) for a in history.check().anomalies] == [("stale_schedule", MONO0 + 21)]
+
+
+def test_a_caught_up_tick_from_before_the_change_is_not_stale() -> None:
+    history = History(JOB)
+    history.op(12.0, "set_schedule", "job", argument="*/15 * * * * *")
+    history.body(14.0, "s1", JOB, 10, catch_up=True)
+    history.op(30.0, "reset_schedule", "job")
+    history.body(40.0, "s1", JOB, 40)
+    assert history.check().anomalies == []
+
+
+def test_a_body_of_a_removed_schedule_definition_breaks_stale_schedule() -> None:
+    history = History()
+    history.op(5.0, "add_schedule", "nightly", argument="* * * * * *", defn="d1")
+    history.body(8.0, "s1", "nightly", 8, defn="d1")
+    history.op(10.0, "remove_schedule", "nightly")
+    history.body(13.1, "s2", "nightly", 13, defn="d1")
+    assert [(a.prop, a.mono) for a in history.check().anomalies] == [("stale_schedule", MONO0 + 13.1)]
+
+
+def test_a_body_of_the_new_definition_after_a_change_passes() -> None:
+    history = History()
+    history.op(5.0, "add_schedule", "nightly", argument="* * * * * *", defn="d1")
+    history.op(10.0, "change_schedule", "nightly", argument="*/2 * * * * *", defn="d2")
+    history.body(10.5, "s1", "nightly", 10, defn="d1")  # within the grace after the change returned
+    history.body(14.0, "s1", "nightly", 14, defn="d2")
+    assert history.check().anomalies == []
+
+
+def test_a_task_started_after_a_successful_cancel_breaks_cancelled_task() -> None:
+    history = History()
+    history.task("t1", due=20.0, starts=(20.1,), cancel=15.0)
+    assert props(history.check()) == {"cancelled_task"}
+
+
+def test_a_task_due_well_before_the_end_and_never_run_is_lost() -> None:
+    history = History()
+    history.task("t1", due=20.0)
+    history.task("t2", due=50.0)  # due in the last 15 s: may be left unrun
+    history.task("t3", due=20.0, cancel=10.0)
+    assert [a.message for a in history.check().anomalies] == ["lost task t1: due, never started"]
+
+
+def test_a_task_whose_schedule_call_raised_is_not_judged() -> None:
+    history = History()
+    history.add(10.0, "p1", "scheduled", task_id="t1", error="ConnectionError()", called=MONO0 + 9.9,
+                returned=MONO0 + 10.0)
+    verdict = history.check()
+    assert verdict.anomalies == []
+    assert verdict.counts["tasks.scheduled"] == 0
+
+
+def test_a_task_run_twice_with_no_fault_on_the_workers_breaks_task_runs() -> None:
+    history = History()
+    history.task("t1", due=20.0, starts=(20.1, 25.0))
+    assert props(history.check()) == {"task_runs"}
+
+
+def test_a_task_run_again_after_its_worker_was_killed_passes() -> None:
+    history = History()
+    history.fault(20.5, 22.0, "kill", "w1")
+    history.task("t1", due=20.0, starts=(20.1, 25.0))
+    assert history.check().anomalies == []
+
+
+def test_a_probe_run_soon_after_a_fault_ended_measures_recovery() -> None:
+    history = History(PROBE)
+    history.probe_ticks(0, 9)
+    history.fault(10.0, 12.0, "store_restart")
+    history.probe_ticks(14, 59)
+    verdict = history.check()
+    assert verdict.anomalies == []
+    assert verdict.recovery == {"store_restart": [pytest.approx(2.05)]}
+
+
+def test_no_probe_run_after_a_fault_ended_breaks_recovery() -> None:
+    history = History(PROBE)
+    history.probe_ticks(0, 9)
+    history.fault(10.0, 12.0, "store_restart")
+    assert "recovery" in props(history.check())
+
+
+def test_the_report_lists_every_property_with_zero_anomalies_when_there_are_none() -> None:
+    history = History(PROBE)
+    history.probe_ticks(0, 59)
+    history.fault(30.0, 31.0, "kill", "s2")
+    report = render(history.check(), history.config, history.events)
+    for prop in PROPERTIES:
+        assert f"| {prop} | 0 |" in report
+    assert "redis, seed 7, 1 minutes" in report and "| kill | 1 |" in report
+
+
+def test_around_an_anomaly_shows_its_events_and_ends_with_the_replay_command() -> None:
+    history = History(JOB, broken="no_fencing")
+    history.body(10.0, "s1", JOB, 10, seconds=5.0)
+    history.body(14.0, "s2", JOB, 10, seconds=0.5, backfill=True)
+    anomaly = history.check().of("mutual_exclusion")[0]
+    lines = around(history.events, anomaly).splitlines()
+    assert [line.split()[1] for line in lines[1:-1]] == ["s1", "s2", "s2", "s1"]
+    assert lines[-1] == "replay: make nemesis STORE=redis SEED=7 MINUTES=1 BROKEN=no_fencing"
