@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Collection
 from datetime import UTC, datetime, timedelta
@@ -51,6 +52,7 @@ logger = logging.getLogger("mutexcron.tasks.jobs")
 
 # What a task's result says once its body ran (or was refused: "not_run").
 FINISHED = ("succeeded", "failed", "timed_out")
+RESULT_RETRY = 0.2  # seconds between tries to keep a body's result while the store is down
 # A refused take-over: the tick's skip and why.
 _REFUSED = {
     AcquireStatus.PAUSED: (Outcome.SKIPPED_PAUSED, "the job is paused"),
@@ -107,6 +109,7 @@ class JobRunner:
         self._pings = Pings()  # the jobs' ping_url, after each body this worker ran
         self._results: TaskBackend | None = None
         self._visibility: timedelta | None = None  # the registered queue's: a job's lease must be at least it
+        self._closed = threading.Event()  # close() ends a wait to keep a result
 
     @property
     def instance_id(self) -> str:
@@ -135,6 +138,7 @@ class JobRunner:
         self._results, self._visibility = queue.backend, visibility_timeout
 
     def close(self) -> None:
+        self._closed.set()
         self._heartbeats.stop(timeout=5)
         self._pings.stop(time.monotonic() + 5)
         if self._owns_store:
@@ -179,6 +183,7 @@ class JobRunner:
             self._not_run(task, job, *_REFUSED[taken.status])
 
     def _run_body(self, job: Job, task: JobTask, token: int, started_at: datetime) -> None:
+        taken_at = time.monotonic()
         ctx = task.context(self.instance_id, token)
         beat = self._heartbeats.add(job, ctx)
         if self.listeners.wants("started"):
@@ -196,10 +201,12 @@ class JobRunner:
                 self._heartbeats.remove(beat)
         outcome, error = end.verdict(job, beat, logger, f"tick {task.fire_time.isoformat()}, task {task.task_id}")
         hold = job.hold_at_least.total_seconds()
+        # The least this worker's lease on the run lasts: its last renewal (or the take-over) plus a lease.
+        held_until = (beat.last_renewed if beat is not None else taken_at) + job.lease.total_seconds()
         if self._still_holds(job, ctx):
             # The result first: a worker that dies between the two leaves a task that, tried again, only releases.
-            self._store_result(task, {"outcome": str(outcome), "error": error, "token": token, "hold": hold,
-                                      "worker": self.instance_id})
+            self._keep_result(task, {"outcome": str(outcome), "error": error, "token": token, "hold": hold,
+                                     "worker": self.instance_id}, held_until)
             self._release(task, token, hold, str(outcome), error)
         else:  # a worker that took the run over after this one stalled owns its outcome
             logger.error("job %r (tick %s): this worker lost the run while its body ran (a stall past its lease?); "
@@ -281,10 +288,24 @@ class JobRunner:
             return {}
         return found if isinstance(found, dict) else {}
 
-    def _store_result(self, task: JobTask, result: dict[str, Any]) -> None:
+    def _keep_result(self, task: JobTask, result: dict[str, Any], held_until: float) -> None:
+        """Store a body's result, trying again while the store is down and this worker's lease on the run lasts
+        (``held_until``, monotonic): no other worker can take the run over meanwhile, and once the result is kept the
+        task delivered again only releases, so a store outage at the body's end does not run the tick again."""
+        while not self._store_result(task, result, quiet=True):
+            if time.monotonic() + RESULT_RETRY > held_until or self._closed.wait(RESULT_RETRY):
+                logger.warning("task %s: could not keep the outcome of job %r before this worker's lease on it ran "
+                               "out; the tick may run again on another worker", task.task_id, task.job_name)
+                return
+
+    def _store_result(self, task: JobTask, result: dict[str, Any], *, quiet: bool = False) -> bool:
+        """Keep ``result`` as the task's; False if the store could not be reached (logged)."""
         if self._results is None:
-            return
+            return True
         try:
             self._results.store_result(task.task_id, json.dumps(result, separators=(",", ":")))
         except StoreUnavailable as error:
-            logger.warning("task %s: could not keep the outcome of job %r: %s", task.task_id, task.job_name, error)
+            (logger.debug if quiet else logger.warning)("task %s: could not keep the outcome of job %r: %s",
+                                                        task.task_id, task.job_name, error)
+            return False
+        return True

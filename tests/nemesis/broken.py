@@ -42,10 +42,12 @@ def _store_classes() -> list[type]:
     from mutexcron.stores.redis import RedisLockStore
 
     classes: list[type] = [MemoryLockStore, MongoLockStore, RedisLockStore]
-    try:
-        from mutexcron_django.sql.store import DjangoLockStore
-    except ImportError:  # Django not installed: no SQL store to break
+    from django.conf import settings
+
+    if not settings.configured:  # not on a django:// store
         return classes
+    from mutexcron_django.sql.store import DjangoLockStore
+
     return [*classes, DjangoLockStore]
 
 

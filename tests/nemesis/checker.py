@@ -125,6 +125,9 @@ class History:
         self.end = float(end["mono"] if end else self.events[-1]["mono"])
         self.faults = self._faults()
         self.ops = self.of("op")
+        # What each run's record says of its lock at the end (the body's own end line comes before the last renewal).
+        self.lost = {(r["proc"], r["job"], parse_time(r["fire_time"]), r.get("token")): bool(r.get("lock_lost"))
+                     for r in self.of("record") if r.get("token") is not None}
         self.bodies = self._bodies()
         # A schedule() that raised may or may not have stored its task: such a task is not judged.
         self.scheduled = [event for event in self.of("scheduled") if event.get("error") is None and event.get("due")]
@@ -243,22 +246,29 @@ def mutual_exclusion(history: History, verdict: Verdict) -> None:
                             second.mono, [*first.events, second.start])
 
 
-def _frozen(history: History, body: Body) -> bool:
-    """The body's process was killed or stopped while the body ran."""
-    return any(fault.kind in ("kill", "stop") and fault.target == body.proc and fault.overlaps(body.mono, body.until)
-               for fault in history.faults)
+def _gave_way(history: History, body: Body) -> bool:
+    """Another worker may have taken this body's tick over (docs/run-on-tasks.md): its worker was killed (no end),
+    stopped past its lease (it then ends knowing it lost the lock), or cut off from the store (the store's servers,
+    its link) mid-body, unable to keep its outcome."""
+    def during(*kinds: str, store: bool = False) -> bool:
+        return any((fault.kind in kinds or (store and fault.target != body.proc)) and fault.touches(body.proc)
+                   and fault.overlaps(body.mono, body.until) for fault in history.faults)
+
+    if body.end is None:
+        return during("kill", "stop", store=True)
+    key = (body.proc, body.job, body.fire, body.start.get("token"))
+    lost = bool(body.end.get("lock_lost")) or history.lost.get(key, False)
+    return (lost and during("stop", store=True)) or during(store=True)
 
 
 def once_per_tick(history: History, verdict: Verdict) -> None:
-    """Each (job, tick, lane) runs at most once; a worker's tick may start again only after its worker was killed or
-    stopped, and then at most one of its runs keeps its outcome (ends without lock_lost)."""
+    """Each (job, tick, lane) runs at most once; a worker's tick may start again only after the worker that ran it
+    gave way (:func:`_gave_way`)."""
     for (job, fire, lane), bodies in _group(history.bodies, lambda body: (body.job, body.fire, body.lane)).items():
         if len(bodies) < 2:
             continue
-        if bodies[0].start.get("run_on") == "tasks":
-            kept = [body for body in bodies if body.end is not None and not body.end.get("lock_lost")]
-            if len(kept) <= 1 and all(_frozen(history, body) for body in bodies[:-1]):
-                continue
+        if bodies[0].start.get("run_on") == "tasks" and all(_gave_way(history, body) for body in bodies[:-1]):
+            continue
         verdict.add("once_per_tick", f"{job} {lane} {fire.isoformat()} started {len(bodies)} times",
                     bodies[1].mono, [event for body in bodies for event in body.events])
 

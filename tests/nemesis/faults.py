@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 WARM_UP = 20.0  # seconds before the first fault: the fleet's first ticks run undisturbed
 QUIET_END = 25.0  # seconds at the end with no fault starting: the last faults end and the fleet recovers
+CALM = (20.0, 30.0)  # seconds with no fault between two storms (more than the checker's recovery bound)
 
 
 @dataclass(frozen=True)
@@ -30,14 +31,19 @@ LINK_KINDS = ("link_cut", "link_slow")
 
 def plan(rng: random.Random, seconds: float, *, processes: list[str], store_kinds: tuple[str, ...],
          proxied: bool, lease: float) -> list[Fault]:
-    """Faults from WARM_UP to ``seconds`` - QUIET_END, one every 2-8 s, each lasting up to a few leases, so that
-    two or three overlap at a time. A process has one fault at a time (a stopped process is not also killed)."""
+    """Faults from WARM_UP to ``seconds`` - QUIET_END in storms of 30-60 s, a fault starting every 2-6 s and lasting
+    up to a few leases (two or three overlap), each storm followed by a calm of CALM s with none starting: there the
+    fleet must recover, and the ticks no fault could cost must each run once. A process has one fault at a time (a
+    stopped process is not also killed)."""
     kinds = [*PROCESS_KINDS, *PROCESS_KINDS, *store_kinds, *(LINK_KINDS if proxied else ())]
     faults: list[Fault] = []
     busy_until: dict[str, float] = {}
-    at = WARM_UP
+    at, storm_ends = WARM_UP, WARM_UP + rng.uniform(30.0, 60.0)
     while True:
-        at += rng.uniform(2.0, 8.0)
+        at += rng.uniform(2.0, 6.0)
+        if at > storm_ends:  # the calm: it starts once the storm's last fault ended
+            at = max([at, *(fault.at + fault.duration for fault in faults)]) + rng.uniform(*CALM)
+            storm_ends = at + rng.uniform(30.0, 60.0)
         if at > seconds - QUIET_END:
             return faults
         kind = rng.choice(kinds)

@@ -85,6 +85,10 @@ class Harness:
     def wait_ready(self, timeout: float = 180.0) -> None:
         """Until every process has written its "ready" line (a dozen imports on two CPUs take a while)."""
         def ready() -> bool:
+            for proc, process in self.processes.items():
+                if process.poll() is not None:
+                    log = (self.directory / f"{proc}.log").read_text(errors="replace")
+                    raise RuntimeError(f"{proc} exited {process.returncode} while starting:\n{log[-3000:]}")
             ledgers = [self.directory / f"{proc}.jsonl" for proc in self.processes]
             return all(path.exists() and '"event": "ready"' in path.read_text() for path in ledgers)
 

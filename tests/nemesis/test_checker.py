@@ -177,6 +177,22 @@ def test_a_worker_tick_that_keeps_two_outcomes_breaks_once_per_tick() -> None:
     assert props(history.check()) == {"once_per_tick"}
 
 
+def test_a_worker_tick_runs_again_after_its_worker_was_cut_off_from_the_store_as_its_body_ended() -> None:
+    history = History(WORKER_JOB)
+    history.fault(10.2, 20.0, "store_restart", "store")  # longer than the lease: its outcome could not be kept
+    history.body(10.0, "w1", WORKER_JOB, 10, seconds=1.0)
+    history.body(21.0, "w2", WORKER_JOB, 10, seconds=0.5)
+    assert history.check().anomalies == []
+
+
+def test_a_worker_tick_run_again_with_no_fault_on_its_first_worker_breaks_once_per_tick() -> None:
+    history = History(WORKER_JOB)
+    history.fault(10.2, 20.0, "stop", "w2")  # a fault elsewhere
+    history.body(10.0, "w1", WORKER_JOB, 10, seconds=1.0)
+    history.body(21.0, "w3", WORKER_JOB, 10, seconds=0.5)
+    assert props(history.check()) == {"once_per_tick"}
+
+
 def test_every_clean_probe_tick_run_once_passes_exactly_once() -> None:
     history = History(PROBE)
     history.probe_ticks(0, 59)

@@ -72,6 +72,7 @@ class Fleet:
         self.registry.allow(self.runtime_body, self.config.runtime_target)
 
     def fire_context(self) -> Callable[[], AbstractContextManager[Any]] | None:
+        """Django set up for a ``django://`` store (once); the fire context that gives each fire fresh connections."""
         if self.django is None:
             return None
         os.environ["DJANGO_SETTINGS_MODULE"] = self.django
@@ -271,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s {args.proc} %(threadName)s %(name)s %(levelname)s %(message)s")
     fleet = Fleet(args.dir, args.proc, args.config)
+    fleet.fire_context()  # Django first, if any: a broken variant patches its store too
     broken.apply(fleet.config.broken)
     signal.signal(signal.SIGTERM, lambda *_: fleet.stop.set())
     rng = random.Random(f"{fleet.config.seed}:{args.proc}")

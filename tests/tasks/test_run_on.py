@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -22,6 +23,7 @@ from mutexcron.stores import MemoryLockStore
 from mutexcron.tasks import HandlerRegistry, RetryLater, TaskQueue, TaskStatus
 from mutexcron.tasks.job_runs import TASK_TYPE, JobRunner, JobTask, declared_or_stored, tick_task_id
 from tests.support import wait_until
+from tests.support.tcp_proxy import TcpProxy
 
 JOB = "reports.nightly"
 TICK = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
@@ -339,3 +341,39 @@ def test_a_later_tick_that_finds_the_lock_busy_names_the_worker_running_the_body
     assert store.take_over(JOB, tick_token=enqueued.token, owner="worker-7", lease=timedelta(seconds=60)).acquired
     busy = scheduler.run_tick(JOB, TICK + timedelta(days=1))
     assert busy.outcome is Outcome.SKIPPED_BUSY and busy.error == "lock held by worker-7"
+
+
+def test_a_body_that_ends_while_the_store_is_unreachable_keeps_its_outcome_once_it_is_back_and_runs_once(
+        redis_url: str, registry: Registry) -> None:
+    """A worker's body ends while its store (the lock store and the task backend, one Redis) cannot be reached: the
+    worker keeps trying to store the outcome while its lease on the run lasts (no other worker can take the tick
+    over meanwhile), so the task delivered again only releases. Found by the nemesis run (a store restarted as a
+    body ended ran the tick a second time)."""
+    server = urlsplit(redis_url)
+    with TcpProxy(server.hostname or "127.0.0.1", server.port or 6379) as proxy:
+        url = redis_url.replace(server.netloc, f"127.0.0.1:{proxy.port}")
+        ran: list[int] = []
+
+        def body(ctx: JobContext) -> None:
+            ran.append(ctx.token)
+            proxy.cut()  # the store goes away as the body ends; it is back a second later, within the 5 s lease
+            threading.Timer(1.0, proxy.restore).start()
+
+        mutex_cron("0 2 * * *", name=JOB, registry=registry, run_on="tasks", lease=5)(body)
+        queue = TaskQueue(url, handlers=HandlerRegistry(), worker_id="worker-1")
+        runner = JobRunner(url, registry=registry, instance_id="worker-1")
+        runner.register(queue, visibility_timeout=timedelta(seconds=5))
+        scheduler = Scheduler(url, registry=registry, instance_id="web-1", tasks=queue)
+        try:
+            enqueued = scheduler.run_tick(JOB, TICK)
+            payload = payload_of(queue, enqueued.task_id or "")
+            runner.run(payload)
+            runner.run(payload)  # the task delivered again: its ack was lost with the link
+            assert ran == [2]
+            assert json.loads(queue.backend.load_result(enqueued.task_id or "") or "{}")["outcome"] == "succeeded"
+            state = scheduler.store.lock(JOB)  # type: ignore[attr-defined]
+            assert state is not None and not state.locked and state.last_outcome == "succeeded"
+        finally:
+            scheduler.shutdown()
+            runner.close()
+            queue.close()
