@@ -6,5 +6,6 @@ checker that judges the recorded history against the promised properties (docs/g
 Modules: :mod:`.history` (the events every process records, and reading them back), :mod:`.workload` (one
 process of the fleet: a scheduler, a task worker, a producer of delayed tasks or an operator), :mod:`.servers`
 (each STORE's private servers), :mod:`.faults` (the seeded fault plan and how each fault is done),
-:mod:`.checker` (the properties), :mod:`.report` and :mod:`.run` (the harness that ties them together).
+:mod:`.index` (the history indexed: fault windows, bodies, ticks), :mod:`.checker` (the properties), :mod:`.report`,
+:mod:`.broken` (deliberately broken variants) and :mod:`.run` (the harness that ties them together).
 """

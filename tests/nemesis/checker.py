@@ -8,26 +8,19 @@ Every time is compared on ``mono`` (one clock for the whole machine); a tick's n
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from functools import cache
+from datetime import datetime
 from typing import Any
 
-from mutexcron.cron import CronTrigger, iter_fire_times, parse_cron
-
 from .history import Event, RunConfig
+from .index import OP_GRACE, Body, Fault, History, is_tick, parse_time, ticks
 
 PROPERTIES = ("mutual_exclusion", "once_per_tick", "exactly_once", "paused", "stale_schedule", "cancelled_task",
               "task_runs", "recovery")
-STORE = "store"  # the target of a fault done to the store's servers: it touches every process
-PROXIED = "proxied"  # the target of a link fault: it touches the processes behind the proxy (RunConfig.proxied)
-OP_GRACE = 1.0  # seconds after an operator call returned until every instance must obey it
 LEASE_SLACK = 0.2  # a second holder this long before the first one's lease could have run out is never excused
-MAX_SKEW = 2.0  # seconds: the most a clock_jump fault moves an instance's clock
 WARM_UP, COOL_DOWN = 20.0, 5.0  # exactly_once judges the ticks between run start + WARM_UP and run end - COOL_DOWN
 TASK_MARGIN = 15.0  # a task due later than run end - TASK_MARGIN may be left unrun
-_MICROSECOND = timedelta(microseconds=1)
 
 
 @dataclass
@@ -57,168 +50,6 @@ class Verdict:
 
     def add(self, prop: str, message: str, mono: float, events: Iterable[Event]) -> None:
         self.anomalies.append(Anomaly(prop, message, mono, list(events)))
-
-
-@dataclass(frozen=True)
-class Fault:
-    """One fault window, from its start line to its end line (or the run's end when it has none)."""
-
-    kind: str
-    target: str
-    start: float
-    end: float
-    events: tuple[Event, ...]
-    ended: bool
-    proxied: frozenset[str] = frozenset()  # the processes behind the proxy, which a link fault touches
-
-    @property
-    def store_wide(self) -> bool:
-        return self.target == STORE
-
-    def touches(self, proc: str) -> bool:
-        return self.target == proc or self.store_wide or (self.target == PROXIED and proc in self.proxied)
-
-    def overlaps(self, lo: float, hi: float) -> bool:
-        return self.start <= hi and self.end >= lo
-
-
-@dataclass(frozen=True)
-class Body:
-    """One run of a job's body: its start line, its end line if any, and when it stopped (end, death or run end)."""
-
-    start: Event
-    end: Event | None
-    until: float
-    lane: str  # "tick", "manual" or "backfill START END" (a backfill runs each tick of its range once)
-    job: str
-    proc: str
-    mono: float
-    fire: datetime  # the tick (fire_time)
-    lease: float
-
-    @property
-    def events(self) -> list[Event]:
-        return [self.start] if self.end is None else [self.start, self.end]
-
-
-def parse_time(text: str) -> datetime:
-    """An ISO time as an aware UTC datetime (a naive one is taken as UTC)."""
-    moment = datetime.fromisoformat(text)
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
-class History:
-    """The events of a run indexed for the properties: its clocks, fault windows, bodies, operator calls."""
-
-    def __init__(self, events: list[Event], config: RunConfig) -> None:
-        self.events = sorted(events, key=lambda event: event["mono"])
-        self.config = config
-        self._kinds: dict[str, list[Event]] = defaultdict(list)
-        for event in self.events:
-            self._kinds[event["event"]].append(event)
-        run = self.of("run")
-        start = next((event for event in run if event.get("phase") == "start"), None)
-        if start is None:
-            raise ValueError("the history has no run start line")
-        self.start, self.wall0 = float(start["mono"]), parse_time(start["wall"])
-        end = next((event for event in run if event.get("phase") == "end"), None)
-        self.end = float(end["mono"] if end else self.events[-1]["mono"])
-        self.faults = self._faults()
-        self.ops = self.of("op")
-        # What each run's record says of its lock at the end (the body's own end line comes before the last renewal).
-        self.lost = {(r["proc"], r["job"], parse_time(r["fire_time"]), r.get("token")): bool(r.get("lock_lost"))
-                     for r in self.of("record") if r.get("token") is not None}
-        self.bodies = self._bodies()
-        # A schedule() that raised may or may not have stored its task: such a task is not judged.
-        self.scheduled = [event for event in self.of("scheduled") if event.get("error") is None and event.get("due")]
-        self.task_starts: dict[str, list[Event]] = defaultdict(list)
-        for event in self.of("task"):
-            if event.get("phase") == "start":
-                self.task_starts[event["task_id"]].append(event)
-
-    def of(self, kind: str) -> list[Event]:
-        return self._kinds.get(kind, [])
-
-    def mono_of(self, wall: datetime) -> float:
-        """The real time (mono) of a nominal wall time."""
-        return self.start + (wall - self.wall0).total_seconds()
-
-    def wall_of(self, mono: float) -> datetime:
-        return self.wall0 + timedelta(seconds=mono - self.start)
-
-    def earliest_acquire(self, body: Body) -> float:
-        """The earliest its lock can have been taken: not before its tick on an instance clock up to MAX_SKEW early
-        (the body's own start line comes after the acquire, late on a busy or stopped process). A backfill's past
-        tick says nothing: the body's start."""
-        if body.lane.startswith("backfill"):
-            return body.mono - body.lease
-        return min(body.mono, self.mono_of(body.fire) - MAX_SKEW)
-
-    def excused(self, proc: str, lo: float, hi: float) -> bool:
-        """The fault excuse: a fault touching ``proc`` (or the whole store) overlaps [lo, hi]."""
-        return any(fault.touches(proc) and fault.overlaps(lo, hi) for fault in self.faults)
-
-    def binding(self, body: Body, returned: float) -> bool:
-        """The ops excuse, reversed: ``body`` started after an operator call that returned at ``returned`` had to
-        hold everywhere, and no fault explains a process that acted on what it knew before."""
-        return body.mono > returned + OP_GRACE and not self.excused(body.proc, returned - 1.0, body.mono)
-
-    def done(self, *actions: str) -> list[Event]:
-        """The operator calls of these actions that returned without raising."""
-        return [op for op in self.ops if op["action"] in actions and op.get("error") is None]
-
-    def _faults(self) -> list[Fault]:
-        lines: dict[Any, dict[str, Event]] = defaultdict(dict)  # fault id -> phase -> its line
-        for event in self.of("fault"):
-            lines[event["fault"]].setdefault(event.get("phase", ""), event)
-        pairs = [(line["start"], line.get("end")) for line in lines.values() if "start" in line]
-        faults = [Fault(start["kind"], str(start.get("target")), float(start["mono"]),
-                        self.end if end is None else float(end["mono"]), (start,) if end is None else (start, end),
-                        end is not None, frozenset(self.config.proxied)) for start, end in pairs]
-        return sorted(faults, key=lambda fault: fault.start)
-
-    def _bodies(self) -> list[Body]:
-        deaths: dict[str, list[float]] = defaultdict(list)  # when each process was SIGKILLed or exited
-        for event in self.events:
-            if event["event"] == "exit" or (event["event"], event.get("kind"), event.get("phase")) == (
-                    "fault", "kill", "start"):
-                deaths[str(event.get("target"))].append(float(event["mono"]))
-        manual = {(r["job"], parse_time(r["fire_time"]), r.get("token")) for r in self.of("record") if r.get("manual")}
-        running: dict[tuple[Any, ...], list[int]] = defaultdict(list)  # where in pairs each running body is
-        pairs: list[list[Any]] = []  # [start, end or None]
-        for event in self.of("body"):
-            key = (event["proc"], event["job"], event["fire_time"], event.get("token"), bool(event.get("backfill")))
-            if event.get("phase") == "start":
-                running[key].append(len(pairs))
-                pairs.append([event, None])
-            elif running[key]:
-                pairs[running[key].pop(0)][1] = event
-        bodies = []
-        for start, end in pairs:
-            died = min((m for m in deaths[start["proc"]] if m >= start["mono"]), default=self.end)
-            job, fire, token = str(start["job"]), parse_time(start["fire_time"]), start.get("token")
-            lane = (f"backfill {start.get('range')}" if start.get("backfill") else
-                    "manual" if start.get("manual") or (job, fire, token) in manual else "tick")
-            bodies.append(Body(start, end, died if end is None else float(end["mono"]), lane, job, str(start["proc"]),
-                               float(start["mono"]), fire, float(start.get("lease") or 0.0)))
-        return bodies
-
-
-@cache
-def _trigger(spec: str) -> CronTrigger:
-    return CronTrigger(parse_cron(spec))
-
-
-def ticks(spec: str, first: datetime, last: datetime) -> Iterator[datetime]:
-    """The fire times of a cron spec (UTC, with seconds) in [first, last], as the scheduler fires them."""
-    for fire in iter_fire_times(_trigger(spec), first - _MICROSECOND):
-        if fire > last:
-            return
-        yield fire
-
-
-def is_tick(spec: str, moment: datetime) -> bool:
-    return _trigger(spec).next_after(moment - _MICROSECOND) == moment
 
 
 def _group(bodies: Iterable[Body], key: Callable[[Body], Hashable]) -> dict[Any, list[Body]]:
@@ -283,8 +114,10 @@ def _disturbs_schedulers(fault: Fault, config: RunConfig) -> bool:
 
 
 def exactly_once(history: History, verdict: Verdict) -> None:
-    """Each tick of a probe job with no fault near it that may cost a tick runs exactly once."""
-    config, checked, excluded = history.config, 0, 0
+    """Each tick of a probe job with no fault near it that may cost a tick runs exactly once; one that the run of an
+    earlier tick still held when it fired (a starved machine: its release came late) is skipped by the job's
+    ``on_busy="skip"``, as promised, and counted apart."""
+    config, checked, excluded, busy = history.config, 0, 0, 0
     starts = _group((body for body in history.bodies if body.lane == "tick"), lambda body: (body.job, body.fire))
     first, last = history.wall_of(history.start + WARM_UP), history.wall_of(history.end - COOL_DOWN)
     for job in (job for job in config.jobs if job.probe):
@@ -295,12 +128,26 @@ def exactly_once(history: History, verdict: Verdict) -> None:
                    and fault.end + settle >= at - 1.0 for fault in history.faults):
                 excluded += 1
                 continue
-            checked += 1
             bodies = starts.get((job.name, fire), [])
+            if not bodies and _held_by_earlier(history, job.name, fire, at):
+                busy += 1
+                continue
+            checked += 1
             if len(bodies) != 1:
                 verdict.add("exactly_once", f"{job.name} {fire.isoformat()}, a clean tick, started {len(bodies)} times",
                             at, [body.start for body in bodies])
-    verdict.counts["ticks.checked"], verdict.counts["ticks.excluded"] = checked, excluded
+    verdict.counts["ticks.checked"], verdict.counts["ticks.excluded"], verdict.counts["ticks.busy"] = \
+        checked, excluded, busy
+
+
+def _held_by_earlier(history: History, job: str, fire: datetime, at: float) -> bool:
+    """The instances that fired the tick found the lock busy (or, firing late, a later tick already run: the store
+    never runs ticks out of order), and the run of an earlier tick of the job reported its end (after its release)
+    only after the tick's time: that run still held the lock."""
+    outcomes = {record["outcome"] for record in history.records.get((job, fire), [])}
+    return "skipped_busy" in outcomes and outcomes <= {"skipped_busy", "skipped_already_ran"} and any(
+        record["mono"] >= at and parse_time(record["fire_time"]) < fire and record.get("token") is not None
+        and not record.get("manual") and not record.get("backfill") for record in history.records_of.get(job, []))
 
 
 def paused(history: History, verdict: Verdict) -> None:

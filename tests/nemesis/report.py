@@ -47,7 +47,9 @@ def render(verdict: Verdict, config: RunConfig, events: list[Event]) -> str:
         "Faults injected": _table(("kind", "count"), _by_prefix(counts, "faults.")),
         "Bodies run": _table(("lane", "bodies"), [(lane, counts.get(f"bodies.{lane}", 0)) for lane in _LANES]),
         "Ticks checked exactly once": [f"{counts.get('ticks.checked', 0)} clean, "
-                                       f"{counts.get('ticks.excluded', 0)} excluded (near a fault)"],
+                                       f"{counts.get('ticks.excluded', 0)} excluded (near a fault), "
+                                       f"{counts.get('ticks.busy', 0)} skipped busy (an earlier tick's run held the "
+                                       "lock when it fired)"],
         "Tasks": [f"{counts.get('tasks.scheduled', 0)} scheduled, {counts.get('tasks.cancelled', 0)} cancelled, "
                   f"{counts.get('tasks.run', 0)} run"],
         "Operator calls": _table(("action", "calls"), _by_prefix(counts, "ops.")),

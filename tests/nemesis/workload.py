@@ -65,7 +65,7 @@ class Fleet:
         self.registry = Registry()
         self.stop = threading.Event()
         self.manual = False  # the operator's run_now is under way (its body runs in the operator's thread)
-        self.backfill: str | None = None  # the range of the operator's backfill under way: "START END"
+        self.backfill: str | None = None  # the operator's backfill under way: "START END SCHEDULE"
         for job in self.config.jobs:
             mutex_cron(job.spec, name=job.name, registry=self.registry, lease=job.lease, on_busy=job.on_busy,  # type: ignore[arg-type]
                        run_on=job.run_on, timeout=job.timeout, catch_up=job.catch_up)(self.body(job))  # type: ignore[arg-type]
@@ -187,7 +187,7 @@ def operator_actions(fleet: Fleet, scheduler: Scheduler, rng: random.Random) -> 
     operated = [job.name for job in fleet.config.jobs if job.operated]
     specs = ["* * * * * *", "*/2 * * * * *", "*/3 * * * * *"]
     paused: set[str] = set()
-    retimed: set[str] = set()
+    retimed: dict[str, str] = {}  # job -> the schedule this operator set (it alone re-times the operated jobs)
     schedules: dict[str, int] = {}  # run-time schedule -> its definitions so far
     ranges: list[tuple[datetime, datetime]] = []  # the backfills so far
     while True:
@@ -201,11 +201,10 @@ def operator_actions(fleet: Fleet, scheduler: Scheduler, rng: random.Random) -> 
             yield "pause", job, "", lambda job=job: scheduler.pause(job, by="nemesis")  # type: ignore[misc]
         elif roll < 0.3:
             if job in retimed:
-                retimed.discard(job)
+                del retimed[job]
                 yield "reset_schedule", job, "", lambda job=job: scheduler.reset_schedule(job, by="nemesis")  # type: ignore[misc]
             else:
-                retimed.add(job)
-                spec = rng.choice(specs[1:])
+                spec = retimed[job] = rng.choice(specs[1:])
                 yield "set_schedule", job, spec, lambda job=job, spec=spec: scheduler.set_schedule(  # type: ignore[misc]
                     job, spec, by="nemesis")
         elif roll < 0.4:  # a new range of past ticks, or one run before again (it runs only what it has not run)
@@ -215,7 +214,8 @@ def operator_actions(fleet: Fleet, scheduler: Scheduler, rng: random.Random) -> 
                 end = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=rng.randint(3, 30))
                 start = end - timedelta(seconds=rng.randint(2, 8))
                 ranges.append((start, end))
-            argument = f"{start.isoformat()} {end.isoformat()}"
+            # A backfill is its range's first and last ticks (docs/backfill.md): the bounds and the schedule in force.
+            argument = f"{start.isoformat()} {end.isoformat()} {retimed.get(job, 'declared')}"
             yield "backfill", job, argument, lambda job=job, start=start, end=end: scheduler.backfill(  # type: ignore[misc]
                 job, start, end, by="nemesis")
         elif roll < 0.5:
