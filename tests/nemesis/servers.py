@@ -127,9 +127,11 @@ class ClusterStore(Store):
         masters = [port for port in self.cluster.ports
                    if self.cluster.processes[port].poll() is None and self.cluster.role(port) == "master"]
         port = masters[int(time.monotonic() * 1000) % len(masters)]
+        replica = self.cluster.replica_of(port)
         self.cluster.kill(port)
 
-        def undo() -> None:
+        def undo() -> None:  # once its replica took over: started earlier, the empty node would come back a master
+            wait_until(lambda: self.cluster.role(replica) == "master", 30, "the cluster to promote the replica")
             self.cluster.restart(port)
             self.cluster.wait_healthy(60)
 

@@ -228,6 +228,32 @@ def test_a_fault_that_cannot_cost_a_tick_does_not_excuse_a_missing_one(kind: str
     assert [a.prop for a in history.check().anomalies] == ["exactly_once"]
 
 
+
+def record(history: History, at: float, proc: str, fire: float, outcome: str, token: int | None = None) -> None:
+    history.add(at, proc, "record", job=PROBE.name, fire_time=iso(fire), outcome=outcome, token=token, manual=False,
+                backfill=False)
+
+
+def test_a_probe_tick_skipped_busy_while_an_earlier_ticks_late_run_held_the_lock_is_counted_apart() -> None:
+    history = History(PROBE)
+    history.probe_ticks(0, 29)
+    history.probe_ticks(32, 59)
+    record(history, 30.1, "s2", 30, "skipped_busy")  # s1's run of tick 29 ends only at 31.5: it held the lock
+    record(history, 31.1, "s2", 31, "skipped_busy")
+    record(history, 33.9, "s3", 31, "skipped_already_ran")  # fired late: tick 32 had run
+    record(history, 31.5, "s1", 29, "succeeded", token=29)
+    verdict = history.check()
+    assert verdict.anomalies == [] and verdict.counts["ticks.busy"] == 2
+
+
+def test_a_probe_tick_skipped_busy_with_no_earlier_run_holding_the_lock_is_an_anomaly() -> None:
+    history = History(PROBE)
+    history.probe_ticks(0, 29)
+    history.probe_ticks(31, 59)
+    record(history, 30.1, "s2", 30, "skipped_busy")  # a lock held by nobody's run: a release that never came
+    record(history, 29.2, "s1", 29, "succeeded", token=29)
+    assert [a.prop for a in history.check().anomalies] == ["exactly_once"]
+
 def test_a_body_after_pause_returned_breaks_paused() -> None:
     history = History(JOB)
     history.op(10.0, "pause", "job")
