@@ -43,6 +43,11 @@ class Fault:
     def overlaps(self, lo: float, hi: float) -> bool:
         return self.start <= hi and self.end >= lo
 
+    @property
+    def amount(self) -> float:
+        """How far a clock_jump moved the target's clock (seconds, + ahead); 0 for other kinds."""
+        return float(self.events[0].get("amount") or 0.0)
+
 
 @dataclass(frozen=True)
 class Body:

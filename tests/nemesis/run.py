@@ -24,7 +24,7 @@ from tests.nemesis.checker import check
 from tests.nemesis.faults import Fault, plan
 from tests.nemesis.history import HistoryWriter, JobSpec, RunConfig, read_history
 from tests.nemesis.report import around, render
-from tests.nemesis.servers import STORES, Settings, Store, store_for
+from tests.nemesis.servers import STORES, Settings, Store, Undo, store_for
 from tests.support import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,7 +127,7 @@ class Harness:
         finally:
             self.history.write("fault", phase="end", fault=fault.id, kind=fault.kind, target=fault.target)
 
-    def inject(self, fault: Fault) -> object:
+    def inject(self, fault: Fault) -> Undo | None:
         proc = fault.target
         if fault.kind == "kill":
             with self.lock:
@@ -197,7 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--broken", choices=broken.VARIANTS, help="run a deliberately broken variant")
     parser.add_argument("--out", help="where the run's directory goes (default .nemesis/)")
+    parser.add_argument("--check", metavar="DIR", help="check a recorded run's history again, with the checker as it "
+                        "is now, and print its report (the other options are then ignored)")
     args = parser.parse_args(argv)
+    if args.check:
+        return report_on(Path(args.check))
     # SIGTERM ends the run as Ctrl-C would: the fleet and the private servers are stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     config, directory = build(args)
@@ -231,7 +235,16 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         harness.stop_all()
         store.close()
+    return report_on(directory, config)
+
+
+def report_on(directory: Path, config: RunConfig | None = None) -> int:
+    """Check the run's recorded history, write report.md beside it and print it, with the history around the first
+    anomalies; 1 if any."""
     events = read_history(directory)
+    if config is None:
+        config = RunConfig.from_json(next(e for e in events if e["event"] == "run" and e.get("phase") == "start")
+                                     ["config"])
     verdict = check(events, config)
     report = render(verdict, config, events)
     (directory / "report.md").write_text(report)

@@ -27,7 +27,7 @@ from tests.support.tcp_proxy import ProxyProcess
 
 STORES = ("redis", "cluster", "sentinel", "postgres", "mariadb", "mongo")
 PG_BIN = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)), Path("/usr/bin"))
-Undo = Callable[[], None]
+Undo = Callable[[], object]  # undoes a fault (what it returns is ignored)
 
 
 @dataclass
@@ -341,7 +341,11 @@ class MongoStore(Store):
         self.server.process.send_signal(signal.SIGKILL)
         self.server.process.wait(10)
         self.server.process = None
-        return lambda: self.server.start(self.port, path=self.directory / "mongo.sqlite3") and None
+
+        def undo() -> None:
+            self.server.start(self.port, path=self.directory / "mongo.sqlite3")
+
+        return undo
 
     def close(self) -> None:
         from tests.chaos.faults import rabbitmqctl

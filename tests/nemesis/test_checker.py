@@ -56,8 +56,10 @@ class History:
         for fire in range(first, last + 1):
             self.body(fire + 0.05, proc, PROBE, fire, seconds=0.1)
 
-    def fault(self, start: float, end: float | None, kind: str, target: str = "store", fault: int = 1) -> None:
-        self.add(start, "harness", "fault", phase="start", kind=kind, target=target, fault=fault, detail=None)
+    def fault(self, start: float, end: float | None, kind: str, target: str = "store", fault: int = 1,
+              amount: float = 0.0) -> None:
+        self.add(start, "harness", "fault", phase="start", kind=kind, target=target, fault=fault, detail=None,
+                 amount=amount)
         if end is not None:
             self.add(end, "harness", "fault", phase="end", kind=kind, target=target, fault=fault, detail=None)
 
@@ -219,13 +221,42 @@ def test_a_probe_tick_near_a_fault_is_excluded_not_judged() -> None:
     assert verdict.counts["ticks.excluded"] == 13
 
 
-@pytest.mark.parametrize(("kind", "target"), [("stop", "w1"), ("kill", "w2"), ("clock_jump", "s1")])
-def test_a_fault_that_cannot_cost_a_tick_does_not_excuse_a_missing_one(kind: str, target: str) -> None:
+@pytest.mark.parametrize(("kind", "target", "amount"), [("stop", "w1", 0.0), ("kill", "w2", 0.0),
+                                                     ("clock_jump", "s1", -1.5), ("clock_jump", "w1", 1.5)])
+def test_a_fault_that_cannot_cost_a_tick_does_not_excuse_a_missing_one(kind: str, target: str, amount: float) -> None:
     history = History(PROBE)
     history.probe_ticks(0, 29)
     history.probe_ticks(31, 59)
-    history.fault(29.0, 32.0, kind, target)
+    history.fault(29.0, 32.0, kind, target, amount=amount)
     assert [a.prop for a in history.check().anomalies] == ["exactly_once"]
+
+
+def test_a_tick_fired_late_into_a_fault_is_excluded() -> None:
+    """A starved fleet fires tick 30 3 s late, as the store restarts: the attempt, not the fire time, met it."""
+    history = History(PROBE)
+    history.probe_ticks(0, 29)
+    history.probe_ticks(31, 59)
+    history.fault(33.2, 36.0, "store_restart")
+    for proc in ("s1", "s2"):
+        record(history, 33.3, proc, 30, "skipped_store_error")
+    assert history.check().anomalies == []
+
+
+def test_a_late_fire_does_not_excuse_a_tick_with_no_fault_while_it_was_tried() -> None:
+    history = History(PROBE)
+    history.probe_ticks(0, 29)
+    history.probe_ticks(31, 59)
+    record(history, 33.3, "s1", 30, "skipped_store_error")
+    assert [a.prop for a in history.check().anomalies] == ["exactly_once"]
+
+
+def test_a_tick_near_a_schedulers_clock_moved_ahead_is_excluded() -> None:
+    """That scheduler may run the next tick before the others fire this one, which the store refuses as run."""
+    history = History(PROBE)
+    history.probe_ticks(0, 29)
+    history.probe_ticks(31, 59)
+    history.fault(29.5, 36.0, "clock_jump", "s4", amount=1.2)
+    assert history.check().anomalies == []
 
 
 

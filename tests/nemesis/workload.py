@@ -30,6 +30,7 @@ from typing import Any
 
 from mutexcron import Registry, Scheduler, mutex_cron
 from mutexcron.records import JobContext, RunRecord
+from mutexcron.stores import require_control
 from mutexcron.tasks import HandlerRegistry, TaskQueue, task_handler
 from mutexcron.tasks.job_runs import JobRunner
 from tests.nemesis import broken
@@ -161,8 +162,8 @@ def run_producer(fleet: Fleet, rng: random.Random) -> None:
         called = time.monotonic()
         try:
             queue.schedule(TASK_TYPE, {"id": task_id}, delay=timedelta(seconds=delay), task_id=task_id)
-        except Exception as error:  # a store fault: the task may or may not be stored; it is not counted
-            fleet.history.write("scheduled", task_id=task_id, error=repr(error)[:200], called=called,
+        except Exception as failed:  # a store fault: the task may or may not be stored; it is not counted
+            fleet.history.write("scheduled", task_id=task_id, error=repr(failed)[:200], called=called,
                                 returned=time.monotonic())
             continue
         fleet.history.write("scheduled", task_id=task_id, due=(datetime.now(UTC) + timedelta(seconds=delay))
@@ -214,10 +215,8 @@ def operator_actions(fleet: Fleet, scheduler: Scheduler, rng: random.Random) -> 
                 end = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=rng.randint(3, 30))
                 start = end - timedelta(seconds=rng.randint(2, 8))
                 ranges.append((start, end))
-            # A backfill is its range's first and last ticks (docs/backfill.md): the bounds and the schedule in force.
-            argument = f"{start.isoformat()} {end.isoformat()} {retimed.get(job, 'declared')}"
-            yield "backfill", job, argument, lambda job=job, start=start, end=end: scheduler.backfill(  # type: ignore[misc]
-                job, start, end, by="nemesis")
+            yield "backfill", job, "", lambda job=job, start=start, end=end: backfill(  # type: ignore[misc]
+                fleet, scheduler, job, start, end)
         elif roll < 0.5:
             yield "run_now", job, "", lambda job=job: scheduler.run_now(job, on_busy="skip")  # type: ignore[misc]
         else:
@@ -234,6 +233,15 @@ def operator_actions(fleet: Fleet, scheduler: Scheduler, rng: random.Random) -> 
                 lease=RUNTIME_LEASE, by="nemesis")
 
 
+def backfill(fleet: Fleet, scheduler: Scheduler, job: str, start: datetime, end: datetime) -> int:
+    """Backfill, the bodies labelled with the range: its bounds and the schedule in force (docs/backfill.md: a
+    backfill is its range's first and last ticks), read from the store first. This operator alone re-times the job,
+    but a change whose reply it lost may or may not have landed."""
+    state = require_control(scheduler.store, "read the schedule in force").lock(job)
+    fleet.backfill = f"{start.isoformat()} {end.isoformat()} {(state and state.schedule) or 'declared'}"
+    return scheduler.backfill(job, start, end, by="nemesis")
+
+
 def run_operator(fleet: Fleet, rng: random.Random) -> None:
     scheduler = fleet.scheduler(fleet.fire_context())  # never started: it acts on the store
     scheduler.add_listener(fleet.on_record)  # its manual runs and backfills
@@ -242,11 +250,12 @@ def run_operator(fleet: Fleet, rng: random.Random) -> None:
     while not fleet.stop.wait(rng.uniform(1.0, 3.0)):
         action, target, argument, call = next(actions)
         called = time.monotonic()
-        fleet.manual, fleet.backfill = action == "run_now", argument if action == "backfill" else None
+        fleet.manual = action == "run_now"
         try:
             result, error = call(), None
         except Exception as raised:
             result, error = None, f"{type(raised).__name__}: {raised}"[:300]
+        argument = fleet.backfill or argument if action == "backfill" else argument
         fleet.manual, fleet.backfill = False, None
         defn = argument.split()[-1] if action in ("add_schedule", "change_schedule") else None
         fleet.history.write("op", action=action, target=target, argument=argument, defn=defn,
