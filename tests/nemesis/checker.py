@@ -80,16 +80,16 @@ def mutual_exclusion(history: History, verdict: Verdict) -> None:
 def _gave_way(history: History, body: Body) -> bool:
     """Another worker may have taken this body's tick over (docs/run-on-tasks.md): its worker was killed (no end),
     stopped past its lease (it then ends knowing it lost the lock), or cut off from the store (the store's servers,
-    its link) mid-body, unable to keep its outcome."""
-    def during(*kinds: str, store: bool = False) -> bool:
+    its link) as its body ran or after it ended, while it tried to keep its outcome until its lease ran out."""
+    def during(*kinds: str, store: bool = False, after: float = 0.0) -> bool:
         return any((fault.kind in kinds or (store and fault.target != body.proc)) and fault.touches(body.proc)
-                   and fault.overlaps(body.mono, body.until) for fault in history.faults)
+                   and fault.overlaps(body.mono, body.until + after) for fault in history.faults)
 
     if body.end is None:
         return during("kill", "stop", store=True)
     key = (body.proc, body.job, body.fire, body.start.get("token"))
     lost = bool(body.end.get("lock_lost")) or history.lost.get(key, False)
-    return (lost and during("stop", store=True)) or during(store=True)
+    return (lost and during("stop", store=True)) or during(store=True, after=body.lease)
 
 
 def once_per_tick(history: History, verdict: Verdict) -> None:

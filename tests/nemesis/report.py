@@ -55,6 +55,7 @@ def render(verdict: Verdict, config: RunConfig, events: list[Event]) -> str:
         "Operator calls": _table(("action", "calls"), _by_prefix(counts, "ops.")),
         "Anomalies": _table(("property", "anomalies"), [(prop, len(verdict.of(prop))) for prop in PROPERTIES]),
         "Recovery": _table(("fault kind", "count", "p50 (s)", "p99 (s)"), recovery),
+        "Row for docs/guarantees.md": [guarantees_row(verdict, config, events)],
     }
     lines = [f"# Nemesis run: {config.store}, seed {config.seed}, {config.minutes:g} minutes{broken}", "",
              f"**{state}**"]
@@ -67,6 +68,17 @@ def render(verdict: Verdict, config: RunConfig, events: list[Event]) -> str:
             lines += [f"- {anomaly.message}" for anomaly in found[1:20]]
             lines += [f"- … and {len(found) - 20} more"] if len(found) > 20 else []
     return "\n".join(lines) + "\n"
+
+
+def guarantees_row(verdict: Verdict, config: RunConfig, events: list[Event]) -> str:
+    """The run as a row of docs/guarantees.md's table of published runs (recovery over every fault kind)."""
+    counts, samples = verdict.counts, [value for values in verdict.recovery.values() for value in values]
+    recovery = f"{percentile(samples, 50):.2f} / {percentile(samples, 99):.2f}" if samples else "-"
+    cells = (str(events[0]["wall"])[:10] if events else "-", config.store + (f" (`{config.broken}`)" if config.broken
+             else ""), config.seed, f"{config.minutes:g}", sum(value for _, value in _by_prefix(counts, "faults.")),
+             sum(counts.get(f"bodies.{lane}", 0) for lane in _LANES), counts.get("ticks.checked", 0),
+             counts.get("tasks.run", 0), len(verdict.anomalies), recovery)
+    return "| " + " | ".join(str(cell) for cell in cells) + " |"
 
 
 def _line(event: Event, start: float) -> str:

@@ -10,7 +10,7 @@ import pytest
 
 from tests.nemesis.checker import PROPERTIES, Verdict, check
 from tests.nemesis.history import Event, JobSpec, RunConfig
-from tests.nemesis.report import around, render
+from tests.nemesis.report import around, guarantees_row, render
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)  # the harness's wall clock at the run start
 MONO0 = 5000.0  # time.monotonic() at the run start
@@ -185,6 +185,24 @@ def test_a_worker_tick_runs_again_after_its_worker_was_cut_off_from_the_store_as
     history.body(10.0, "w1", WORKER_JOB, 10, seconds=1.0)
     history.body(21.0, "w2", WORKER_JOB, 10, seconds=0.5)
     assert history.check().anomalies == []
+
+
+def test_a_worker_tick_runs_again_after_its_worker_lost_the_store_before_it_kept_its_outcome() -> None:
+    """The body ended before the store went down, but within its lease: the worker kept trying to store the outcome
+    until the lease ran out, and the task came back."""
+    history = History(WORKER_JOB)
+    history.body(10.0, "w1", WORKER_JOB, 10, seconds=1.0)
+    history.fault(12.5, 20.0, "store_restart", "store")
+    history.body(21.0, "w1", WORKER_JOB, 10, seconds=0.5)
+    assert history.check().anomalies == []
+
+
+def test_a_store_fault_after_a_worker_bodys_lease_does_not_excuse_its_tick_running_again() -> None:
+    history = History(WORKER_JOB)
+    history.body(10.0, "w1", WORKER_JOB, 10, seconds=1.0)
+    history.fault(14.5, 20.0, "store_restart", "store")  # the outcome had 3 s after the body's end to be kept
+    history.body(21.0, "w2", WORKER_JOB, 10, seconds=0.5)
+    assert props(history.check()) == {"once_per_tick"}
 
 
 def test_a_worker_tick_run_again_with_no_fault_on_its_first_worker_breaks_once_per_tick() -> None:
@@ -416,6 +434,16 @@ def test_the_report_lists_every_property_with_zero_anomalies_when_there_are_none
     for prop in PROPERTIES:
         assert f"| {prop} | 0 |" in report
     assert "redis, seed 7, 1 minutes" in report and "| kill | 1 |" in report
+
+
+def test_the_report_ends_with_the_run_as_a_row_of_the_published_table() -> None:
+    history = History(PROBE)
+    history.probe_ticks(0, 59)
+    history.fault(30.0, 31.0, "kill", "s2")
+    verdict = history.check()
+    row = guarantees_row(verdict, history.config, history.events).strip("| ").split(" | ")
+    assert row[1:9] == ["redis", "7", "1", "1", "60", str(verdict.counts["ticks.checked"]), "0", "0"]
+    assert row[0] == history.events[0]["wall"][:10]
 
 
 def test_around_an_anomaly_shows_its_events_and_ends_with_the_replay_command() -> None:
