@@ -44,16 +44,16 @@ else
     names+=(lint) what+=("ruff check . and mypy --strict") results+=("skipped (LINT=$lint)") times+=(-)
 fi
 # Everything but the multi-process fleet and chaos tests (the task backends' suites included), a module or test
-# class to a worker: the tests mostly wait on real time, so on two CPUs four workers finish sooner than three (13
-# minutes against 15.5), as .ci/run's two suites side by side (3 and 2 workers) do.
-phase 2 suite "all but the fleet tests, 4 workers" \
-    "$venv/bin/pytest" -m "not fleet" -n 4 --dist loadscope --durations=15
+# class to a worker: the tests mostly wait on real time (they use 1.4 of the two CPUs), so eight workers finish
+# sooner than six (5m41s against 6m21s on 2 CPUs); the longest module or class takes 76 s.
+phase 2 suite "all but the fleet tests, 8 workers" \
+    "$venv/bin/pytest" -m "not fleet" -n 8 --dist loadscope --durations=15
 # The fleet and chaos tests (several processes each, servers of their own killed and connections closed) run after
-# the suite above, so that their load and faults never meet its timing tests: four test files at a time (a file to
-# a worker: they mostly wait on real time; with five, the instance processes of a loaded 2-CPU machine can take
-# longer than the tests' 15 s start-up bound), as in .ci/run.
-phase 3 fleet "the multi-process fleet and chaos tests, 4 workers" \
-    "$venv/bin/pytest" -m "fleet and not nemesis" -n 4 --dist loadfile --durations=25
+# the suite above, so that their load and faults never meet its timing tests: five test files at a time (a file to
+# a worker: they mostly wait on real time; 5m48s on 2 CPUs against 7m05s with four, and six gain nothing, the
+# longest file taking 3 minutes), as in .ci/run.
+phase 3 fleet "the multi-process fleet and chaos tests, 5 workers" \
+    "$venv/bin/pytest" -m "fleet and not nemesis" -n 5 --dist loadfile --durations=25
 # The nemesis slice last and alone: each of its two runs is a dozen processes under random faults, which would starve
 # the other fleet tests' start-up.
 phase 4 nemesis "90 s of the nemesis run on Redis and on PostgreSQL, at once" \

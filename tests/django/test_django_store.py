@@ -13,6 +13,7 @@ from mutexcron.stores import AcquireRequest, AcquireStatus, store_from_url
 from mutexcron_django.models import Lock
 from mutexcron_django.sql.store import DjangoLockStore
 from tests.contract import FIRE_1, FIRE_2, LockStoreContract
+from tests.django.databases import on_database
 from tests.django.session_zone import InSessionZone, session_time_zone, set_session_zone
 from tests.overlap_contract import OverlapContract
 
@@ -30,17 +31,17 @@ class DjangoStoreContract(InSessionZone, LockStoreContract, OverlapContract):
         connections.close_all()  # Django connections are per thread; close the thread's own
 
 
-@pytest.mark.django_db(transaction=True, databases=["default"])
+@on_database("default")
 class TestSQLiteLockStore(DjangoStoreContract):
     alias = "default"
 
 
-@pytest.mark.django_db(transaction=True, databases=["postgres"])
+@on_database("postgres")
 class TestPostgreSQLLockStore(DjangoStoreContract):
     alias = "postgres"
 
 
-@pytest.mark.django_db(transaction=True, databases=["mariadb"])
+@on_database("mariadb")
 class TestMariaDBLockStore(DjangoStoreContract):
     alias = "mariadb"
 
@@ -59,7 +60,7 @@ class TestPostgreSQLLockStoreInKathmandu(TestPostgreSQLLockStore):
 
 # A server whose zone follows daylight saving time, on the spring-forward night: the session's zone moves
 # an hour east between two statements (PostgreSQL: two named zones an hour apart all year).
-DST_NIGHT = [pytest.param(alias, before, after, marks=pytest.mark.django_db(transaction=True, databases=[alias]),
+DST_NIGHT = [pytest.param(alias, before, after, marks=on_database(alias),
                           id=alias)
              for alias, before, after in (("mariadb", "+01:00", "+02:00"),
                                           ("postgres", "Europe/Berlin", "Europe/Athens"))]
@@ -82,7 +83,7 @@ def test_django_url_picks_the_database_alias() -> None:
     assert isinstance(store, DjangoLockStore) and store.using == "postgres"
 
 
-@pytest.mark.django_db(transaction=True, databases=["postgres"])
+@on_database("postgres")
 def test_a_lease_of_days_lasts_exactly_that_long_across_daylight_saving_time() -> None:
     """PostgreSQL adds an interval's days in the session's zone: across a DST change a day is 23 or 25 hours."""
     store = DjangoLockStore("postgres")
@@ -97,7 +98,7 @@ def test_a_lease_of_days_lasts_exactly_that_long_across_daylight_saving_time() -
         assert ends[name] is not None and abs(ends[name] - (now + lease)) < timedelta(seconds=5), name
 
 
-@pytest.mark.parametrize("alias", [pytest.param(alias, marks=pytest.mark.django_db(transaction=True, databases=[alias]))
+@pytest.mark.parametrize("alias", [pytest.param(alias, marks=on_database(alias))
                                    for alias in ("default", "postgres", "mariadb")])
 def test_a_row_from_before_alerts_has_no_outcome_and_takes_one(alias: str) -> None:
     """Migration 0006 leaves the new columns of existing rows NULL: they read as None and work."""
@@ -114,7 +115,7 @@ def test_a_row_from_before_alerts_has_no_outcome_and_takes_one(alias: str) -> No
     assert store.open_incident("job", "failing since 06:00") and store.close_incident("job", "failing since 06:00")
 
 
-@pytest.mark.parametrize("alias", [pytest.param(alias, marks=pytest.mark.django_db(transaction=True, databases=[alias]))
+@pytest.mark.parametrize("alias", [pytest.param(alias, marks=on_database(alias))
                                    for alias in ("default", "postgres", "mariadb")])
 def test_a_batch_keeps_each_rows_overlap_slot(alias: str) -> None:
     """acquire_many (one transaction, rows read FOR UPDATE): a live slot refuses other ticks, its own tick wins."""

@@ -29,6 +29,7 @@ from mutexcron.tasks.records.base import RecordDataError, Verdict
 from mutexcron_django.models import ScheduledTask, TaskMark
 from mutexcron_django.sql.tasks.backend import DbNow, DjangoDelivery, DjangoTaskBackend, _wake_directory
 from mutexcron_django.sql.tasks.records import DjangoTaskRecords
+from tests.django.databases import on_database
 from tests.django.session_zone import InSessionZone, session_time_zone
 from tests.django.tasks_support import (
     database_alias,
@@ -46,7 +47,7 @@ VENDORS = {alias: vendor for vendor, alias in ALIASES.items()}
 UNKNOWN_ID = "0123456789abcdef0123456789abcdef"
 
 
-EVERY_DATABASE = [pytest.param(alias, marks=pytest.mark.django_db(transaction=True, databases=[alias]), id=vendor)
+EVERY_DATABASE = [pytest.param(alias, marks=on_database(alias), id=vendor)
                   for vendor, alias in ALIASES.items()]
 LOCKING_DATABASES = [p for p in EVERY_DATABASE if p.values[0] != "default"]
 
@@ -82,17 +83,17 @@ class DjangoTaskContract(InSessionZone, TaskQueueContract):
             yield f"django://{alias}"
 
 
-@pytest.mark.django_db(transaction=True, databases=["default"])
+@on_database("default")
 class TestSQLiteTaskQueue(DjangoTaskContract):
     alias = "default"
 
 
-@pytest.mark.django_db(transaction=True, databases=["postgres"])
+@on_database("postgres")
 class TestPostgreSQLTaskQueue(DjangoTaskContract):
     alias = "postgres"
 
 
-@pytest.mark.django_db(transaction=True, databases=["mariadb"])
+@on_database("mariadb")
 class TestMariaDBTaskQueue(DjangoTaskContract):
     alias = "mariadb"
 
@@ -365,7 +366,7 @@ def test_retry_later_and_claims_use_the_database_clock(alias: str) -> None:
     assert backend.cancel("t") is True  # waiting for its retry, it has not started again
 
 
-@pytest.mark.django_db(transaction=True, databases=["mariadb"])
+@on_database("mariadb")
 def test_mariadb_due_times_are_utc_whatever_the_session_time_zone() -> None:
     """Django writes UTC; CURRENT_TIMESTAMP would be in the session's zone, UTC_TIMESTAMP is not."""
     backend = DjangoTaskBackend("mariadb")
@@ -412,7 +413,7 @@ def test_prune_deletes_old_succeeded_and_cancelled_tasks_and_keeps_failed_ones(a
 # -- workers ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.django_db(transaction=True, databases=["postgres"])
+@on_database("postgres")
 def test_postgresql_notify_wakes_a_sleeping_worker_from_another_connection(
     queues: Callable[..., TaskQueue], recorder: Recorder
 ) -> None:
@@ -441,7 +442,7 @@ def test_postgresql_notify_wakes_a_sleeping_worker_from_another_connection(
     assert due - 0.03 <= recorder.at("later") < due + LATE
 
 
-@pytest.mark.django_db(transaction=True, databases=["postgres"])
+@on_database("postgres")
 def test_postgresql_a_claim_tells_sleeping_workers_its_visibility_deadline(
     queues: Callable[..., TaskQueue], recorder: Recorder
 ) -> None:
@@ -591,7 +592,7 @@ def test_a_stored_payload_that_is_not_json_fails_the_task_with_a_clear_error(
     assert recorder.payloads() == []
 
 
-@pytest.mark.django_db(transaction=True, databases=["postgres"])
+@on_database("postgres")
 def test_a_worker_survives_its_connections_being_killed(
     queues: Callable[..., TaskQueue], recorder: Recorder
 ) -> None:
@@ -715,11 +716,11 @@ class TestSQLTaskRecords(TaskRecordStoreContract):
 
 
 @pytest.mark.parametrize("marks", [
-    pytest.param(("mariadb", "-05:00"), marks=pytest.mark.django_db(transaction=True, databases=["mariadb"]),
+    pytest.param(("mariadb", "-05:00"), marks=on_database("mariadb"),
                  id="mysql-five-hours-west"),
-    pytest.param(("mariadb", "+02:00"), marks=pytest.mark.django_db(transaction=True, databases=["mariadb"]),
+    pytest.param(("mariadb", "+02:00"), marks=on_database("mariadb"),
                  id="mysql-two-hours-east"),
-    pytest.param(("postgres", "Asia/Kathmandu"), marks=pytest.mark.django_db(transaction=True, databases=["postgres"]),
+    pytest.param(("postgres", "Asia/Kathmandu"), marks=on_database("postgres"),
                  id="postgresql-kathmandu"),
 ], indirect=True)
 class TestSQLTaskRecordsInAnotherTimeZone(TaskRecordStoreContract):
@@ -835,7 +836,7 @@ def _broker_reachable() -> bool:
     return True
 
 
-@pytest.mark.django_db(transaction=True, databases=["postgres"])
+@on_database("postgres")
 class TestRabbitMQWithDjangoTaskRecords(TaskQueueContract):
     """``TaskQueue("amqp://…", cancel_store=DjangoTaskRecords("postgres"))``: the records in SQL."""
 
@@ -852,7 +853,7 @@ class TestRabbitMQWithDjangoTaskRecords(TaskQueueContract):
         return {"cancel_store": DjangoTaskRecords("postgres")}
 
 
-@pytest.mark.django_db(transaction=True, databases=["postgres"])
+@on_database("postgres")
 def test_a_message_whose_id_postgresql_cannot_keep_is_dead_lettered_not_requeued(
     request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -912,7 +913,7 @@ def task_id_column_charset(alias: str, charset: str) -> Iterator[None]:
 
 
 @pytest.mark.parametrize("charset", ["latin1", "utf8mb3"])
-@pytest.mark.django_db(transaction=True, databases=["mariadb"])
+@on_database("mariadb")
 def test_an_id_with_a_character_the_mariadb_column_lacks_is_refused_as_bad_data(charset: str) -> None:
     """MariaDB answers such an id with an "illegal mix of collations" (1267) or "incorrect string value" (1366)
     error: an error of the data, not of the server."""

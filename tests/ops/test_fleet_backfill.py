@@ -26,9 +26,10 @@ TICKS = 180  # the job fires every second: three minutes of ticks
 
 
 def test_two_backfills_of_one_range_at_once_run_each_tick_once(fleet: ControlFleet) -> None:  # noqa: F811
-    # Each body works 10 ms: the range takes longer than the job's lease of 1 s, the longest one backfill waits
-    # for the job's lock while the other holds it ticking on.
-    operators = [fleet._spawn(Operator, f"operator-{n}", "--operator", "--body-seconds", "0.01", "--lease", "1")
+    # Each body works 10 ms: the range (180 ticks) takes longer than the job's lease of 2 s, the longest one
+    # backfill waits for the job's lock while the other holds it ticking on. A backfill whose peer stalls for a
+    # lease without taking a tick stops (docs/backfill.md): 2 s outlasts a process starved on a loaded machine.
+    operators = [fleet._spawn(Operator, f"operator-{n}", "--operator", "--body-seconds", "0.01", "--lease", "2")
                  for n in range(2)]
     wait_until(lambda: all(o.entries("ready") for o in operators), timeout=15, what="the operators to be ready")
     end = START + TICKS * timedelta(seconds=1)
