@@ -28,18 +28,18 @@ def test_ticks_missed_while_the_whole_fleet_was_down_are_caught_up_by_policy(
     job = (*EVERY_FOUR_SECONDS, "--catch-up", policy)
     first = fleet.start("first", *job)
     ready = fleet.wait_ready()
+    # Three more instances, built (their imports done) while the first one runs, wait at a gate: they start
+    # together once the fleet has been down for three ticks, however slowly a loaded machine built them.
+    gate = fleet.directory / "gate"
+    restarted = [fleet.start(f"instance-{n}", *job, "--start-gate", str(gate)) for n in range(3)]
+    wait_until(lambda: all(i.entries("waiting") for i in restarted), timeout=30,
+               what="the new instances to be built")
     wait_until(lambda: len([r for r in fleet.runs() if r["fire_time"] > ready]) >= 2,
                timeout=3 * PERIOD.total_seconds(), what="the first instance to run two ticks")
     fleet.stop([first])
     last_run = max(r["fire_time"] for r in fleet.runs())
-
-    # Three instances started now, their imports done while the fleet is down, start together at the gate.
-    gate = fleet.directory / "gate"
-    restarted = [fleet.start(f"instance-{n}", *job, "--start-gate", str(gate)) for n in range(3)]
     missed = [last_run + n * PERIOD for n in (1, 2, 3)]
     next_tick = missed[-1] + PERIOD
-    wait_until(lambda: all(i.entries("waiting") for i in restarted), timeout=15,
-               what="the new instances to be built")
     wait_until(lambda: now() >= missed[-1] + timedelta(milliseconds=100), timeout=4 * PERIOD.total_seconds(),
                what="three ticks to pass with no instance running")
     gate.touch()
