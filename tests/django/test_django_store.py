@@ -60,8 +60,7 @@ class TestPostgreSQLLockStoreInKathmandu(TestPostgreSQLLockStore):
 
 # A server whose zone follows daylight saving time, on the spring-forward night: the session's zone moves
 # an hour east between two statements (PostgreSQL: two named zones an hour apart all year).
-DST_NIGHT = [pytest.param(alias, before, after, marks=on_database(alias),
-                          id=alias)
+DST_NIGHT = [pytest.param(alias, before, after, marks=on_database(alias), id=alias)
              for alias, before, after in (("mariadb", "+01:00", "+02:00"),
                                           ("postgres", "Europe/Berlin", "Europe/Athens"))]
 

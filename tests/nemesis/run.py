@@ -243,8 +243,10 @@ def report_on(directory: Path, config: RunConfig | None = None) -> int:
     anomalies; 1 if any."""
     events = read_history(directory)
     if config is None:
-        config = RunConfig.from_json(next(e for e in events if e["event"] == "run" and e.get("phase") == "start")
-                                     ["config"])
+        start = next((e for e in events if e["event"] == "run" and e.get("phase") == "start"), None)
+        if start is None:
+            raise SystemExit(f"{directory}: no run start in its history (a run that never started, or no run)")
+        config = RunConfig.from_json(start["config"])
     verdict = check(events, config)
     report = render(verdict, config, events)
     (directory / "report.md").write_text(report)
