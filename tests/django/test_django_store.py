@@ -131,5 +131,5 @@ def test_a_batch_keeps_each_rows_overlap_slot(alias: str) -> None:
 
 @pytest.mark.django_db(databases="__all__")  # makemigrations checks each database's migration history
 def test_the_models_have_all_their_migrations() -> None:
-    """makemigrations finds nothing to write (the Lock's overlap columns are migration 0014's)."""
+    """makemigrations finds nothing to write: the one migration makes every column of every model."""
     call_command("makemigrations", "mutexcron", check=True, dry_run=True, verbosity=0)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from django.core.checks import run_checks
+from django.db import connections
 
 from mutexcron.errors import StoreUnavailable
 from mutexcron_django.sql.store import DjangoLockStore
@@ -137,15 +138,14 @@ def test_check_deploy_with_the_database_says_it_once(site: Site) -> None:
     assert code == 0 and len(w006(output)) == 1
 
 
-def test_a_database_behind_the_latest_migration_says_to_run_migrate(site: Site) -> None:
-    code, migrating = manage(site, "migrate", "--noinput", "mutexcron", "0015")
-    assert code == 0, migrating  # its lock rows are not seeded: the table lacks a column of the model
+def test_a_table_that_lacks_a_column_of_the_model_says_to_run_migrate(site: Site, alias: str) -> None:
+    code, migrating = manage(site, "migrate", "--noinput")
+    assert code == 0, migrating
+    with connections[alias].cursor() as cursor:  # as a release whose migration adds the column finds the table
+        cursor.execute("ALTER TABLE mutexcron_lock DROP COLUMN tick_token")
 
     code, listing = manage(site, "mutexcron", "list")
     assert code != 0 and RUN_MIGRATE in listing and "tick_token" in listing
-    code, checked = manage(site, "check", "--deploy")
-    (warning,) = w006(checked)
-    assert "(0016_lock_tick_token to " in warning and "HINT: Run manage.py migrate." in warning
 
 
 # -- the autostarted scheduler ----------------------------------------------------------------------------------

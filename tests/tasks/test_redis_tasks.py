@@ -21,8 +21,7 @@ from redis.crc import key_slot
 
 from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.tasks import NewTask, TaskQueue, TaskStatus
-from mutexcron.tasks.backends.redis.backend import RedisTaskBackend
-from mutexcron.tasks.backends.redis.layout import HASH_TAG, HASHES_CHECKED
+from mutexcron.tasks.backends.redis.backend import HASH_TAG, RedisTaskBackend
 from tests.support import wait_until
 from tests.support.tcp_proxy import TcpProxy
 from tests.tasks.contract import LATE, Recorder, TaskQueueContract, due_time, queue_factory
@@ -161,8 +160,7 @@ def test_the_keys_of_a_task_type_share_its_own_cluster_hash_tag(
     queues: Callable[..., TaskQueue], recorder: Recorder, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
     """A multi-key script is Redis Cluster safe only if every key it touches is in one slot: each type's keys
-    are under that type's tag (so types spread over the shards); only the types set is under ``{tasks}``, and
-    the mark of the worker's check for tasks of the first layout (none found)."""
+    are under that type's tag (so types spread over the shards); only the types set is under ``{tasks}``."""
 
     def fail(payload: Any) -> None:
         if payload == "fails":
@@ -177,9 +175,7 @@ def test_the_keys_of_a_task_type_share_its_own_cluster_hash_tag(
     failed_id = queue.schedule(first, "fails")
     wait_until(lambda: queue.status(failed_id) == TaskStatus.FAILED)
     keys = set(redis_client.scan_iter(match=redis_prefix + "*"))
-    shared = {f"{redis_prefix}{HASH_TAG}:{name}" for name in ("types", HASHES_CHECKED)}
-    assert shared == {key for key in keys if HASH_TAG in key}
-    keys -= {f"{redis_prefix}{HASH_TAG}:{HASHES_CHECKED}"}
+    assert {key for key in keys if HASH_TAG in key} == {f"{redis_prefix}{HASH_TAG}:types"}
     for task_type in (first, second):
         tag = f"{redis_prefix}{{tasks:{task_type}}}:"
         of_type = {key for key in keys if key.startswith(tag)}

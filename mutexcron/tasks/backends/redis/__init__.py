@@ -1,6 +1,5 @@
 """The Redis task backend (``redis://``, ``redis+cluster://``, ``redis+sentinel://``): :mod:`.backend` the backend,
-:mod:`.consumer` its worker loop and deliveries, :mod:`.lua` its scripts, :mod:`.migrate` the move from the first
-key layout (``python -m mutexcron.tasks.backends.redis.migrate``)."""
+:mod:`.consumer` its worker loop and deliveries, :mod:`.lua` its scripts."""
 
 from .backend import RedisTaskBackend
 

@@ -2,8 +2,7 @@
 
 Every key of a task type is under that type's hash tag, so types spread over a Redis Cluster's shards while each
 script stays in one slot. This module is the backend; its worker loop and deliveries are in ``consumer``, its
-scripts in ``lua``, the first key layout's keys in ``layout`` and the move from it in ``migrate``. The keys, the
-claim protocol and the wake-ups are described in ``docs/redis-tasks.md``.
+scripts in ``lua``. The keys, the claim protocol and the wake-ups are described in ``docs/redis-tasks.md``.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from redis.crc import key_slot
 
 from ...._common import clip_error, duration_ms, epoch_ms, ms_to_datetime
 from ...._options import positive_duration
-from ....errors import StoreConfigError, StoreUnavailable
+from ....errors import StoreConfigError
 from ....redis.client import AnyRedis, RedisClient
 from ....redis.client import text as _text
 from ....redis.cluster import ScriptCall, queue_script, run_batch
@@ -32,11 +31,11 @@ from ...records.redis import RedisResultField, record_from_hash
 from ..base import ClaimingBackend, ConsumeRequest
 from . import lua
 from .consumer import RedisConsumer, RedisDelivery
-from .layout import HASH_TAG, old_layout_keys
 
 __all__ = ["RedisDelivery", "RedisTaskBackend"]
 
 logger = logging.getLogger("mutexcron.tasks.redis")
+HASH_TAG = "{tasks}"  # of the keys every task type shares: the types set and the wake-up channel
 
 DEFAULT_PREFIX = "mutexcron:"
 DEFAULT_RETENTION = timedelta(days=7)  # how long status() still answers for a succeeded or cancelled task
@@ -208,7 +207,7 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
 
     def pending_counts(self) -> Mapping[str, int]:
         """The size of each type's due set: the types set, then one pipeline of a ZCARD per type (on a cluster,
-        one per node). Types scheduled before the types set existed are added by ``migrate``."""
+        one per node)."""
         types = self.types()
         with self.errors():
             pipe = self.client.pipeline(transaction=False)
@@ -245,19 +244,6 @@ class RedisTaskBackend(RedisClient, ClaimingBackend):
 
     def consumer(self, request: ConsumeRequest) -> RedisConsumer:
         return RedisConsumer(self, request)
-
-    def warn_of_old_layout(self, types: list[str]) -> None:
-        """Log a warning if tasks of ``types`` (or claims, failures, or task hashes left without their set) wait in
-        the first key layout, where this version's workers do not look (``migrate`` moves them); a check
-        that fails says nothing."""
-        try:
-            found = old_layout_keys(self, types)
-        except StoreUnavailable:
-            return
-        if found:
-            logger.warning("Redis task backend %s: tasks wait in the first key layout (%s); this version's workers "
-                           "do not see them: run python -m mutexcron.tasks.backends.redis.migrate with this "
-                           "backend's URL (docs/redis-tasks.md)", self._display, ", ".join(found))
 
     # -- the claim protocol: what a worker's consumer, deliveries and heartbeat call -----------------
     # Each settling call is fenced by the claim's token; False: the claim expired and the task moved on.

@@ -43,7 +43,6 @@ class RedisClaims(Protocol):
 
     def errors(self) -> AbstractContextManager[None]: ...
 
-    def warn_of_old_layout(self, types: list[str]) -> None: ...
 
     def claim_batch(
         self, types: list[str], limit: int, owner: str, visibility_ms: list[int]
@@ -123,7 +122,6 @@ class RedisConsumer(ClaimingConsumer):
             self._pubsub = self._subscribed_once_reachable()
             if self._pubsub is None:
                 return  # stopped while the store was unreachable
-            self.backend.warn_of_old_layout(self.types)
             self._loop(self._pubsub, heartbeat)
         finally:
             heartbeat.close()

@@ -7,8 +7,7 @@ clocks. Every key a script touches is of one task type, under that type's hash t
 
 from __future__ import annotations
 
-__all__ = ["ACK", "CANCEL", "CLAIM", "ENQUEUE", "EXTEND", "FAIL", "MIGRATE", "RELEASE", "RETRY", "RETRY_LATER",
-           "SWEEP_OLD_SET"]
+__all__ = ["ACK", "CANCEL", "CLAIM", "ENQUEUE", "EXTEND", "FAIL", "RELEASE", "RETRY", "RETRY_LATER"]
 
 REQUEUE_LIMIT = 100  # expired claims moved back to due per claim call
 
@@ -202,54 +201,4 @@ redis.call('HSET', KEYS[1], 'status', 'scheduled', 'attempts', 0, 'due', now, 'u
 redis.call('HDEL', KEYS[1], 'finished_at')
 add_due(KEYS[3], now, ARGV[1], ARGV[3], ARGV[2])
 return 1
-"""
-
-# The move of one task from the first layout (every key under one hash tag, {tasks}) to its type's hash tag, on
-# one server (the two layouts' keys are in different slots). KEYS: the old hash, the new one, then the old and
-# new due, processing and failed sets. ARGV: id. The hash keeps its TTL; the id its score in whichever set
-# held it. A hash no set held (the migration's first version deleted the old sets whole, with the entries of
-# tasks added during it) is placed by its status: scheduled, or running (a claim no worker can settle any
-# more), due at its stored due time; failed, in the failed set at the time it failed. Returns 0 if there was
-# no task (or it had moved already), 1 if it moved, 2 if it moved and was placed so.
-MIGRATE = _NOW + """
-if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
-redis.call('RENAME', KEYS[1], KEYS[2])
-local held = false
-for i = 3, 7, 2 do
-  local score = redis.call('ZSCORE', KEYS[i], ARGV[1])
-  if score then
-    redis.call('ZADD', KEYS[i + 1], score, ARGV[1])
-    redis.call('ZREM', KEYS[i], ARGV[1])
-    held = true
-  end
-end
-if held then return 1 end
-local h = redis.call('HMGET', KEYS[2], 'status', 'due', 'run_at', 'finished_at', 'updated_at')
-if h[1] == 'scheduled' or h[1] == 'running' then
-  redis.call('HSET', KEYS[2], 'status', 'scheduled', 'owner', '', 'updated_at', now)
-  redis.call('ZADD', KEYS[4], tonumber(h[2]) or tonumber(h[3]) or now, ARGV[1])
-  return 2
-end
-if h[1] == 'failed' then
-  redis.call('ZADD', KEYS[8], tonumber(h[4]) or tonumber(h[5]) or now, ARGV[1])
-  return 2
-end
-return 1
-"""
-
-# Up to ARGV[3] ids of one set of the first layout, from rank ARGV[2]: those whose task hash is gone (they would
-# never run) are removed, the others returned for the migration to move. KEYS: the set. ARGV: the old key base
-# (<prefix>{tasks}:), first rank, count. Returns {ids looked at, ids removed, ids with a hash}.
-SWEEP_OLD_SET = """
-local ids = redis.call('ZRANGE', KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[2]) + tonumber(ARGV[3]) - 1)
-local removed, live = 0, {}
-for _, id in ipairs(ids) do
-  if redis.call('EXISTS', ARGV[1] .. 'task:' .. id) == 1 then
-    table.insert(live, id)
-  else
-    redis.call('ZREM', KEYS[1], id)
-    removed = removed + 1
-  end
-end
-return {#ids, removed, live}
 """
