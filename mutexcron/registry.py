@@ -75,7 +75,7 @@ class Job:
     alert_after: timedelta | bool | None = None  # overdue this long after a tick nobody ran (None: the default
     # of one lease plus the scheduler's misfire grace; False: no alerts); see mutexcron.ops.alerts
     ping_url: str | None = None  # GET after each run this instance ran ("/fail" after the path on failure);
-    # a PingURL, whose repr is masked (mutexcron.ops.pings)
+    # a PingURL, whose repr is masked (mutexcron.running.pings)
     runtime: bool = False  # a run-time schedule (Scheduler.add_schedule), not declared in code
     run_on: RunOn = "here"  # "tasks": the lock winner enqueues the body on the scheduler's TaskQueue
     # (docs/run-on-tasks.md)

@@ -40,7 +40,7 @@ __all__ = ["ALERT_EVENTS", "Alert", "Alerts", "Problem", "alert_delay", "job_pro
 
 logger = logging.getLogger("mutexcron.alerts")
 ProblemKind = Literal["overdue", "failing"]
-ALERT_EVENTS = ("overdue", "failing", "recovered", "paused")  # "paused": mutexcron.ops.failures
+ALERT_EVENTS = ("overdue", "failing", "recovered", "paused")  # "paused": mutexcron.running.failures
 MAX_INCIDENT = 255  # what a store keeps of an incident's text
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import logging
 
-from ..ops.failures import check_pause_on_failure
 from ..registry import Registry
+from ..running.failures import check_pause_on_failure
 from ..stores import LockStore
 from .offload import Offload
 from .overlap import check_overlap

@@ -10,9 +10,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..ops.heartbeats import Heartbeats
-from ..ops.pings import Pings
 from ..records import JobContext
+from ..running.heartbeats import Heartbeats
+from ..running.pings import Pings
 
 if TYPE_CHECKING:
     from .schedules import ScheduleSync

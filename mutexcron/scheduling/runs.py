@@ -9,15 +9,16 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from ..errors import StoreUnavailable
 from ..ops.control import missed_ticks
-from ..ops.failures import count_failure
-from ..ops.run_limits import BodyEnd, late_start
 from ..records import JobContext, Outcome, RunRecord
+from ..running.body import BodyKit, Reports, run_body
+from ..running.failures import count_failure
+from ..running.heartbeats import Beat
+from ..running.limits import late_start
 from ..stores import AcquireStatus, Acquisition, LockStore, ReleaseRequest, require_control
 from .fires import Fire, HandOff
 from .offload import Offload
@@ -26,15 +27,13 @@ from .releases import Releases
 from .waiting import BusyWaits, Waiting
 
 if TYPE_CHECKING:
-    from ..listeners import Listeners
     from ..ops.health import StoreHealth
     from ..registry import Job
-    from ..telemetry import Telemetry
     from .lifecycle import Generation
     from .options import SchedulerOptions
     from .schedules import Schedules
 
-__all__ = ["Reports", "Runs"]
+__all__ = ["Runs"]
 
 logger = logging.getLogger("mutexcron.scheduler")
 _ONE_MICROSECOND = timedelta(microseconds=1)
@@ -42,15 +41,6 @@ _ONE_MICROSECOND = timedelta(microseconds=1)
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-@dataclass(frozen=True)
-class Reports:
-    """Where a fire ends up: the listeners, the telemetry, and (``succeeded(job name)``) the alerts."""
-
-    listeners: Listeners
-    telemetry: Telemetry
-    succeeded: Callable[[str], None]
 
 
 class Runs:
@@ -222,8 +212,9 @@ class Runs:
             record, enqueued = self.offload.hand_over(fire, ctx, started_at)
         finally:
             fire.life.done(ctx)
-        if not enqueued:
-            self._release(fire.job, ctx.token, Outcome.FAILED, record.error)
+        if not enqueued and self._release(fire.job, ctx.token, Outcome.FAILED, record.error):
+            count_failure(self.store, fire.job, record.error, instance_id=self.options.name(),
+                          notify=self.reports.listeners.notify)
         return self._finish(record)
 
     def _gate(self, fire: Fire) -> tuple[Outcome, str] | None:
@@ -295,46 +286,20 @@ class Runs:
         return None
 
     def _run_body(self, fire: Fire, ctx: JobContext, started_at: datetime) -> RunRecord | None:
-        job, life, fire_time, token, listeners = fire.job, fire.life, ctx.fire_time, ctx.token, self.reports.listeners
-        beat = life.heartbeats.add(job, ctx)
-        if beat is None:  # shutdown gave up waiting (its timeout passed) just after admit(): not started
-            life.done(ctx)
-            logger.warning("job %r (fire %s): shutdown finished before its body started; not run, its lock "
-                           "expires with its lease", job.name, fire_time.isoformat())
-            return None
-        if listeners.wants("started"):
-            listeners.notify(RunRecord(job.name, fire_time, self.options.name(), None, started_at, None, token=token,
-                                       manual=fire.manual, catch_up=ctx.catch_up, backfill=ctx.backfill), "started")
-        if job.ping_url is not None:  # <url>/start: the monitor measures the run's time and sees a hang
-            life.pings.ping(job.ping_url, "start")
-        end = BodyEnd()
-        try:
-            with self.reports.telemetry.body(job, ctx):
-                job.call(ctx)
-        except Exception as raised:
-            end.raised(raised)
-        except BaseException as raised:  # SystemExit, KeyboardInterrupt: released as failed (or timed out), raised
-            end.raised(raised)
-            raise
-        finally:
-            life.heartbeats.remove(beat)
-            outcome, error = end.verdict(job, beat, logger, f"fire {fire_time.isoformat()}")
-            if life.finalized:
-                logger.warning("job %r (fire %s) ended after shutdown gave up waiting for it; its lock expires "
-                               "with its lease", job.name, fire_time.isoformat())
-            else:
-                self._release(job, token, outcome, error)
-            life.done(ctx)
-        record = RunRecord(job.name, fire_time, self.options.name(), outcome, started_at, _utc_now(), error=error,
-                           token=token, lock_lost=ctx.lock_lost, manual=fire.manual, catch_up=ctx.catch_up,
-                           backfill=ctx.backfill)
-        if outcome is Outcome.SUCCEEDED and logger.isEnabledFor(logging.INFO):
-            logger.info("job %r (fire %s) succeeded in %.3fs", job.name, fire_time.isoformat(),
-                        (record.finished_at - started_at).total_seconds())  # type: ignore[operator]
-        life.pings.send(job.ping_url, record)  # after the release: a slow ping server never holds the lock
-        if outcome is Outcome.SUCCEEDED:
-            self.reports.succeeded(job.name)
-        return self._finish(record)
+        """The body run (:func:`~mutexcron.running.body.run_body`), its lock released here with its outcome."""
+        job, life = fire.job, fire.life
+
+        def settle(outcome: Outcome, error: str | None, beat: Beat) -> bool:
+            if not life.finalized:
+                return self._release(job, ctx.token, outcome, error)
+            logger.warning("job %r (fire %s) ended after shutdown gave up waiting for it; its lock expires with its "
+                           "lease", job.name, ctx.fire_time.isoformat())
+            return False
+
+        started = RunRecord(job.name, ctx.fire_time, self.options.name(), None, started_at, None, token=ctx.token,
+                            manual=fire.manual, catch_up=ctx.catch_up, backfill=ctx.backfill)
+        kit = BodyKit(self.store, life.heartbeats, life.pings, self.reports)
+        return run_body(job, ctx, started, kit, settle, settled=functools.partial(life.done, ctx))
 
     def _release_unrun(self, fire: Fire, ctx: JobContext) -> None:
         """A lock won after shutdown stopped waiting for the fires in flight: give it back at once without
@@ -348,23 +313,22 @@ class Runs:
                        fire.job.name, ctx.fire_time.isoformat())
         self._release(fire.job, ctx.token)
 
-    def _release(self, job: Job, token: int, outcome: Outcome | None = None, error: str | None = None) -> None:
-        """Give the lock back, with the run's outcome for alerts (None: the body did not run)."""
+    def _release(self, job: Job, token: int, outcome: Outcome | None = None, error: str | None = None) -> bool:
+        """Give the lock back, with the run's outcome for alerts (None: the body did not run); whether it was
+        still this run's."""
         try:
             released = self.releases.release(ReleaseRequest(job.name, token, job.hold_at_least,
                                                             None if outcome is None else str(outcome), error))
         except StoreUnavailable as failure:
             self.health.failed(failure)
             logger.error("job %r: could not release its lock (it expires with its lease): %s", job.name, failure)
-            return
+            return False
         if not released:
             logger.warning("job %r: lock (token %d) was no longer ours at release; left untouched", job.name, token)
-        elif outcome in (Outcome.FAILED, Outcome.TIMED_OUT):
-            count_failure(self.store, job, error, instance_id=self.options.name(), notify=self.reports.listeners.notify)
+        return released
 
     def _finish(self, record: RunRecord) -> RunRecord:
         if record.outcome is Outcome.SKIPPED_STORE_ERROR:
             self.health.skipped()
-        self.reports.telemetry.finished(record)
-        self.reports.listeners.notify(record, "finished")
+        self.reports.finished(record)
         return record

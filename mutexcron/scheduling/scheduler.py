@@ -19,10 +19,11 @@ from ..ops import control
 from ..ops.alerts import Alerts
 from ..ops.checkup import DEFAULT_MISFIRE_GRACE_TIME
 from ..ops.health import StoreHealth
-from ..ops.heartbeats import Heartbeats
-from ..ops.pings import PING_TIMEOUT, Pings
 from ..records import Outcome, RunRecord
 from ..registry import BusyPolicy, CatchUp, Job, Registry, check_on_busy
+from ..running.body import Reports
+from ..running.heartbeats import Heartbeats
+from ..running.pings import PING_TIMEOUT, Pings
 from ..stores import LockState, LockStore, store_from_url, supports_control
 from ..telemetry import build_telemetry
 from . import runtime
@@ -35,7 +36,7 @@ from .job_checks import check_jobs
 from .lifecycle import Generation
 from .offload import Offload, TasksOption
 from .options import SchedulerOptions
-from .runs import Reports, Runs
+from .runs import Runs
 from .runtime import DEFAULT_LEASE, RuntimeSchedules, ScheduleDefinition
 from .schedules import Schedules, ScheduleSync, read_states
 
@@ -59,7 +60,7 @@ class Scheduler:
     often a running scheduler reads the store's schedule overrides (and notices that the store came back,
     and judges overdue and failing jobs). ``metrics`` / ``tracing``: Prometheus metrics and OpenTelemetry
     spans of the runs (the ``prometheus`` and ``otel`` extras; :mod:`mutexcron.telemetry`). ``ping_timeout``:
-    the deadline of each ``ping_url`` ping, name resolution and redirects included (:mod:`mutexcron.ops.pings`).
+    the deadline of each ``ping_url`` ping, name resolution and redirects included (:mod:`mutexcron.running.pings`).
     ``tasks``: where ``run_on="tasks"`` jobs' bodies are enqueued: a task backend URL, a
     :class:`~mutexcron.tasks.TaskQueue`, or a callable returning one (:mod:`mutexcron.scheduling.offload`).
     """

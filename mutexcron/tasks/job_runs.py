@@ -23,12 +23,11 @@ from typing import Any
 
 from ..errors import SchedulerConfigError, StoreUnavailable
 from ..listeners import Listener, Listeners
-from ..ops.failures import count_failure
-from ..ops.heartbeats import Heartbeats
-from ..ops.pings import Pings
-from ..ops.run_limits import BodyEnd
 from ..records import JobContext, Outcome, RunRecord
 from ..registry import Job, Registry, default_registry
+from ..running.body import BodyKit, Reports, run_body
+from ..running.heartbeats import Beat, Heartbeats
+from ..running.pings import Pings
 from ..scheduling.runtime import ScheduleDefinition
 from ..stores import (
     AcquireStatus,
@@ -107,6 +106,8 @@ class JobRunner:
         self.listeners = Listeners()
         self._heartbeats = Heartbeats(self.store)
         self._pings = Pings()  # the jobs' ping_url, after each body this worker ran
+        self._kit = BodyKit(self.store, self._heartbeats, self._pings, Reports(self.listeners, self.telemetry),
+                            log=logger)
         self._results: TaskBackend | None = None
         self._visibility: timedelta | None = None  # the registered queue's: a job's lease must be at least it
         self._closed = threading.Event()  # close() ends a wait to keep a result
@@ -183,42 +184,29 @@ class JobRunner:
             self._not_run(task, job, *_REFUSED[taken.status])
 
     def _run_body(self, job: Job, task: JobTask, token: int, started_at: datetime) -> None:
+        """The body run (:func:`~mutexcron.running.body.run_body`), settled here: its outcome kept as the task's
+        result, then its lock released, if this worker still holds the run it took over."""
         taken_at = time.monotonic()
         ctx = task.context(self.instance_id, token)
-        beat = self._heartbeats.add(job, ctx)
-        if self.listeners.wants("started"):
-            self.listeners.notify(task.record(self.instance_id, None, started_at, token=token), "started")
-        if job.ping_url is not None:  # <url>/start from where the body runs
-            self._pings.ping(job.ping_url, "start")
-        end = BodyEnd()  # the job's timeout holds here too: the heartbeat tells the body to stop
-        try:
-            with self.telemetry.body(job, ctx):
-                job.call(ctx)
-        except Exception as raised:
-            end.raised(raised)
-        finally:
-            if beat is not None:
-                self._heartbeats.remove(beat)
-        outcome, error = end.verdict(job, beat, logger, f"tick {task.fire_time.isoformat()}, task {task.task_id}")
-        hold = job.hold_at_least.total_seconds()
-        # The least this worker's lease on the run lasts: its last renewal (or the take-over) plus a lease.
-        held_until = (beat.last_renewed if beat is not None else taken_at) + job.lease.total_seconds()
-        if self._still_holds(job, ctx):
+
+        def settle(outcome: Outcome, error: str | None, beat: Beat) -> bool:
+            if not self._still_holds(job, ctx):  # a worker that took the run over after this one stalled owns it
+                logger.error("job %r (tick %s): this worker lost the run while its body ran (a stall past its "
+                             "lease?); its outcome is not kept", job.name, task.fire_time.isoformat())
+                return False
+            hold = job.hold_at_least.total_seconds()
+            # The least this worker's lease on the run lasts: its last renewal (or the take-over) plus a lease.
+            held_until = max(beat.last_renewed, taken_at) + job.lease.total_seconds()
             # The result first: a worker that dies between the two leaves a task that, tried again, only releases.
             self._keep_result(task, {"outcome": str(outcome), "error": error, "token": token, "hold": hold,
                                      "worker": self.instance_id}, held_until)
             self._release(task, token, hold, str(outcome), error)
-        else:  # a worker that took the run over after this one stalled owns its outcome
-            logger.error("job %r (tick %s): this worker lost the run while its body ran (a stall past its lease?); "
-                         "its outcome is not kept", job.name, task.fire_time.isoformat())
-        if outcome in (Outcome.FAILED, Outcome.TIMED_OUT):
-            count_failure(self.store, job, error, instance_id=self.instance_id, notify=self.listeners.notify)
-        record = task.record(self.instance_id, outcome, started_at, finished_at=datetime.now(UTC), error=error,
-                             lock_lost=ctx.lock_lost, token=token)
-        if outcome is Outcome.SUCCEEDED:
-            logger.info("job %r (tick %s) succeeded in task %s", job.name, task.fire_time.isoformat(), task.task_id)
-        self._pings.send(job.ping_url, record)
-        self._finish(record)
+            return True
+
+        started = task.record(self.instance_id, None, started_at, token=token)
+        if run_body(job, ctx, started, self._kit, settle) is None:
+            raise RetryLater(job.lease, f"job {job.name!r} (tick {task.fire_time.isoformat()}, task {task.task_id}): "
+                                        "this worker is closing; not run here")
 
     def _still_holds(self, job: Job, ctx: JobContext) -> bool:
         """Whether this worker still holds the run it took over: a renewal, unless its heartbeat already lost it (a
@@ -263,8 +251,7 @@ class JobRunner:
         self._finish(task.record(self.instance_id, outcome, now, finished_at=now, error=why))
 
     def _finish(self, record: RunRecord) -> None:
-        self.telemetry.finished(record)
-        self.listeners.notify(record, "finished")
+        self._kit.reports.finished(record)
 
     def _release(self, task: JobTask, token: object, hold: object, outcome: str, error: object) -> None:
         """Release the run held by ``token`` (a result's: read back, so checked here) with its outcome."""

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import pytest
 
 from mutexcron import Outcome, RunRecord
-from mutexcron.ops.pings import Pings
+from mutexcron.running.pings import Pings
 from tests.support import wait_until
 from tests.support.ping_servers import PingServer, client_tls, server_tls, serving, tls_files  # noqa: F401 (fixtures)
 

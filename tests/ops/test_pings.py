@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from mutexcron import Outcome, Registry, RunRecord, Scheduler, SchedulerConfigError, mutex_cron
-from mutexcron.ops.ping_urls import ping_target
-from mutexcron.ops.pings import Pings
+from mutexcron.running.ping_urls import ping_target
+from mutexcron.running.pings import Pings
 from mutexcron.stores import MemoryLockStore
 from tests.support import wait_until
 from tests.support.ping_servers import PingServer, TricklingServer

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from mutexcron import JobContext, Registry, Scheduler, mutex_cron
-from mutexcron.ops.heartbeats import Heartbeats
+from mutexcron.running.heartbeats import Heartbeats
 from mutexcron.scheduling.lifecycle import SHUTDOWN_GRACE
 from mutexcron.stores import Acquisition, ControlStore, LockState, LockStore, MemoryLockStore, store_from_url
 from tests.support import wait_until

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from mutexcron import Outcome, Registry, Scheduler, SchedulerConfigError, mutex_cron
-from mutexcron.ops.pings import MAX_QUEUED
+from mutexcron.running.pings import MAX_QUEUED
 from mutexcron.stores import LockStore, MemoryLockStore
 from mutexcron.telemetry.metrics import (
     JobMetrics,

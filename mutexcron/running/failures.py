@@ -9,10 +9,10 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 from ..errors import SchedulerConfigError, StoreUnavailable
+from ..ops.alerts import Alert
 from ..registry import Job
 from ..stores import ControlStore, LockStore
 from ..stores.base import MAX_PAUSE_NOTE
-from .alerts import Alert
 
 __all__ = ["PAUSED_BY", "check_pause_on_failure", "count_failure"]
 

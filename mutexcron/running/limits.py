@@ -1,6 +1,6 @@
 """A job's run limits as a run applies them: ``timeout`` (how a body that ran past it is recorded) and
 ``start_deadline`` (a tick whose body would start too late is skipped). The heartbeat thread tells a body to stop
-(:mod:`mutexcron.ops.heartbeats`); the scheduler and the task worker record its run alike (docs/run-limits.md)."""
+(:mod:`mutexcron.running.heartbeats`); the scheduler and the task worker record its run alike (docs/run-limits.md)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import traceback
 from datetime import datetime
 
 from ..errors import JobCancelled
+from ..ops.control import jitter_delay
 from ..records import Outcome
 from ..registry import Job
-from .control import jitter_delay
 from .heartbeats import Beat
 
 __all__ = ["BodyEnd", "late_start"]

@@ -5,7 +5,7 @@ byte at a time, or a resolver that does not answer, holds it for as long as they
 a thread of its own, which the caller waits for until the deadline and then abandons: every socket the request
 opened is shut down, which ends a connect, a TLS handshake or a read at once. Name resolution cannot be
 interrupted; an abandoned request still resolving ends when the resolver gives up, and
-:class:`~mutexcron.ops.pings.Pings` starts no other request to that host meanwhile.
+:class:`~mutexcron.running.pings.Pings` starts no other request to that host meanwhile.
 
 Redirects: at most :data:`MAX_REDIRECTS`, to the same host only, and to the same scheme and port or from
 ``http`` up to ``https`` (any port); any other redirect is a failed ping.

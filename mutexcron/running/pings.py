@@ -3,10 +3,10 @@
 from background threads, so that a slow or dead ping server never delays a run or the lock's release.
 
 Nothing here is unbounded: each ping has a total deadline (``Scheduler(ping_timeout=...)``, name resolution and
-redirects included: :mod:`mutexcron.ops.ping_http`); each host has a queue of at most :data:`MAX_QUEUED` pings, the
+redirects included: :mod:`mutexcron.running.ping_http`); each host has a queue of at most :data:`MAX_QUEUED` pings, the
 oldest dropped first; pings of different hosts go out side by side, one sender thread per host and at most
 :data:`MAX_SENDERS`, so that one slow endpoint holds only its own pings. Failures are logged once per outage of
-a host, drops once per incident, URLs always masked (:func:`~mutexcron.ops.ping_urls.mask_ping_url`).
+a host, drops once per incident, URLs always masked (:func:`~mutexcron.running.ping_urls.mask_ping_url`).
 """
 
 from __future__ import annotations
