@@ -46,6 +46,8 @@ class JobContext:
     backfill: bool = False  # True for a tick run by Scheduler.backfill (an operator's range of past ticks)
     # Set when the body should stop: its timeout passed, or a newer tick replaces it (on_busy="replace").
     cancelled: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+    # time.monotonic() before the lock was asked for (0.0: not known): its lease began no earlier.
+    _asked: float = field(default=0.0, repr=False, compare=False)
 
     def check_cancelled(self) -> None:
         """Raise :class:`~mutexcron.JobCancelled` if the body has been told to stop; a long body calls this

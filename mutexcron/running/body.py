@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
 
+from ..errors import StoreUnavailable
 from ..records import JobContext, Outcome, RunRecord
 from .failures import count_failure
 from .heartbeats import Beat, Heartbeats
@@ -68,6 +70,30 @@ class Settle(Protocol):
     def __call__(self, outcome: Outcome, error: str | None, beat: Beat) -> bool: ...
 
 
+@dataclass(frozen=True)
+class _NotRun:
+    outcome: Outcome
+    error: str
+
+
+def _unconfirmed(job: Job, ctx: JobContext, kit: BodyKit) -> _NotRun | None:
+    """Why a body must not start (None: it may). A holder that took over a third of its lease to get from asking for
+    the lock to its body (a long wait, or a process stopped in between: SIGSTOP, a GC pause, a frozen VM) renews it
+    first, so that it never starts a body under a lease that ran out and another holder took; a store that cannot
+    say fails closed."""
+    if not ctx._asked or time.monotonic() - ctx._asked < job.lease.total_seconds() / 3:
+        return None
+    try:
+        held = kit.store.renew(job.name, token=ctx.token, lease=job.lease)
+    except StoreUnavailable as error:
+        return _NotRun(Outcome.SKIPPED_STORE_ERROR, f"could not confirm the lock before the body: {error}")
+    if held:
+        return None
+    ctx._mark_lost()
+    return _NotRun(Outcome.SKIPPED_BUSY, "the lock was no longer this run's when its body was to start (its lease "
+                                         "ran out while this process stalled, and another run took it)")
+
+
 def _nothing() -> None:
     """A run with nothing to do once it is settled."""
 
@@ -93,6 +119,15 @@ def run_body(job: Job, ctx: JobContext, started: RunRecord, kit: BodyKit, settle
                         "its lease", job.name, where)
         return None
     reports = kit.reports
+    unheld = _unconfirmed(job, ctx, kit)
+    if unheld is not None:  # not run: the lock may be another holder's by now, whose outcome is the tick's
+        kit.heartbeats.remove(beat)
+        settled()
+        kit.log.warning("job %r (%s) not run: %s", job.name, where, unheld.error)
+        skipped = dataclasses.replace(started, outcome=unheld.outcome, finished_at=datetime.now(UTC),
+                                      error=unheld.error, lock_lost=ctx.lock_lost)
+        reports.finished(skipped)
+        return skipped
     if reports.listeners.wants("started"):
         reports.listeners.notify(started, "started")
     if job.ping_url is not None:  # <url>/start: the monitor measures the run's time and sees a hang

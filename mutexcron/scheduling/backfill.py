@@ -24,7 +24,7 @@ from ..errors import JobDefinitionError, StoreUnavailable
 from ..records import Outcome
 from ..registry import MAX_NAME_LENGTH, validate_job_name
 from ..stores import AcquireStatus, ControlStore, LockStore
-from .fires import Fire
+from .fires import Fire, FireKind, Skip
 from .schedules import Schedules
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ class Backfill:
             newest = self._ledger_tick()
             while index < len(self.ticks):
                 tick = self.ticks[index]
-                record = self.runs.execute(Fire(self.job, tick, None, self.life, backfill=True,
+                record = self.runs.execute(Fire(self.job, tick, None, self.life, FireKind.BACKFILL,
                                                 gate=functools.partial(self._claim, tick)))
                 outcome = record.outcome if record is not None else None  # None: shutdown took it unrun
                 ran += outcome is not None and outcome.ran
@@ -144,7 +144,7 @@ class Backfill:
         state = store.lock(self.ledger)
         return state.last_fire_time if state is not None else None
 
-    def _claim(self, tick: datetime) -> tuple[Outcome, str] | None:
+    def _claim(self, tick: datetime) -> Skip | None:
         """Take ``tick`` on the ledger (the job's lock is held): None if this backfill runs it, else why not. A
         ledger held by another backfill (one that lost the job's lock mid-claim) is waited for up to a lease."""
         store, ledger, lease = self.runs.store, self.ledger, self.job.lease
@@ -152,7 +152,7 @@ class Backfill:
         deadline, pause = time.monotonic() + lease.total_seconds(), 0.02
         while True:
             if self.life.closing.is_set():  # the body would not start: leave the tick to a later backfill
-                return Outcome.SKIPPED_BUSY, "the scheduler is shutting down"
+                return Skip(Outcome.SKIPPED_BUSY, "the scheduler is shutting down")
             answer = store.acquire(ledger, owner=self.runs.options.name(), lease=lease, fire_time=tick)
             if answer.acquired:
                 assert answer.token is not None
@@ -163,9 +163,10 @@ class Backfill:
                                    self.job.name, ledger, error)
                 return None
             if answer.status is AcquireStatus.ALREADY_RAN:
-                return Outcome.SKIPPED_ALREADY_RAN, "another backfill of this range ran this tick"
+                return Skip(Outcome.SKIPPED_ALREADY_RAN, "another backfill of this range ran this tick")
             if answer.status is not AcquireStatus.BUSY or time.monotonic() >= deadline:
-                return Outcome.SKIPPED_BUSY, f"backfill ledger {ledger!r}: {answer.status} ({answer.holder or '-'})"
+                return Skip(Outcome.SKIPPED_BUSY, f"backfill ledger {ledger!r}: {answer.status} "
+                                                  f"({answer.holder or '-'})")
             self.life.closing.wait(pause)
             pause = min(pause * 2, 1.0)
 

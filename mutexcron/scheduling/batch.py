@@ -16,12 +16,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from .fires import Fire, HandOff, Leave
+from .fires import DueFire, Fire, HandOff, Leave
 from .jobstore import SortedJobStore
 
 if TYPE_CHECKING:
@@ -31,13 +30,12 @@ if TYPE_CHECKING:
     from .options import FireContext
     from .runs import Runs
 
-__all__ = ["FLUSH_AT", "FireBatch", "PassingScheduler", "PendingFire", "batched_fires", "fire_together"]
+__all__ = ["FLUSH_AT", "FireBatch", "PassingScheduler", "batched_fires", "fire_together"]
 
 # Fires of one pass sent as soon as there are this many: at 8 instances x 2,000 jobs a pass takes hundreds of ms,
 # and gathering all of it put every body behind its end; 500 fires cost a round trip each 500.
 FLUSH_AT = 500
-PendingFire = tuple[str, datetime, "int | None", datetime]  # job name, scheduled run time, schedule version, due
-MakeFire = Callable[[str, datetime, "int | None", datetime], "Fire | None"]  # LockingExecutor._make
+MakeFire = Callable[[DueFire], "Fire | None"]  # LockingExecutor._make
 FireMany = Callable[[Sequence[Fire], HandOff], None]
 
 
@@ -50,11 +48,11 @@ class FireBatch:
         self._pool = pool
         self._fire_many = fire_many
         self._lock = threading.Lock()
-        self._pending: list[tuple[PendingFire, MakeFire]] = []
+        self._pending: list[tuple[DueFire, MakeFire]] = []
         self._passing = False  # inside a pass of the scheduler's loop: the flush waits for its end
         self._queued = False  # a flush is queued that has not taken the pending fires yet
 
-    def add(self, pending: PendingFire, make: MakeFire) -> None:
+    def add(self, pending: DueFire, make: MakeFire) -> None:
         """Queue ``pending``, made a Fire by ``make`` at the flush (dropped if the pool is closed: shutdown)."""
         with self._lock:
             self._pending.append((pending, make))
@@ -82,13 +80,13 @@ class FireBatch:
         if not self._pool.submit(self._flush):
             self._take()  # the pool is closed: shutdown drops the fires not started, these too
 
-    def _take(self) -> list[tuple[PendingFire, MakeFire]]:
+    def _take(self) -> list[tuple[DueFire, MakeFire]]:
         with self._lock:
             batch, self._pending, self._queued = self._pending, [], False
         return batch
 
     def _flush(self) -> None:
-        fires = [make(*pending) for pending, make in self._take()]
+        fires = [make(pending) for pending, make in self._take()]
         self._fire_many([fire for fire in fires if fire is not None], self._pool.submit)
 
 

@@ -16,7 +16,7 @@ from apscheduler.triggers.date import DateTrigger
 
 from ..ops.control import jitter_delay
 from .batch import FireBatch, fire_together
-from .fires import Fire
+from .fires import DueFire, Fire
 
 if TYPE_CHECKING:
     from ..registry import Job
@@ -74,11 +74,11 @@ class LockingExecutor(BaseExecutor):
                 return
 
         if declared is not None and self._batched(declared):
-            self.batch.add((name, run_time, version, due), self._make)
+            self.batch.add(DueFire(name, run_time, version, due), self._make)
             return
 
         def run() -> None:
-            fire = self._make(name, run_time, version, due)
+            fire = self._make(DueFire(name, run_time, version, due))
             if fire is not None:
                 self._alone(fire)
 
@@ -87,11 +87,11 @@ class LockingExecutor(BaseExecutor):
     def shutdown(self, wait: bool = True) -> None:
         """Nothing to do: the scheduler's Generation closes the pool and joins it within its deadline."""
 
-    def _make(self, name: str, run_time: datetime, version: int | None, due: datetime) -> Fire | None:
-        """The fire of job ``name`` at ``run_time`` (``due``: plus its jitter), entered in its generation
-        (``life.leave()`` once it is over), or None: missed by more than the misfire grace, no longer declared,
-        or the scheduler is shutting down."""
-        options = self._options
+    def _make(self, due_fire: DueFire) -> Fire | None:
+        """The fire of a tick handed over, entered in its generation (``life.leave()`` once it is over), or None:
+        missed by more than the misfire grace, no longer declared, or the scheduler is shutting down."""
+        options, name, run_time, version, due = (self._options, due_fire.name, due_fire.run_time, due_fire.version,
+                                                 due_fire.due)
         fire_time = (run_time + options.clock_skew).astimezone(UTC)
         late = datetime.now(UTC) - due
         if late > options.misfire_grace_time:

@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING
 from ..errors import SchedulerConfigError, StoreUnavailable
 from ..records import Outcome
 from ..stores import AcquireStatus, Acquisition, LockStore, OverlapStore, supports_overlap
+from .fires import Skip
 
 if TYPE_CHECKING:
     from ..registry import Job, Registry
     from .fires import Fire
 
-__all__ = ["OVERLAP_POLICIES", "Buffered", "Overlap", "check_overlap", "keeps_slot"]
+__all__ = ["OVERLAP_POLICIES", "Buffered", "Overlap", "check_overlap"]
 
 logger = logging.getLogger("mutexcron.scheduler")
 
@@ -26,13 +27,7 @@ OVERLAP_POLICIES = ("buffer_one", "replace")
 # the release, and each round also renews its slot (whose lease is the job's).
 FIRST_PAUSE, LAST_PAUSE = 0.02, 0.5
 
-Buffered = Acquisition | StoreUnavailable | tuple[Outcome, str]  # the lock's answer, or the skip to record
-
-
-def keeps_slot(fire: Fire) -> bool:
-    """True for a scheduled tick of a ``buffer_one``/``replace`` job: a manual run, a catch-up and a backfill wait
-    (or not) as before, outside the slot."""
-    return fire.job.on_busy in OVERLAP_POLICIES and not (fire.manual or fire.catch_up or fire.backfill)
+Buffered = Acquisition | StoreUnavailable | Skip  # the lock's answer, the error asking it, or the skip to record
 
 
 def check_overlap(store: LockStore, jobs: Registry | list[Job]) -> None:
@@ -65,7 +60,7 @@ class Overlap:
                     logger.info("job %r fire %s waits for the lock held by %s (on_busy=%r)", job.name,
                                 fire.time.isoformat(), answer.holder or "another instance", job.on_busy)
                 if fire.life.closing.wait(pause):
-                    return Outcome.SKIPPED_BUSY, "the scheduler shut down while the tick waited for its lock"
+                    return Skip(Outcome.SKIPPED_BUSY, "the scheduler shut down while the tick waited for its lock")
                 pause = min(pause * 2, LAST_PAUSE)
                 answer = self._acquire(fire)
         except StoreUnavailable as error:
@@ -84,4 +79,4 @@ class Overlap:
         other = "a later tick replaces it" if fire.job.on_busy == "replace" else "another tick waits already"
         logger.info("job %r fire %s skipped: the lock is held and %s (on_busy=%r)", fire.job.name,
                     fire.time.isoformat(), other, fire.job.on_busy)
-        return Outcome.SKIPPED_BUSY, f"lock held by {answer.holder or 'another instance'} and {other}"
+        return Skip(Outcome.SKIPPED_BUSY, f"lock held by {answer.holder or 'another instance'} and {other}")

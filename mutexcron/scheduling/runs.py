@@ -20,9 +20,10 @@ from ..running.failures import count_failure
 from ..running.heartbeats import Beat
 from ..running.limits import late_start
 from ..stores import AcquireStatus, Acquisition, LockStore, ReleaseRequest, require_control
-from .fires import Fire, HandOff
+from .busy import busy_plan, busy_skip
+from .fires import Fire, FireKind, HandOff, Skip
 from .offload import Offload
-from .overlap import Buffered, Overlap, keeps_slot
+from .overlap import Buffered, Overlap
 from .releases import Releases
 from .waiting import BusyWaits, Waiting
 
@@ -36,11 +37,18 @@ if TYPE_CHECKING:
 __all__ = ["Runs"]
 
 logger = logging.getLogger("mutexcron.scheduler")
+Done = Callable[["RunRecord | None"], None]  # called once a fire is over, with its record (None: it has none)
 _ONE_MICROSECOND = timedelta(microseconds=1)
 
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+def _here(call: Callable[[], None]) -> bool:
+    """The hand-off of :meth:`Runs.execute`: every step of its one fire in the caller's thread."""
+    call()
+    return True
 
 
 class Runs:
@@ -55,19 +63,17 @@ class Runs:
         self.waits = BusyWaits(store, options.name)  # busy fires asking again, each job's ticks in order
 
     def execute(self, fire: Fire) -> RunRecord | None:
-        """Acquire, run, release, report; None for a lock won after shutdown began (released unrun)."""
-        started_at = _utc_now()
-        try:
-            acquisition: Buffered = self._acquire(fire)
-        except StoreUnavailable as error:
-            acquisition = error
-        return self._decided(fire, acquisition, started_at)
+        """One fire in the caller's thread, as a batch of one whose every step runs here: acquire, run, release,
+        report; its record (None for a lock won after shutdown began, released unrun)."""
+        records: list[RunRecord | None] = []
+        self.execute_many([(fire, records.append)], _here)
+        return records[0] if records else None
 
-    def execute_many(self, fires: Sequence[tuple[Fire, Callable[[], None]]], hand_off: HandOff) -> None:
-        """Scheduled fires due together, each with its ``done``: their locks asked for with one
-        :meth:`LockStore.acquire_many` (one round trip on a store that batches). Each body to run is handed off to
-        a worker thread, then the busy fires to one more that waits them out together; the skips are recorded
-        here. Each fire's ``done()`` is called once it is over."""
+    def execute_many(self, fires: Sequence[tuple[Fire, Done]], hand_off: HandOff) -> None:
+        """Fires due together, each with its ``done``: their locks asked for with one :meth:`LockStore.acquire_many`
+        (one round trip on a store that batches). Each body to run is handed off (to a worker thread, or run here
+        by :meth:`execute`), then the busy fires together to one more; the skips are recorded here. Each fire's
+        ``done(record)`` is called once it is over (None: no record, it was not run nor skipped)."""
         started_at = _utc_now()
         try:
             results = self.waits.ask([fire for fire, _ in fires])
@@ -75,24 +81,23 @@ class Runs:
             results = [error] * len(fires)
         inline, waiting = [], []  # skips recorded here; busy fires waited out together in one worker thread
         for (fire, done), result in zip(fires, results, strict=True):
-            patience = self._patience(fire)
-            if isinstance(result, Acquisition) and result.status is AcquireStatus.BUSY and keeps_slot(fire):
-                self._hand_off_wait(fire, result, started_at, done, hand_off)
-            elif (isinstance(result, Acquisition) and result.status is AcquireStatus.BUSY
-                    and patience is not None and patience > timedelta(0)):
-                waiting.append(Waiting(fire, result, time.monotonic() + patience.total_seconds(), done))
-            elif isinstance(result, Acquisition) and result.acquired:
+            if isinstance(result, Acquisition) and result.status is AcquireStatus.BUSY:
+                plan = busy_plan(fire, self.options.busy_grace)
+                if plan.slot:
+                    self._hand_off_wait(fire, result, started_at, done, hand_off)
+                    continue
+                if plan.patience > timedelta(0):
+                    waiting.append(Waiting(fire, result, time.monotonic() + plan.patience.total_seconds(), done))
+                    continue
+            if isinstance(result, Acquisition) and result.acquired:
                 self._hand_off_run(Waiting(fire, result, 0.0, done), started_at, hand_off)
             else:
                 inline.append((fire, done, result))
         if waiting and not hand_off(functools.partial(self._wait_out_together, waiting, started_at, hand_off)):
             for busy in waiting:  # no worker takes calls any more: shutdown closed the pool
-                busy.done()
+                busy.done(None)
         for fire, done, result in inline:
-            try:
-                self._decided(fire, result, started_at)
-            finally:
-                done()
+            self._decide_then(done, fire, result, started_at)
 
     def run_missed(self, life: Generation, job: Job, before: datetime | None) -> datetime | None:
         """Run ``job``'s missed ticks (control.missed_ticks) before ``before``, oldest first, each through the
@@ -116,7 +121,7 @@ class Runs:
         for tick in ticks:
             if life.closing.is_set():
                 return None
-            self.execute(Fire(job, tick, state.schedule_version, life, catch_up=True))
+            self.execute(Fire(job, tick, state.schedule_version, life, FireKind.CATCH_UP))
         return ticks[-1] if ticks else None
 
     def _hand_off_run(self, won: Waiting, started_at: datetime, hand_off: HandOff) -> None:
@@ -125,19 +130,16 @@ class Runs:
             return
         assert won.acquisition.token is not None
         self._release_unrun(won.fire, won.fire.context(self.options.name(), won.acquisition.token))
-        won.done()
+        won.done(None)
 
-    def _hand_off_wait(self, fire: Fire, busy: Acquisition, started_at: datetime, done: Callable[[], None],
+    def _hand_off_wait(self, fire: Fire, busy: Acquisition, started_at: datetime, done: Done,
                        hand_off: HandOff) -> None:
         """A busy tick that keeps its job's slot (:mod:`.overlap`) waits in a worker thread of its own."""
         def wait() -> None:
-            try:
-                self._decided(fire, Overlap(self.store, self.options.name()).wait(fire, busy), started_at)
-            finally:
-                done()
+            self._decide_then(done, fire, Overlap(self.store, self.options.name()).wait(fire, busy), started_at)
 
         if not hand_off(wait):
-            done()  # no worker takes calls any more: shutdown closed the pool
+            done(None)  # no worker takes calls any more: shutdown closed the pool
 
     def _wait_out_together(self, waiting: list[Waiting], started_at: datetime, hand_off: HandOff) -> None:
         """The busy fires of one batch, in one worker thread, so that a dead holder's locks do not take a worker
@@ -149,17 +151,19 @@ class Runs:
         if busy.error is None and busy.acquisition.acquired:
             self._hand_off_run(busy, started_at, hand_off)
             return
-        try:
-            self._decided(busy.fire, busy.error or busy.acquisition, started_at)
-        finally:
-            busy.done()
+        self._decide_then(busy.done, busy.fire, busy.error or busy.acquisition, started_at)
 
     def _handed_off(self, won: Waiting, started_at: datetime) -> None:
-        """A won fire of :meth:`execute_many`, in a worker thread: its body run, its lock released."""
+        """A won fire of :meth:`execute_many`, where it was handed off: its body run, its lock released."""
+        self._decide_then(won.done, won.fire, won.acquisition, started_at)
+
+    def _decide_then(self, done: Done, fire: Fire, acquisition: Buffered, started_at: datetime) -> None:
+        """:meth:`_decided`, then ``done(record)`` whatever happens (None if it raised)."""
+        record = None
         try:
-            self._decided(won.fire, won.acquisition, started_at)
+            record = self._decided(fire, acquisition, started_at)
         finally:
-            won.done()
+            done(record)
 
     def _decided(self, fire: Fire, acquisition: Buffered, started_at: datetime) -> RunRecord | None:
         """What the store answered (or that it could not be asked): skip and record why, or run the body."""
@@ -170,8 +174,8 @@ class Runs:
                                           error=why, manual=fire.manual, catch_up=fire.catch_up,
                                           backfill=fire.backfill))
 
-        if isinstance(acquisition, tuple):  # an overlap slot's wait ended without the lock
-            return skipped(*acquisition)
+        if isinstance(acquisition, Skip):  # an overlap slot's wait ended without the lock
+            return skipped(acquisition.outcome, acquisition.why)
         if isinstance(acquisition, StoreUnavailable):
             self.health.failed(acquisition)
             return skipped(Outcome.SKIPPED_STORE_ERROR, str(acquisition))
@@ -188,15 +192,13 @@ class Runs:
                 logger.debug("job %r fire %s already ran elsewhere", job.name, fire_time.isoformat())
             return skipped(Outcome.SKIPPED_ALREADY_RAN, "this fire already ran")
         if status is AcquireStatus.BUSY:
-            why = f"lock held by {acquisition.holder or 'another instance'}"
-            log = logger.error if job.on_busy == "raise" else logger.info
-            log("job %r fire %s skipped: %s", job.name, fire_time.isoformat(), why)
-            return skipped(Outcome.SKIPPED_BUSY, why)
+            skip = busy_skip(fire, acquisition)
+            return skipped(skip.outcome, skip.why)
         assert acquisition.token is not None
         refused = self._gate(fire)
         if refused is not None:
             self._release(job, acquisition.token)
-            return skipped(*refused)
+            return skipped(refused.outcome, refused.why)
         ctx = fire.context(self.options.name(), acquisition.token)
         if not fire.life.admit(ctx):
             self._release_unrun(fire, ctx)
@@ -217,22 +219,21 @@ class Runs:
                           notify=self.reports.listeners.notify)
         return self._finish(record)
 
-    def _gate(self, fire: Fire) -> tuple[Outcome, str] | None:
+    def _gate(self, fire: Fire) -> Skip | None:
         """Whether a fire whose lock is won runs (None) or is skipped: too late for its job's ``start_deadline``
         (a scheduled tick: not a manual run, a catch-up or a backfill, late by design), else its gate's answer (a
         store the gate cannot ask is a skip for a store error)."""
-        late = None if fire.manual or fire.catch_up or fire.backfill else late_start(fire.job, fire.time,
-                                                                                        self.options.now())
+        late = late_start(fire.job, fire.time, self.options.now()) if fire.scheduled else None
         if late is not None:
             logger.warning("job %r fire %s skipped: %s", fire.job.name, fire.time.isoformat(), late)
-            return Outcome.SKIPPED_LATE, late
+            return Skip(Outcome.SKIPPED_LATE, late)
         if fire.gate is None:
             return None
         try:
             return fire.gate()
         except StoreUnavailable as error:
             self.health.failed(error)
-            return Outcome.SKIPPED_STORE_ERROR, str(error)
+            return Skip(Outcome.SKIPPED_STORE_ERROR, str(error))
 
     def _stale(self, fire: Fire, skipped: Callable[[Outcome, str], RunRecord]) -> RunRecord | None:
         """The store's schedule changed since this instance last read it: follow it now, and run the tick
@@ -253,37 +254,6 @@ class Runs:
             return skipped(Outcome.SKIPPED_STALE_SCHEDULE, "the run-time schedule was removed")
         logger.info("job %r fire %s skipped: not a tick of its new schedule", job.name, fire_time.isoformat())
         return skipped(Outcome.SKIPPED_STALE_SCHEDULE, "the schedule changed; this is not a tick of the new one")
-
-    def _acquire(self, fire: Fire) -> Buffered:
-        """The store's answer for ``fire``, a busy lock waited out within the fire's patience (its error raised), or
-        in the job's overlap slot."""
-        job = fire.job
-        acquisition = self.waits.behind(fire) or self.store.acquire(
-            job.name, owner=self.options.name(), lease=job.lease, fire_time=fire.tick, schedule_version=fire.version)
-        if acquisition.status is AcquireStatus.BUSY and keeps_slot(fire):
-            return Overlap(self.store, self.options.name()).wait(fire, acquisition)
-        patience = self._patience(fire)
-        if acquisition.status is not AcquireStatus.BUSY or patience is None:
-            return acquisition
-        busy = Waiting(fire, acquisition, time.monotonic() + patience.total_seconds())
-        self.waits.ask_again([busy], lambda busy: None)  # the answer is returned, not handed on
-        if busy.error is not None:
-            raise busy.error
-        return busy.acquisition
-
-    def _patience(self, fire: Fire) -> timedelta | None:
-        """How long a fire refused as BUSY keeps asking; None: it gives up at once."""
-        if fire.job.on_busy == "wait" or fire.catch_up or fire.backfill:
-            # By then a live holder has released it or died. A catch-up waits too: giving up on a missed
-            # tick while another instance still runs an older one could let a later tick overtake it. A backfill
-            # waits for the job's scheduled run rather than lose its tick to it.
-            return fire.job.lease
-        if not fire.manual:
-            # BUSY means an earlier run holds the lock (a later one would be ALREADY_RAN). It may be just
-            # finishing, e.g. an old tick run late by an instance whose clock is slow: give it busy_grace
-            # rather than lose this tick to it.
-            return self.options.busy_grace
-        return None
 
     def _run_body(self, fire: Fire, ctx: JobContext, started_at: datetime) -> RunRecord | None:
         """The body run (:func:`~mutexcron.running.body.run_body`), its lock released here with its outcome."""

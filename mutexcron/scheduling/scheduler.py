@@ -31,7 +31,7 @@ from .backfill import run_backfill
 from .batch import PassingScheduler, batched_fires
 from .catchup import CatchUps
 from .executor import LockingExecutor, run_by_locking_executor
-from .fires import Fire
+from .fires import Fire, FireKind
 from .job_checks import check_jobs
 from .lifecycle import Generation
 from .offload import Offload, TasksOption
@@ -219,7 +219,7 @@ class Scheduler:
         if on_busy is not None and on_busy != job.on_busy:
             job = dataclasses.replace(job, on_busy=check_on_busy(on_busy, name))
         # A run-time schedule's run is checked against the store's definition in the acquire itself.
-        record = self._execute_now(job, _utc_now(), manual=True, version=self._runtime.version(name))
+        record = self._execute_now(job, _utc_now(), FireKind.MANUAL, self._runtime.version(name))
         if job.runtime and record.outcome is Outcome.SKIPPED_STALE_SCHEDULE and name not in self._runtime.names():
             raise UnknownJobError(f"no job named {name!r}: its run-time schedule was removed from the store")
         if record.outcome is Outcome.SKIPPED_BUSY and job.on_busy == "raise":
@@ -232,8 +232,8 @@ class Scheduler:
         if fire_time.tzinfo is None:
             raise ValueError(f"fire_time={fire_time!r} is naive; pass an aware datetime")
         job, version = self._runtime.known(name, self.store), self._schedules.version(name)
-        return self._execute_now(job, fire_time.astimezone(UTC), manual=False,  # not fired on yet: the definition's
-                                 version=self._runtime.version(name) if version is None else version)
+        return self._execute_now(job, fire_time.astimezone(UTC), FireKind.SCHEDULED,  # not fired on yet: the
+                                 self._runtime.version(name) if version is None else version)  # definition's
 
     def backfill(self, name: str, start: datetime, end: datetime, *, by: str | None = None) -> int:
         """Run each tick of job ``name``'s schedule (an operator's override counts) from the aware ``start``
@@ -332,10 +332,10 @@ class Scheduler:
         if self._owns_store:
             self.store.close()
 
-    def _execute_now(self, job: Job, fire_time: datetime, *, manual: bool, version: int | None = None) -> RunRecord:
+    def _execute_now(self, job: Job, fire_time: datetime, kind: FireKind, version: int | None = None) -> RunRecord:
         """A run in the caller's thread (run_now, run_tick): one more fire in flight for shutdown."""
         with self._entered() as life:
-            record = self._runs.execute(Fire(job, fire_time, version, life, manual=manual))
+            record = self._runs.execute(Fire(job, fire_time, version, life, kind))
         if record is None:
             raise RuntimeError(f"job {job.name!r}: the scheduler shut down while it took its lock; released unrun")
         return record

@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..errors import StoreUnavailable
+from ..records import RunRecord
 from ..stores import AcquireStatus, Acquisition, LockStore
 from .fires import Fire
 
 __all__ = ["BusyWaits", "Waiting"]
 
 
-def _nothing() -> None:
+def _nothing(record: RunRecord | None) -> None:
     return None
 
 
@@ -34,7 +35,7 @@ class Waiting:
     fire: Fire
     acquisition: Acquisition
     deadline: float  # time.monotonic() when its patience ends
-    done: Callable[[], None] = _nothing
+    done: Callable[[RunRecord | None], None] = _nothing  # once it is over, with its record
     error: StoreUnavailable | None = None
     concluded: bool = False  # handed to conclude() (once, whatever goes wrong)
 

@@ -171,23 +171,23 @@ class JobRunner:
         if refused is not None:
             self._not_run(task, None, Outcome.FAILED, refused)
             return
-        started_at = datetime.now(UTC)
+        started_at, asked = datetime.now(UTC), time.monotonic()
         taken = self._taker.take_over(job.name, tick_token=task.token, owner=self.instance_id, lease=job.lease,
                                      schedule_version=task.schedule_version)
         if taken.acquired:
             assert taken.token is not None
-            self._run_body(job, task, taken.token, started_at)
+            self._run_body(job, task, taken.token, started_at, asked)
         elif taken.status is AcquireStatus.BUSY:
             raise RetryLater(self._lease_left(job), f"job {job.name!r} (tick {task.fire_time.isoformat()}): taken "
                                                     f"over by {taken.holder or 'another worker'}, whose lease is live")
         else:
             self._not_run(task, job, *_REFUSED[taken.status])
 
-    def _run_body(self, job: Job, task: JobTask, token: int, started_at: datetime) -> None:
+    def _run_body(self, job: Job, task: JobTask, token: int, started_at: datetime, asked: float) -> None:
         """The body run (:func:`~mutexcron.running.body.run_body`), settled here: its outcome kept as the task's
         result, then its lock released, if this worker still holds the run it took over."""
         taken_at = time.monotonic()
-        ctx = task.context(self.instance_id, token)
+        ctx = task.context(self.instance_id, token, asked)
 
         def settle(outcome: Outcome, error: str | None, beat: Beat) -> bool:
             if not self._still_holds(job, ctx):  # a worker that took the run over after this one stalled owns it
@@ -204,9 +204,12 @@ class JobRunner:
             return True
 
         started = task.record(self.instance_id, None, started_at, token=token)
-        if run_body(job, ctx, started, self._kit, settle) is None:
+        record = run_body(job, ctx, started, self._kit, settle)
+        if record is None or record.outcome is Outcome.SKIPPED_STORE_ERROR:  # the run is this worker's until its
+            # lease runs out: then a worker the task is delivered to again takes it over
+            why = "this worker is closing" if record is None else record.error
             raise RetryLater(job.lease, f"job {job.name!r} (tick {task.fire_time.isoformat()}, task {task.task_id}): "
-                                        "this worker is closing; not run here")
+                                        f"{why}; not run here")
 
     def _still_holds(self, job: Job, ctx: JobContext) -> bool:
         """Whether this worker still holds the run it took over: a renewal, unless its heartbeat already lost it (a

@@ -66,10 +66,10 @@ class JobTask:
                                "aware fire_time")
         return task
 
-    def context(self, instance_id: str, token: int) -> JobContext:
+    def context(self, instance_id: str, token: int, asked: float = 0.0) -> JobContext:
         """The body's context: the tick's fire time and catch-up flag, run by ``instance_id`` under ``token`` (the
-        worker's own, from taking the run over)."""
-        return JobContext(self.job_name, self.fire_time, instance_id, token, catch_up=self.catch_up)
+        worker's own, from taking the run over, asked for at ``asked``: time.monotonic())."""
+        return JobContext(self.job_name, self.fire_time, instance_id, token, catch_up=self.catch_up, _asked=asked)
 
     def record(self, instance_id: str, outcome: Outcome | None, started_at: datetime, **more: Any) -> RunRecord:
         """A run record of this tick by ``instance_id`` (``token``: the tick token unless given)."""

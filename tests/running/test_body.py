@@ -4,6 +4,7 @@ are tested end to end in tests/scheduling/ and tests/tasks/test_run_on*.py."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -56,12 +57,13 @@ def declare(registry: Registry, body: object, **options: object) -> Job:
     return registry.get("reports.nightly")
 
 
-def holding(store: MemoryLockStore, job: Job) -> tuple[JobContext, RunRecord]:
-    """The job's lock won for the tick: the body's context and its record while it runs."""
+def holding(store: MemoryLockStore, job: Job, asked: float = 0.0) -> tuple[JobContext, RunRecord]:
+    """The job's lock won for the tick, asked for at ``asked`` (time.monotonic(); 0.0: not known): the body's context
+    and its record while it runs."""
     won = store.acquire(job.name, owner="web-1", lease=job.lease, fire_time=TICK)
     assert won.acquired and won.token is not None
     started = RunRecord(job.name, TICK, "web-1", None, datetime.now(UTC), None, token=won.token)
-    return JobContext(job.name, TICK, "web-1", won.token), started
+    return JobContext(job.name, TICK, "web-1", won.token, _asked=asked), started
 
 
 def fail(ctx: JobContext) -> None:
@@ -159,3 +161,37 @@ def test_started_listeners_get_the_running_record_before_the_body_runs(
     run_body(job, ctx, started, kit, Side().settle)
 
     assert seen == ["started None", "body"]
+
+
+def test_a_body_asked_for_over_a_third_of_its_lease_ago_whose_lock_another_run_took_is_not_run(
+        kit: BodyKit, store: MemoryLockStore, registry: Registry) -> None:
+    """A process stopped between winning the lock and starting the body (SIGSTOP, a GC pause) resumes after its
+    lease ran out and another run took the lock: it must not start a second body."""
+    ran: list[JobContext] = []
+    job = declare(registry, ran.append, lease=30)
+    ctx, started = holding(store, job, asked=time.monotonic() - 20)  # 20 s of its 30 s lease went by
+    assert store.force_unlock(job.name)
+    assert store.acquire(job.name, owner="web-2", lease=job.lease, fire_time=None).acquired
+    side = Side()
+
+    record = run_body(job, ctx, started, kit, side.settle, settled=side.settled)
+
+    assert ran == [] and side.events == ["settled"]  # nothing kept nor released: the lock is web-2's
+    assert record is not None and record.outcome is Outcome.SKIPPED_BUSY and record.lock_lost
+    state = store.lock(job.name)
+    assert state is not None and state.locked_by == "web-2"
+
+
+def test_a_body_asked_for_long_ago_whose_lock_is_still_its_own_renews_it_and_runs(
+        kit: BodyKit, store: MemoryLockStore, registry: Registry) -> None:
+    ran: list[JobContext] = []
+    job = declare(registry, ran.append, lease=30)
+    ctx, started = holding(store, job, asked=time.monotonic() - 20)
+    before = store.lock(job.name)
+
+    record = run_body(job, ctx, started, kit, Side().settle)
+
+    assert len(ran) == 1 and record is not None and record.outcome is Outcome.SUCCEEDED
+    after = store.lock(job.name)
+    assert before is not None and after is not None and before.lock_until is not None
+    assert after.lock_until is not None and after.lock_until > before.lock_until  # renewed before the body

@@ -18,6 +18,7 @@ from mutexcron import JobContext, Registry, Scheduler, mutex_cron
 from mutexcron.errors import StoreUnavailable
 from mutexcron.scheduling import batch
 from mutexcron.scheduling.batch import FireBatch
+from mutexcron.scheduling.fires import DueFire
 from mutexcron.stores import AcquireRequest, Acquisition, MemoryLockStore, RedisLockStore, store_from_url
 from tests.support import wait_until
 from tests.support.servers import PrivateRedis
@@ -33,6 +34,7 @@ class CountingRedisStore(RedisLockStore):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.batches: list[int] = []
+        self.asked_together: list[list[str]] = []  # the job names of each acquire_many
         self.single: list[str] = []
         self.first_asked: dict[str, datetime | None] = {}  # each job's first tick asked for
         self._noted = threading.Lock()
@@ -41,6 +43,7 @@ class CountingRedisStore(RedisLockStore):
     def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[Acquisition | StoreUnavailable]:
         with self._noted:
             self.batches.append(len(requests))
+            self.asked_together.append([request.name for request in requests])
             for request in requests:
                 self.first_asked.setdefault(request.name, request.fire_time)
         self._in_batch.on = True
@@ -129,7 +132,7 @@ def test_a_long_pass_is_asked_for_every_flush_at_fires_without_waiting_for_its_e
     fires = FireBatch(Pool(), lambda made, hand_off: asked.append([str(fire) for fire in made]))  # type: ignore[arg-type]
 
     def add(n: int) -> None:
-        fires.add((f"job.{n}", TICK, None, TICK), lambda name, *_: name)  # type: ignore[arg-type,return-value]
+        fires.add(DueFire(f"job.{n}", TICK, None, TICK), lambda due: due.name)  # type: ignore[arg-type,return-value]
 
     with fires.gathering():
         for n in range(3):
@@ -178,7 +181,7 @@ def test_a_store_that_does_not_batch_is_asked_fire_by_fire(
     new_scheduler(store).start()
     wait_until(lambda: all(sum(n == name for n, _ in runs) >= 2 for name in names), timeout=10,
                what="two ticks of every job")
-    assert store.batches == []
+    assert store.batches and set(store.batches) == {1}  # each fire a batch of one
 
 
 def test_a_job_that_catches_up_asks_for_its_lock_on_its_own(
@@ -190,7 +193,8 @@ def test_a_job_that_catches_up_asks_for_its_lock_on_its_own(
     store = counting_store(redis_url)
     new_scheduler(store).start()
     wait_until(lambda: sum(n == "catches.up" for n, _ in runs) >= 2, timeout=10, what="two ticks of catches.up")
-    assert "catches.up" in store.single
+    alone = [names for names in store.asked_together if "catches.up" in names]
+    assert alone and all(names == ["catches.up"] for names in alone)
     assert all(size <= 3 for size in store.batches)
 
 
