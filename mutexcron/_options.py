@@ -11,7 +11,7 @@ from datetime import timedelta, tzinfo
 from urllib.parse import urlsplit
 
 from .cron import resolve_timezone
-from .running.ping_urls import PingURL, mask_ping_url
+from .ping_urls import PingURL, mask_ping_url
 
 # Longer leases, grace times or timeouts are mistakes (seconds given as minutes...), and far-off lock
 # expiries overflow the stores' datetimes.
@@ -92,8 +92,8 @@ def alert_after(value: object, *, what: str, error: type[Exception]) -> timedelt
 
 def http_url(value: object, *, what: str, error: type[Exception]) -> str | None:
     """``value`` if it is None or an absolute http(s) URL (a dead man's switch to GET), kept as written: its
-    query is part of every ping (:func:`~mutexcron.running.ping_urls.ping_target`). Errors show it masked
-    (:func:`~mutexcron.running.ping_urls.mask_ping_url`): its path holds the ping's secret."""
+    query is part of every ping (:func:`~mutexcron.ping_urls.ping_target`). Errors show it masked
+    (:func:`~mutexcron.ping_urls.mask_ping_url`): its path holds the ping's secret."""
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from .definitions import ScheduleDefinition
 from .errors import JobDefinitionError
 from .registry import BUSY_POLICIES
-from .scheduling.runtime import ScheduleDefinition
 
 if TYPE_CHECKING:
     from .scheduling.scheduler import Scheduler

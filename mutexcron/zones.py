@@ -7,7 +7,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-__all__ = ["fixed_offset", "native_zone", "resolve_timezone", "wall_offsets"]
+from .errors import CronSpecError
+
+__all__ = ["fixed_offset", "native_zone", "resolve_timezone", "wall_offsets", "zone_name"]
 
 # The tz database's fixed zones outside Etc/ (each a link to an Etc/ zone); every Etc/ zone is fixed.
 _FIXED_NAMES = frozenset({"UTC", "UCT", "GMT", "GMT0", "GMT+0", "GMT-0", "Greenwich", "Universal", "Zulu"})
@@ -65,3 +67,19 @@ def wall_offsets(wall: datetime, zone: tzinfo) -> tuple[timedelta, timedelta]:
         if actual != before:
             return min(before, actual), max(before, actual)
     return before, after
+
+
+def zone_name(zone: str | tzinfo | None, *, job_name: str) -> str | None:
+    """The IANA name of ``zone`` (what the store keeps), or CronSpecError naming the job and the zone."""
+    if zone is None:
+        return None
+    try:
+        resolved = resolve_timezone(zone, subject=f"job {job_name!r}: schedule timezone")
+    except ValueError as error:
+        raise CronSpecError(str(error)) from None
+    key = getattr(resolved, "key", None)
+    name = key if isinstance(key, str) else str(resolved) if resolved is UTC else None
+    if name is None:
+        raise CronSpecError(f"job {job_name!r}: schedule timezone {zone!r} has no IANA name; pass one such as "
+                            "'Europe/Paris'")
+    return name

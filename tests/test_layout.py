@@ -1,5 +1,7 @@
 """The core package stays framework-free: importing it (and its stores and tasks) never imports Django,
-and it names no class of the Django app, which plugs its ``django://`` scheme in through the registry."""
+and it names no class of the Django app, which plugs its ``django://`` scheme in through the registry. The packages
+keep their shape: no import cycle, each layer of ``mutexcron`` importing only its own and those below it, short
+parameter lists, small modules, and docs/architecture.md naming every module."""
 
 from __future__ import annotations
 
@@ -242,3 +244,51 @@ def test_no_module_is_much_over_four_hundred_lines() -> None:
         if (lines := len(path.read_text().splitlines())) > MAX_LINES
     ]
     assert long_modules == []
+
+
+# -- the layers of mutexcron, and docs/architecture.md naming every module ------------------------------------------
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+# Bottom to top. A module may import its own layer and those below; the package's face (``mutexcron``, its
+# __init__.py) names the public classes of every layer and is above them all.
+LAYERS: list[set[str]] = [
+    {"errors", "_signals", "zones", "records", "declarations", "urls", "_common", "cron", "ping_urls", "plugins",
+     "_options", "cron_intervals", "redis", "registry", "backend_helpers"},
+    {"stores"},
+    {"definitions"},
+    {"ops", "telemetry", "listeners"},
+    {"running"},
+    {"tasks"},
+    {"scheduling"},
+    {"contrib", "testing", "schedule_commands", "cli", "__main__"},
+]
+
+
+def layer_of(module: str) -> int:
+    """The layer of a module of ``mutexcron`` (by its top-level folder or module under the package)."""
+    part = module.split(".")[1]
+    (found,) = [index for index, names in enumerate(LAYERS) if part in names]
+    return found
+
+
+def test_every_module_of_mutexcron_is_in_a_layer() -> None:
+    unplaced = {module.split(".")[1] for module in import_graph(ROOT, ("mutexcron",)) if module != "mutexcron"}
+    assert sorted(unplaced - set().union(*LAYERS)) == []
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    graph = import_graph(ROOT, ("mutexcron",))
+    upward = sorted(f"{source} -> {target}" for source, targets in graph.items() if source != "mutexcron"
+                    for target in targets if target != "mutexcron" and layer_of(target) > layer_of(source))
+    assert upward == []
+
+
+def test_the_architecture_page_names_every_module_of_both_packages() -> None:
+    """By its file name in backticks, or by a backticked path that ends its path."""
+    named = set(re.findall(r"`([\w/]+\.py)`", ARCHITECTURE.read_text()))
+    paths = [path.relative_to(ROOT).as_posix() for package in ("mutexcron", "mutexcron_django")
+             for path in sorted((ROOT / package).rglob("*.py"))
+             if path.name != "__init__.py" and "migrations" not in path.parts]
+    missing = [path for path in paths if not any(path == name or path.endswith(f"/{name}") for name in named)]
+    assert missing == []

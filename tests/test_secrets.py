@@ -18,7 +18,7 @@ from pytest import LogCaptureFixture
 
 from mutexcron import Registry, mutex_cron
 from mutexcron.errors import JobDefinitionError, MutexcronError, StoreConfigError
-from mutexcron.running.ping_urls import mask_ping_url
+from mutexcron.ping_urls import mask_ping_url
 from mutexcron.stores import LockStore, store_from_url
 from mutexcron.tasks import TaskQueue
 from mutexcron.tasks.records.base import cancel_marks_from_url

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
+from ..definitions import with_stored
 from ..errors import CronSpecError, StoreUnavailable
 from ..registry import Registry
-from ..scheduling.runtime import with_stored
 from ..stores import LockStore, require_control
 from .alerts import Problem, job_problems
 from .control import effective_trigger

@@ -17,32 +17,17 @@ from ..cron import CronTrigger, iter_fire_times, parse_cron, resolve_timezone
 from ..cron_intervals import check_jitter
 from ..errors import CronSpecError, UnknownJobError
 from ..stores.base import check_pause_note, require_control
+from ..stores.values import MAX_TEXT
+from ..zones import zone_name
 
 if TYPE_CHECKING:
     from ..registry import Job, Registry
     from ..stores import LockState, LockStore
 
 __all__ = ["checked_override", "effective_trigger", "jitter_delay", "missed_ticks", "pause", "resume",
-           "set_schedule", "zone_name"]
+           "set_schedule"]
 
 logger = logging.getLogger("mutexcron.control")
-MAX_TEXT = 255  # the longest schedule spec or ``by`` a store keeps (the SQL store's columns)
-
-
-def zone_name(zone: str | tzinfo | None, *, job_name: str) -> str | None:
-    """The IANA name of ``zone`` (what the store keeps), or CronSpecError naming the job and the zone."""
-    if zone is None:
-        return None
-    try:
-        resolved = resolve_timezone(zone, subject=f"job {job_name!r}: schedule timezone")
-    except ValueError as error:
-        raise CronSpecError(str(error)) from None
-    key = getattr(resolved, "key", None)
-    name = key if isinstance(key, str) else str(resolved) if resolved is UTC else None
-    if name is None:
-        raise CronSpecError(f"job {job_name!r}: schedule timezone {zone!r} has no IANA name; pass one such as "
-                            "'Europe/Paris'")
-    return name
 
 
 def checked_override(job_name: str, spec: object, zone: str | tzinfo | None, *,

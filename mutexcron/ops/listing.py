@@ -11,9 +11,9 @@ from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from ..cron import iter_fire_times
+from ..definitions import with_stored
 from ..errors import StoreUnavailable
 from ..registry import Job, Registry
-from ..scheduling.runtime import with_stored
 from ..stores import LockState, LockStore, require_control
 from .control import effective_trigger
 

@@ -24,8 +24,8 @@ from typing import Any
 from urllib.error import HTTPError, URLError
 from urllib.parse import unquote, urljoin, urlsplit
 
+from ..ping_urls import mask_ping_url
 from ..urls import MASK
-from .ping_urls import mask_ping_url
 
 __all__ = ["MAX_REDIRECTS", "PingRequest"]
 

@@ -6,7 +6,7 @@ Nothing here is unbounded: each ping has a total deadline (``Scheduler(ping_time
 redirects included: :mod:`mutexcron.running.ping_http`); each host has a queue of at most :data:`MAX_QUEUED` pings, the
 oldest dropped first; pings of different hosts go out side by side, one sender thread per host and at most
 :data:`MAX_SENDERS`, so that one slow endpoint holds only its own pings. Failures are logged once per outage of
-a host, drops once per incident, URLs always masked (:func:`~mutexcron.running.ping_urls.mask_ping_url`).
+a host, drops once per incident, URLs always masked (:func:`~mutexcron.ping_urls.mask_ping_url`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..ping_urls import PingKind, mask_ping_url, ping_origin, ping_target
 from ..records import Outcome, RunRecord
 from .ping_http import PingRequest
-from .ping_urls import PingKind, mask_ping_url, ping_origin, ping_target
 
 __all__ = ["MAX_QUEUED", "MAX_SENDERS", "PING_TIMEOUT", "Pings"]
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from ..definitions import OVERLAP_POLICIES
 from ..records import Outcome
 from .fires import Fire, FireKind, Skip
-from .overlap import OVERLAP_POLICIES
 
 if TYPE_CHECKING:
     from ..stores import Acquisition

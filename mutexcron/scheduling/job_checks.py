@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import logging
 
+from ..definitions import check_overlap
 from ..registry import Registry
 from ..running.failures import check_pause_on_failure
 from ..stores import LockStore
 from .offload import Offload
-from .overlap import check_overlap
 
 __all__ = ["check_jobs"]
 

@@ -9,34 +9,23 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from ..errors import SchedulerConfigError, StoreUnavailable
+from ..errors import StoreUnavailable
 from ..records import Outcome
-from ..stores import AcquireStatus, Acquisition, LockStore, OverlapStore, supports_overlap
+from ..stores import AcquireStatus, Acquisition, LockStore, OverlapStore
 from .fires import Skip
 
 if TYPE_CHECKING:
-    from ..registry import Job, Registry
     from .fires import Fire
 
-__all__ = ["OVERLAP_POLICIES", "Buffered", "Overlap", "check_overlap"]
+__all__ = ["Buffered", "Overlap"]
 
 logger = logging.getLogger("mutexcron.scheduler")
 
-OVERLAP_POLICIES = ("buffer_one", "replace")
 # How often a buffered tick asks again, backing off from the first to the last: it starts at most this long after
 # the release, and each round also renews its slot (whose lease is the job's).
 FIRST_PAUSE, LAST_PAUSE = 0.02, 0.5
 
 Buffered = Acquisition | StoreUnavailable | Skip  # the lock's answer, the error asking it, or the skip to record
-
-
-def check_overlap(store: LockStore, jobs: Registry | list[Job]) -> None:
-    """SchedulerConfigError naming the ``buffer_one``/``replace`` jobs if ``store`` cannot keep their slot."""
-    named = [f"{job.name!r} (on_busy={job.on_busy!r})" for job in jobs if job.on_busy in OVERLAP_POLICIES]
-    if named and not supports_overlap(store):
-        raise SchedulerConfigError(
-            f"job(s) {', '.join(named)} need a lock store that keeps the overlap slot fleet-wide "
-            f"(mutexcron.stores.OverlapStore: the memory, Redis, MongoDB and SQL stores), and {store!r} does not")
 
 
 class Overlap:

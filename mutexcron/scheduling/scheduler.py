@@ -13,9 +13,12 @@ from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from .. import definitions
+from ..definitions import DEFAULT_LEASE, RuntimeSchedules, ScheduleDefinition
 from ..errors import LockBusy, SchedulerConfigError, StoreUnavailable, UnknownJobError
 from ..listeners import Listener, Listeners
 from ..ops import control
+from ..ops import schedules as run_time_schedules
 from ..ops.alerts import Alerts
 from ..ops.checkup import DEFAULT_MISFIRE_GRACE_TIME
 from ..ops.health import StoreHealth
@@ -26,7 +29,6 @@ from ..running.heartbeats import Heartbeats
 from ..running.pings import PING_TIMEOUT, Pings
 from ..stores import LockState, LockStore, store_from_url, supports_control
 from ..telemetry import build_telemetry
-from . import runtime
 from .backfill import run_backfill
 from .batch import PassingScheduler, batched_fires
 from .catchup import CatchUps
@@ -37,7 +39,6 @@ from .lifecycle import Generation
 from .offload import Offload, TasksOption
 from .options import SchedulerOptions
 from .runs import Runs
-from .runtime import DEFAULT_LEASE, RuntimeSchedules, ScheduleDefinition
 from .schedules import Schedules, ScheduleSync, read_states
 
 __all__ = ["Listener", "Scheduler"]
@@ -290,24 +291,24 @@ class Scheduler:
         ``spec``: every running instance fires it within ``sync_interval`` as a declared job with these options (as
         :func:`mutex_cron` checks them). Adding a name again redefines it. A bad field or value: JobDefinitionError."""
         definition = ScheduleDefinition(
-            runtime.target_key(target, self.jobs, name), spec, {} if kwargs is None else kwargs,
-            runtime.zone_of(timezone, name), runtime.lease_of(lease, name), catch_up, run_on,
-            **runtime.run_options(name, timeout, start_deadline, on_busy, pause_on_failure))
-        state = runtime.add(self.store, self.jobs, name, definition, by=by)
+            definitions.target_key(target, self.jobs, name), spec, {} if kwargs is None else kwargs,
+            definitions.zone_of(timezone, name), definitions.lease_of(lease, name), catch_up, run_on,
+            **definitions.run_options(name, timeout, start_deadline, on_busy, pause_on_failure))
+        state = run_time_schedules.add(self.store, self.jobs, name, definition, by=by)
         self._follow(state)
         return state
 
     def remove_schedule(self, name: str, *, by: str | None = None) -> LockState:
         """Remove run-time schedule ``name`` on every instance: no tick of it starts after this returns (a running
         body finishes and releases). Returns its document, hidden; :class:`UnknownJobError` if the store has none."""
-        state = runtime.remove(self.store, self.jobs, name, by=by)
+        state = run_time_schedules.remove(self.store, self.jobs, name, by=by)
         if self._runtime.drop(name):
             self._schedules.drop(name)
         return state
 
     def schedules(self) -> list[LockState]:
         """The run-time schedules the store holds (their lock documents, ``definition`` set), sorted by name."""
-        return runtime.stored(self.store)
+        return run_time_schedules.stored(self.store)
 
     def __enter__(self) -> Scheduler:
         self.start()

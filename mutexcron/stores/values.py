@@ -23,6 +23,7 @@ def check_outcome(outcome: str | None, error: str | None) -> str | None:
 
 
 MAX_INCIDENT = 255  # the longest incident text a store keeps
+MAX_TEXT = 255  # the longest schedule spec or ``by`` a store keeps (the SQL store's columns)
 MAX_PAUSE_NOTE = 1_000  # the longest pause note a store keeps, in characters
 
 

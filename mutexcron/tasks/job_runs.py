@@ -21,6 +21,7 @@ from collections.abc import Callable, Collection
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ..definitions import ScheduleDefinition
 from ..errors import SchedulerConfigError, StoreUnavailable
 from ..listeners import Listener, Listeners
 from ..records import JobContext, Outcome, RunRecord
@@ -28,7 +29,6 @@ from ..registry import Job, Registry, default_registry
 from ..running.body import BodyKit, Reports, run_body
 from ..running.heartbeats import Beat, Heartbeats
 from ..running.pings import Pings
-from ..scheduling.runtime import ScheduleDefinition
 from ..stores import (
     AcquireStatus,
     ControlStore,

@@ -24,10 +24,10 @@ from django.utils.safestring import SafeString
 
 from mutexcron import Job, LockBusy, RunRecord, default_registry
 from mutexcron.cron import iter_fire_times
+from mutexcron.definitions import with_stored
 from mutexcron.errors import MutexcronError
 from mutexcron.ops.alerts import Problem
 from mutexcron.registry import Registry
-from mutexcron.scheduling.runtime import with_stored
 from mutexcron.stores import LockState, LockStore, require_control
 
 from .. import runtime

@@ -20,9 +20,9 @@ from django.shortcuts import redirect
 from django.urls import URLPattern, path, reverse
 
 from mutexcron import default_registry
+from mutexcron.definitions import ScheduleDefinition
 from mutexcron.errors import JobDefinitionError, MutexcronError
 from mutexcron.registry import BusyPolicy, CatchUp, validate_job_name
-from mutexcron.scheduling.runtime import ScheduleDefinition
 from mutexcron.stores import LockState
 
 from ..models import Schedule

@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 from django import forms
 
 from mutexcron.cron import parse_cron
+from mutexcron.definitions import DEFAULT_LEASE, RUN_ON, RuntimeCall, ScheduleDefinition
 from mutexcron.errors import CronSpecError, JobDefinitionError
-from mutexcron.ops.control import zone_name
 from mutexcron.registry import (
     BUSY_POLICIES,
     CATCH_UP_POLICIES,
@@ -24,7 +24,7 @@ from mutexcron.registry import (
     run_limit,
     validate_job_name,
 )
-from mutexcron.scheduling.runtime import DEFAULT_LEASE, RUN_ON, RuntimeCall, ScheduleDefinition
+from mutexcron.zones import zone_name
 
 from .schedules import describe
 

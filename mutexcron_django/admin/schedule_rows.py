@@ -16,8 +16,8 @@ from django.urls import reverse
 
 from mutexcron import Scheduler, default_registry
 from mutexcron.cron import resolve_timezone
+from mutexcron.definitions import ScheduleDefinition
 from mutexcron.errors import MutexcronError
-from mutexcron.scheduling.runtime import ScheduleDefinition
 from mutexcron.stores import LockState, require_control
 
 from ..conf import MutexcronSettings, get_settings

@@ -17,7 +17,7 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission
 from django.test import Client
 
-from mutexcron.scheduling.runtime import ScheduleDefinition
+from mutexcron.definitions import ScheduleDefinition
 from mutexcron.stores import LockState
 from mutexcron_django.runtime import build_scheduler
 from mutexcron_django.sql.store import DjangoLockStore

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Permission
 
-from mutexcron.scheduling.runtime import ScheduleDefinition
+from mutexcron.definitions import ScheduleDefinition
 from mutexcron.stores import LockState, require_control, store_from_url
 from mutexcron_django.runtime import build_scheduler
 from tests.django.schedule_targets import SEND, targets  # noqa: F401  (a fixture)

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from mutexcron import Outcome, Registry, RunRecord, Scheduler, SchedulerConfigError, mutex_cron
-from mutexcron.running.ping_urls import ping_target
+from mutexcron.ping_urls import ping_target
 from mutexcron.running.pings import Pings
 from mutexcron.stores import MemoryLockStore
 from tests.support import wait_until

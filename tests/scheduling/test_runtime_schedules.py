@@ -23,7 +23,7 @@ from mutexcron import (
     default_registry,
     mutex_cron,
 )
-from mutexcron.scheduling.runtime import MAX_DEFINITION
+from mutexcron.definitions import MAX_DEFINITION
 from mutexcron.stores import LockStore, MemoryLockStore
 
 TICK = datetime(2026, 3, 1, 6, 0, tzinfo=UTC)

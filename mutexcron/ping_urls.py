@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Literal
 from urllib.parse import urlsplit
 
-from ..urls import MASK
+from .urls import MASK
 
 __all__ = ["PING_SUFFIXES", "PingKind", "PingURL", "mask_ping_url", "ping_origin", "ping_target"]
 

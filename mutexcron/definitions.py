@@ -12,12 +12,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from .._options import duration, shown
-from .._options import zone as as_zone
-from ..cron import parse_cron
-from ..errors import CronSpecError, JobDefinitionError, UnknownJobError
-from ..ops.control import MAX_TEXT, zone_name
-from ..registry import (
+from ._options import duration, shown
+from ._options import zone as as_zone
+from .cron import parse_cron
+from .errors import CronSpecError, JobDefinitionError, SchedulerConfigError
+from .registry import (
     CATCH_UP_POLICIES,
     Job,
     Registry,
@@ -27,23 +26,24 @@ from ..registry import (
     run_limit,
     validate_job_name,
 )
-from ..stores import ControlStore, LockState, LockStore, require_control
-from ..stores.base import MAX_DEFINITION
-from .overlap import check_overlap
+from .stores import ControlStore, LockState, LockStore, supports_overlap
+from .stores.base import MAX_DEFINITION
+from .zones import zone_name
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from datetime import tzinfo
 
-    from ..records import JobContext
+    from .records import JobContext
 
-__all__ = ["MAX_DEFINITION", "RUN_ON", "RuntimeCall", "RuntimeSchedules", "ScheduleDefinition", "add",
-           "checked_definition", "lease_of", "remove", "run_options", "stored", "target_key",
+__all__ = ["DEFAULT_LEASE", "MAX_DEFINITION", "OVERLAP_POLICIES", "RUN_ON", "RuntimeCall", "RuntimeSchedules",
+           "ScheduleDefinition", "check_overlap", "checked_definition", "lease_of", "run_options", "target_key",
            "with_stored", "zone_of"]
 
 logger = logging.getLogger("mutexcron.scheduler")
 
 RUN_ON: tuple[str, ...] = ("here", "tasks")
+OVERLAP_POLICIES = ("buffer_one", "replace")  # the busy policies whose next-tick slot the store keeps
 DEFAULT_LEASE = timedelta(minutes=10)
 
 
@@ -323,40 +323,10 @@ def lease_of(lease: object, name: str) -> timedelta:
     return duration(lease, what=f"schedule {name!r}: lease", error=JobDefinitionError, allow_zero=False)
 
 
-def add(store: LockStore, jobs: Registry, name: str, definition: ScheduleDefinition, *,
-        by: str | None = None) -> LockState:
-    """Check ``definition`` and store it on ``name``'s lock document (:meth:`ControlStore.define`)."""
-    control = require_control(store, "add a run-time schedule")
-    text = checked_definition(name, definition, jobs)
-    check_overlap(store, [definition.job(name, jobs)])  # on_busy buffer_one or replace: the store keeps the slot
-    if by is not None and (not isinstance(by, str) or len(by) > MAX_TEXT):
-        raise JobDefinitionError(f"schedule {name!r}: by must be a string of at most {MAX_TEXT} characters, "
-                                 f"not {shown(by)}")
-    existing = control.lock(name)
-    if existing is not None and existing.definition is None:
-        raise JobDefinitionError(f"schedule {name!r}: the store has a lock of that name that is no run-time schedule "
-                                 "(a job declared on other instances, or an orphan lock: delete it first)")
-    state = control.define(name, text, by=by)
-    assert state is not None  # define() of a definition always leaves a document
-    logger.info("run-time schedule %r defined by %s: %s", name, by or "?", text)
-    return state
-
-
-def remove(store: LockStore, jobs: Registry, name: str, *, by: str | None = None) -> LockState:
-    """Remove run-time schedule ``name`` from the store: its document hidden, acquires for it refused as stale."""
-    control = require_control(store, "remove a run-time schedule")
-    if jobs.base is not None and name in jobs.base:
-        raise JobDefinitionError(f"job {name!r} is declared in code, not a run-time schedule; it cannot be removed")
-    state = control.lock(name)
-    removed = control.define(name, None, by=by) if state is not None and state.definition is not None else None
-    if removed is None:
-        known = ", ".join(schedule.name for schedule in stored(store)) or "none"
-        raise UnknownJobError(f"no run-time schedule named {name!r} (run-time schedules: {known})")
-    logger.info("run-time schedule %r removed by %s", name, by or "?")
-    return removed
-
-
-def stored(store: LockStore) -> list[LockState]:
-    """The run-time schedules ``store`` holds, sorted by name."""
-    return [state for state in require_control(store, "list run-time schedules").locks()
-            if state.definition is not None]
+def check_overlap(store: LockStore, jobs: Registry | list[Job]) -> None:
+    """SchedulerConfigError naming the ``buffer_one``/``replace`` jobs if ``store`` cannot keep their slot."""
+    named = [f"{job.name!r} (on_busy={job.on_busy!r})" for job in jobs if job.on_busy in OVERLAP_POLICIES]
+    if named and not supports_overlap(store):
+        raise SchedulerConfigError(
+            f"job(s) {', '.join(named)} need a lock store that keeps the overlap slot fleet-wide "
+            f"(mutexcron.stores.OverlapStore: the memory, Redis, MongoDB and SQL stores), and {store!r} does not")
