@@ -20,7 +20,9 @@ Every job x tick of the window (from the warm-up to the end) is one of:
 - **duplicate**: more than one body started (must never happen);
 - **lost with its holder**: no body finished because the instance that took the tick was SIGKILLed: its body was
   killed mid-run, or it had sent the acquire (and may have been granted it) but was killed before its body
-  started or its answer was written. The store counts the tick as taken: no one else may run it;
+  started or its answer was written; or SIGSTOPped between winning the lock and starting the body until its lease
+  ran out and a later tick took the lock: it then finds the lock gone and does not start the body (its record
+  says ``skipped_busy`` with ``lock_lost``). The store counts the tick as taken: no one else may run it;
 - **waited out a faulted holder's lease**: nobody ran it because every instance that fired it found the job's
   lock still held by an instance that was killed or stopped (its lease, ``--lease``, had not run out yet), until
   its busy retries ended (``busy_grace``) or the next tick took the lock first once the lease ran out;
@@ -395,6 +397,11 @@ class Soak:
                             f"{killed[0]} killed {'after it acquired' if answer else 'while acquiring'}")
                     continue
                 seen = records.get(key, [])
+                stopped = [r[0] for r in seen if r[1] == "skipped_busy" and r[2] and by_name[r[0]].stops]
+                if stopped:  # it won the lock, was stopped past its lease, and found the lock gone at its body
+                    result.lost_with_holder += 1
+                    example("lost with its holder", job, tick, f"{stopped[0]} stopped before its body started")
+                    continue
                 if seen and all(waited(r, key, tick) for r in seen):
                     result.waited_out_lease += 1
                     example("waited out a faulted holder's lease", job, tick,
@@ -493,7 +500,8 @@ def report(results: list[Result], options: Options) -> str:
         "- runs: job x ticks whose body started (and finished); late runs: started more than 1 s after the tick "
         "(a paused holder finishing after SIGCONT); lock lost: runs whose lease ran out under them.",
         "- lost with their holder: the instance that took the tick was SIGKILLed before its body finished (or "
-        "while its acquire was in flight): the store counts the tick as taken, so nobody else runs it.",
+        "while its acquire was in flight), or SIGSTOPped before its body started until its lease ran out and the "
+        "lock was taken (it then starts no body): the store counts the tick as taken, so nobody else runs it.",
         "- waited out a faulted holder's lease: every instance that fired the tick found the job's lock still held "
         "by a killed or stopped instance, within its lease, until its retries ended or the next tick took the lock.",
         "- stalled behind a stopped transaction (SQL): the tick's acquires waited on a row lock held by the open "
