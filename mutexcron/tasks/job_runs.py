@@ -186,7 +186,6 @@ class JobRunner:
     def _run_body(self, job: Job, task: JobTask, token: int, started_at: datetime, asked: float) -> None:
         """The body run (:func:`~mutexcron.running.body.run_body`), settled here: its outcome kept as the task's
         result, then its lock released, if this worker still holds the run it took over."""
-        taken_at = time.monotonic()
         ctx = task.context(self.instance_id, token, asked)
 
         def settle(outcome: Outcome, error: str | None, beat: Beat) -> bool:
@@ -195,8 +194,9 @@ class JobRunner:
                              "lease?); its outcome is not kept", job.name, task.fire_time.isoformat())
                 return False
             hold = job.hold_at_least.total_seconds()
-            # The least this worker's lease on the run lasts: its last renewal (or the take-over) plus a lease.
-            held_until = max(beat.last_renewed, taken_at) + job.lease.total_seconds()
+            # The least this worker's lease on the run lasts: its heartbeat's last renewal (its first: when the beat
+            # was added, right after the take-over) plus a lease.
+            held_until = beat.last_renewed + job.lease.total_seconds()
             # The result first: a worker that dies between the two leaves a task that, tried again, only releases.
             self._keep_result(task, {"outcome": str(outcome), "error": error, "token": token, "hold": hold,
                                      "worker": self.instance_id}, held_until)
