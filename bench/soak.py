@@ -318,13 +318,17 @@ class Soak:
 
         def stalled_by(key: tuple[int, float], tick: float) -> str | None:
             """The stopped instance whose open transaction held a job's row lock (an acquire or release by another
-            instance was sent before its SIGCONT and answered only then), if this tick's acquires waited on that
-            lock too, or were all sent only once it went on: queued behind worker threads that waited on it. Or,
-            on SQL stores that batch, whose row lock made this tick's batches by others time out while it was
-            stopped: answered busy with no holder known (``BATCH_LOCK_TIMEOUT``)."""
+            instance was sent before its SIGCONT and answered only then), if this tick was still being decided when
+            it stopped and its acquires waited on that lock too, or were all sent only once it went on: queued
+            behind worker threads that waited on it. Or, on SQL stores that batch, whose row lock made this tick's
+            batches by others time out while it was stopped: answered busy with no holder known
+            (``BATCH_LOCK_TIMEOUT``)."""
+            # When this tick's acquires were answered: a stop can only have held up a tick still being decided
+            # when it began (on a loaded machine a tick's batch may still be in flight a second or more after it).
+            answered_at = [answer[1] for parsed in lines.values() for answer in parsed.answers.get(key, [])]
             for incarnation in self.incarnations:
                 for stopped, continued in incarnation.stops:
-                    if not stopped - 1 <= tick <= continued + o.lease + BUSY_GRACE + 1:
+                    if tick > continued + o.lease + BUSY_GRACE + 1 or not any(a >= stopped for a in answered_at):
                         continue
                     timed_out = [answered for name, parsed in lines.items() if name != incarnation.name
                                  for status, answered, holder in parsed.answers.get(key, [])

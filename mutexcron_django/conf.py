@@ -20,7 +20,7 @@ from mutexcron.stores import LockStore, store_from_url
 from mutexcron.tasks import TaskBackend, TaskQueue
 from mutexcron.tasks.queue import BACKENDS as TASK_BACKEND_SCHEMES
 from mutexcron.tasks.records.base import SCHEMES as CANCEL_STORE_SCHEMES
-from mutexcron.tasks.records.base import TaskRecordStore, cancel_marks_from_url
+from mutexcron.tasks.records.base import TaskRecordStore, cancel_store_from_url
 from mutexcron.telemetry import load_part
 from mutexcron.urls import mask_url, shown, url_scheme
 
@@ -82,7 +82,7 @@ class TasksSettings:
         marks: TaskRecordStore | None = None
         if self.cancel_store is not None:
             try:
-                marks = cancel_marks_from_url(self.cancel_store, backend="the RabbitMQ task backend")
+                marks = cancel_store_from_url(self.cancel_store, backend="the RabbitMQ task backend")
             except StoreConfigError as error:
                 raise ImproperlyConfigured(f"MUTEXCRON['TASKS']['CANCEL_STORE']: {error}") from None
         options = {"metrics": self.metrics, "tracing": self.tracing, "require_handlers": self.require_handlers,

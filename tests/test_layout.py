@@ -76,7 +76,7 @@ def test_the_public_names_stay_where_they_are() -> None:
     assert sorted(mutexcron.tasks.backends.__all__) == [
         "Claim", "ClaimHeartbeat", "ClaimedDelivery", "ClaimingBackend", "ClaimingConsumer", "ConsumeRequest",
         "Delivery", "NewTask", "RunningConsumers",
-        "TaskBackend", "TaskInfo", "TaskRecord", "TaskRecordStore", "TaskStatus", "Verdict", "cancel_marks_from_url",
+        "TaskBackend", "TaskInfo", "TaskRecord", "TaskRecordStore", "TaskStatus", "Verdict", "cancel_store_from_url",
         "consumed_types", "run_batch", "warn_stale_settle",
     ]
     assert sorted(urls.__all__) == [

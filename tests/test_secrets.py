@@ -21,7 +21,7 @@ from mutexcron.errors import JobDefinitionError, MutexcronError, StoreConfigErro
 from mutexcron.ping_urls import mask_ping_url
 from mutexcron.stores import LockStore, store_from_url
 from mutexcron.tasks import TaskQueue
-from mutexcron.tasks.records.base import cancel_marks_from_url
+from mutexcron.tasks.records.base import cancel_store_from_url
 from mutexcron.tasks.records.redis import RedisTaskRecords
 from mutexcron.urls import mask_url, scrub
 from tests.support.leaks import SecretURL, assert_hidden, exception_texts, secret_urls, texts_while
@@ -144,7 +144,7 @@ def test_task_queue_with_a_cancel_store_never_shows_the_password(secret: SecretU
 def test_the_cancel_store_never_shows_the_password(secret: SecretURL, caplog: LogCaptureFixture) -> None:
     url = secret.url
     assert_hidden(secret.password, texts_while(caplog, lambda: [
-        *exercise(lambda: cancel_marks_from_url(url), lambda marks: marks.get("x")),
+        *exercise(lambda: cancel_store_from_url(url), lambda marks: marks.get("x")),
         *exercise(lambda: RedisTaskRecords.from_url(url), lambda marks: marks.get("x")),
     ]))
 

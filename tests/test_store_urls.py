@@ -17,7 +17,7 @@ from mutexcron.stores import SCHEMES, LockStore, MemoryLockStore, RedisLockStore
 from mutexcron.tasks import TaskQueue
 from mutexcron.tasks.queue import BACKENDS
 from mutexcron.tasks.records.base import SCHEMES as RECORD_SCHEMES
-from mutexcron.tasks.records.base import cancel_marks_from_url
+from mutexcron.tasks.records.base import cancel_store_from_url
 from tests.support import wait_until
 from tests.support.servers import free_port, start_redis_server, stop_process
 
@@ -122,7 +122,7 @@ class NotABackend:
 @pytest.mark.parametrize(
     ("kind", "build", "what"),
     [("lock_store", store_from_url, "store"), ("task_backend", TaskQueue, "task backend"),
-     ("record_store", cancel_marks_from_url, "cancel store")],
+     ("record_store", cancel_store_from_url, "cancel store")],
 )
 def test_a_registered_class_that_builds_the_wrong_kind_is_refused(registered: list[tuple[Kind, str]], kind: Kind,
                                                                   build: Callable[[str], object], what: str) -> None:
@@ -143,7 +143,7 @@ def test_register_rejects_what_it_cannot_serve(kind: str, scheme: str, path: str
 
 @pytest.mark.parametrize(
     ("build", "what"),
-    [(store_from_url, "store"), (TaskQueue, "task backend"), (cancel_marks_from_url, "cancel store")],
+    [(store_from_url, "store"), (TaskQueue, "task backend"), (cancel_store_from_url, "cancel store")],
 )
 def test_an_unknown_scheme_names_it_and_the_known_ones_with_the_url_masked(build: Callable[[str], object],
                                                                            what: str) -> None:
@@ -168,7 +168,7 @@ def test_the_known_schemes_include_what_installed_packages_declare() -> None:
     "unix:///tmp/redis.sock?prefx=app:",
 ])
 @pytest.mark.parametrize(("build", "what"), [(store_from_url, "lock store"), (TaskQueue, "task backend"),
-                                             (cancel_marks_from_url, "record store")])
+                                             (cancel_store_from_url, "record store")])
 def test_an_unknown_redis_url_option_is_refused_when_built_naming_it(url: str, build: Callable[[str], object],
                                                                      what: str) -> None:
     """Not later, at the first command, as redis-py's connection would (a TypeError naming a keyword)."""
@@ -256,7 +256,7 @@ def test_a_new_redis_connection_asks_nothing_of_the_server_but_hello(redis_serve
         elif kind == "task backend":
             made = TaskQueue(url).backend
         else:
-            made = cancel_marks_from_url(url)
+            made = cancel_store_from_url(url)
         made.client.ping()
         wait_until(lambda: any(b"PING" in words for words in proxy.commands()), what="the PING to reach the proxy")
         connections = proxy.commands()

@@ -45,7 +45,7 @@ from mutexcron.tasks.backends.rabbitmq.backend import (
 )
 from mutexcron.tasks.backends.rabbitmq.topology import HEADER_DEAD_QUEUE, HEADER_DEAD_REASON, HEADER_TRACE, decode
 from mutexcron.tasks.model import encode_trace_context
-from mutexcron.tasks.records.base import cancel_marks_from_url
+from mutexcron.tasks.records.base import cancel_store_from_url
 from mutexcron.tasks.records.redis import RedisTaskRecords
 from tests.support import unique_name, wait_until
 from tests.support.tcp_proxy import TcpProxy
@@ -325,7 +325,7 @@ def test_the_cancel_store_is_required() -> None:
     with pytest.raises(StoreConfigError, match="unknown cancel store scheme"):
         TaskQueue(AMQP_URL, cancel_store="memcached://:pw@127.0.0.1/")
     with pytest.raises(StoreConfigError, match="must be a URL"):
-        cancel_marks_from_url("127.0.0.1:6379")
+        cancel_store_from_url("127.0.0.1:6379")
 
 
 @pytest.mark.parametrize("query, message", [
@@ -844,52 +844,13 @@ def test_two_apps_whose_prefix_and_type_once_named_one_queue_each_run_only_their
             assert {run.task_type for run in runs.all()} == {task_type}
 
 
-def test_a_worker_also_drains_the_queue_of_the_old_name(
-    queues: Callable[..., TaskQueue], recorder: Recorder, declared: Declared
-) -> None:
-    """Messages delayed before an upgrade still reach the old ``<prefix><type>`` queue; none of them is lost."""
-    recorder.define()
-    queue = queues()
-    backend = backend_of(queue)
-    topology = backend.topology
-    queue.schedule("rabbit.task", "new", delay=timedelta(milliseconds=50))  # declares the topology
-    legacy = topology.legacy_task_queue("rabbit.task")
-    declared.queues.add(legacy)
-    connection, channel = _amqp_channel()
-    try:
-        channel.queue_declare(legacy, durable=True, arguments={"x-queue-type": "quorum"})
-        channel.queue_bind(legacy, topology.tasks_exchange, routing_key=f"#.@.{legacy}")  # the old binding
-        task = NewTask(uuid.uuid4().hex, "rabbit.task", '"old"', datetime.now(UTC))
-        backend.marks.create([task])
-        channel.basic_publish(topology.tasks_exchange, f"@.{legacy}", b'"old"', pika.BasicProperties(
-            message_id=task.id, type="rabbit.task", headers=_good_headers(), delivery_mode=2))
-    finally:
-        connection.close()
-    queue.start()
-    recorder.wait_for("old")
-    recorder.wait_for("new")
-    wait_until(lambda: queue.status(task.id) == TaskStatus.SUCCEEDED)
-
-
-def test_a_name_of_the_delay_topology_is_never_taken_for_an_old_task_queue() -> None:
-    """``<queue_prefix><type>`` can spell a level queue of this or another app's topology when the prefixes
-    differ: such a name is never drained as the type's old queue (it would take every delayed message)."""
-    topology = Topology("app.", queue_prefix="", levels=6)
-    assert topology.legacy_task_queue("app.mutexcron.delay.0") is None  # this topology's level 0
-    assert topology.legacy_task_queue("app.mutexcron.delay.40") is None  # a level of a longer topology
-    assert topology.legacy_task_queue("billing.mutexcron.delay.3") is None  # another app's level
-    assert Topology("", queue_prefix="").legacy_task_queue("mutexcron.delay.12") is None
-    assert topology.legacy_task_queue("app.mutexcron.delay.x") == "app.mutexcron.delay.x"  # not a level
-    assert topology.legacy_task_queue("send-sms") == "send-sms"
-    assert Topology(queue_prefix="billing.").legacy_task_queue("sync") == "billing.sync"
-
-
-def test_a_worker_whose_old_queue_name_is_a_delay_level_leaves_that_level_alone(
+def test_a_task_type_named_like_a_delay_level_queue_leaves_that_level_alone(
     own_prefix: Callable[..., str], amqp_session_prefix: str, redis_url: str, recorder: Recorder,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """prefix ``<p>own-….`` with queue_prefix ``<p>``: the old name of type ``own-….mutexcron.delay.0`` is the
-    topology's level 0 queue. Delayed tasks of every type pass through it and all run; none is dead-lettered."""
+    """prefix ``<p>own-….`` with queue_prefix ``<p>``: ``<queue_prefix><type>`` of type ``own-….mutexcron.delay.0``
+    spells the topology's level 0 queue. Delayed tasks of every type pass through it and all run; none is
+    dead-lettered."""
     url = own_prefix(levels="4", queue_prefix=amqp_session_prefix)
     prefix = dict(item.split("=") for item in urlsplit(url).query.split("&"))["prefix"]
     shadow = recorder.define(prefix.removeprefix(amqp_session_prefix) + "mutexcron.delay.0")

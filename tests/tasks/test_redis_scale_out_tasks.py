@@ -15,7 +15,7 @@ from redis.crc import key_slot
 
 from mutexcron.tasks import NewTask, TaskQueue, TaskStatus
 from mutexcron.tasks.backends.redis.backend import RedisTaskBackend
-from mutexcron.tasks.records.base import cancel_marks_from_url
+from mutexcron.tasks.records.base import cancel_store_from_url
 from mutexcron.tasks.records.redis import RedisTaskRecords
 from tests.support import wait_until
 from tests.support.scale_out import cluster_client
@@ -119,7 +119,7 @@ def test_failed_tasks_of_every_type_newest_first(backend: RedisTaskBackend) -> N
 
 
 def test_the_cancel_store_takes_a_cluster_url(cluster_url: str) -> None:
-    marks = cancel_marks_from_url(cluster_url)
+    marks = cancel_store_from_url(cluster_url)
     try:
         assert isinstance(marks, RedisTaskRecords)
         marks.create(_tasks("records", 40))

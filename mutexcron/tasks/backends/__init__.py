@@ -10,7 +10,7 @@ the helpers every kind of backend shares (client errors, clipped tracebacks, tim
 """
 
 from ..model import NewTask, TaskInfo, TaskStatus
-from ..records.base import Claim, TaskRecord, TaskRecordStore, Verdict, cancel_marks_from_url
+from ..records.base import Claim, TaskRecord, TaskRecordStore, Verdict, cancel_store_from_url
 from .base import (
     ClaimedDelivery,
     ClaimHeartbeat,
@@ -41,7 +41,7 @@ __all__ = [
     "TaskRecordStore",
     "TaskStatus",
     "Verdict",
-    "cancel_marks_from_url",
+    "cancel_store_from_url",
     "consumed_types",
     "run_batch",
     "warn_stale_settle",

@@ -6,7 +6,7 @@ and asks it before running a delivered message: ``cancel`` and ``claim`` race on
 one wins), and every message carries a *generation* so that a stale copy is dropped. Each method is one
 atomic compare-and-set on one record: Redis (:mod:`mutexcron.tasks.records.redis`), SQL
 (``mutexcron_django.sql.tasks.records``) and memory (:mod:`mutexcron.tasks.records.memory`) implement it,
-and ``tests/tasks/contract.py`` proves them all. Stores are picked by URL with :func:`cancel_marks_from_url`.
+and ``tests/tasks/contract.py`` proves them all. Stores are picked by URL with :func:`cancel_store_from_url`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ __all__ = [
     "TaskRecord",
     "TaskRecordStore",
     "Verdict",
-    "cancel_marks_from_url",
+    "cancel_store_from_url",
 ]
 
 DEFAULT_RETENTION = timedelta(days=7)
@@ -190,8 +190,8 @@ def retention_option(url: str, options: dict[str, str]) -> timedelta:
 SCHEMES = schemes("record_store")
 
 
-def cancel_marks_from_url(url: str | TaskRecordStore | None, *, backend: str = "this task backend") -> TaskRecordStore:
-    """A record store from a URL (``redis://…``) or a :class:`TaskRecordStore` object."""
+def cancel_store_from_url(url: str | TaskRecordStore | None, *, backend: str = "this task backend") -> TaskRecordStore:
+    """The cancel store (a :class:`TaskRecordStore`) from a URL (``redis://…``), or the object itself."""
     if isinstance(url, TaskRecordStore):
         return url
     if url is None or url == "":

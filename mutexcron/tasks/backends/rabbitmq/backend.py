@@ -22,7 +22,7 @@ from ....errors import StoreConfigError, StoreUnavailable
 from ....urls import check_host_and_port, mask_url, pop_query_options, scrub
 from ...handlers import validate_task_type
 from ...model import NewTask, TaskInfo, TaskStatus, UnknownTaskType
-from ...records.base import TaskRecordStore, cancel_marks_from_url
+from ...records.base import TaskRecordStore, cancel_store_from_url
 from ..base import ConsumeRequest, TaskBackend
 from .connection import BrokerConnection
 from .consumer import TaskConsumer
@@ -104,7 +104,7 @@ class RabbitMQTaskBackend(BrokerConnection, TaskBackend):
             unit_ms=numbers["unit_ms"],
             queue_type=options.get("queue_type", "quorum"), delay_queue_type=options.get("delay_queue_type", "quorum"),
         )
-        marks = cancel_marks_from_url(cancel_store, backend="the RabbitMQ task backend")
+        marks = cancel_store_from_url(cancel_store, backend="the RabbitMQ task backend")
         heartbeat = parameters.heartbeat if "heartbeat" in given and isinstance(parameters.heartbeat, int) else None
         return cls(parameters, marks, topology=topology, url=cleaned, heartbeat=heartbeat)
 

@@ -32,7 +32,7 @@ from .topology import (
     Topology,
 )
 
-__all__ = ["CONNECTION_ERRORS", "BrokerConnection", "Session", "queue_exists"]
+__all__ = ["CONNECTION_ERRORS", "BrokerConnection", "Session"]
 
 logger = logging.getLogger("mutexcron.tasks.rabbitmq")
 
@@ -253,16 +253,3 @@ class BrokerConnection:
         finally:
             with suppress(*CONNECTION_ERRORS):
                 connection.close()
-
-
-def queue_exists(connection: BlockingConnection, name: str) -> bool:
-    """Whether queue ``name`` exists (a passive declare on a channel of its own: a 404 closes that channel)."""
-    probe = connection.channel()
-    try:
-        probe.queue_declare(name, passive=True)
-    except pika.exceptions.ChannelClosedByBroker as error:
-        if error.reply_code != 404:
-            raise
-        return False
-    probe.close()
-    return True

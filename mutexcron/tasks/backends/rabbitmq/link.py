@@ -17,7 +17,7 @@ import pika
 import pika.exceptions
 
 from ....errors import StoreConfigError, StoreUnavailable
-from .connection import CONNECTION_ERRORS, BrokerConnection, Session, queue_exists
+from .connection import CONNECTION_ERRORS, BrokerConnection, Session
 from .topology import Received, TaskMessage, publish_dead_letter
 
 __all__ = ["LOST", "WAKE", "ConsumerLink", "LiveLinks"]
@@ -68,12 +68,8 @@ class ConsumerLink:
             self.channel.add_on_cancel_callback(self._on_cancelled)
             topology = self.broker.topology
             for task_type in self._types:
-                names = [topology.task_queue(task_type)]
-                legacy = topology.legacy_task_queue(task_type)  # None: that name is a queue of the topology
-                if legacy is not None and queue_exists(session.connection, legacy):
-                    names.append(legacy)
-                for name in names:
-                    self.channel.basic_consume(name, functools.partial(self._on_message, task_type, name))
+                name = topology.task_queue(task_type)
+                self.channel.basic_consume(name, functools.partial(self._on_message, task_type, name))
         except BaseException as error:
             self._error = error
             if self._session is not None:

@@ -8,16 +8,12 @@ Queue names (``Q`` is the ``?queue_prefix=``; neither it nor a task type may con
 
 Each name has exactly one ``@``, so it splits back into one prefix and one type: prefix ``billing.`` with
 type ``sync`` is ``billing.task@sync``, the empty prefix with type ``billing.sync`` is ``task@billing.sync``.
-Earlier versions named the queue ``Q<task type>`` (``billing.sync`` for both); a worker also consumes a
-queue of that old name while it exists (:meth:`Topology.legacy_task_queue`), so messages that delayed
-routes still carry to it are not lost, unless that name is a level queue (``…mutexcron.delay.<k>``).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +37,6 @@ _MAX_TTL_MS = 2**32 - 1  # x-message-ttl is an unsigned 32-bit integer
 _MAX_LEVELS = 32  # more levels than this cannot fit the TTL limit at any unit
 _MAX_TIME_MS = 253402300799999  # 9999-12-31T23:59:59.999Z, the last time a datetime can hold
 _MAX_COUNT = 2**31 - 1  # gen and attempt are kept in 32-bit integer columns
-_LEVEL_QUEUE = re.compile(r".*mutexcron\.delay\.[0-9]+")  # level_queue() under any prefix, of any levels
 
 
 class Topology:
@@ -96,17 +91,6 @@ class Topology:
     def dead_letter_queue(self, task_type: str) -> str:
         """Where the undecodable messages of ``task_type``'s queue are kept for an operator."""
         return f"{self.queue_prefix}dead-letter@{task_type}"
-
-    def legacy_task_queue(self, task_type: str) -> str | None:
-        """The queue's name before the ``task@`` form (ambiguous); workers drain it while it exists.
-
-        None when that name is one of the topology's own queues: with a ``queue_prefix`` unlike the ``prefix``,
-        ``<queue_prefix><type>`` can spell a level queue (``app.mutexcron.delay.0``) of this or another app's
-        topology, whose every delayed message a worker would then take. Names with an ``@`` (task and
-        dead-letter queues of any type) cannot be old names either.
-        """
-        name = f"{self.queue_prefix}{task_type}"
-        return None if "@" in name or _LEVEL_QUEUE.fullmatch(name) else name
 
     def level_queue(self, level: int) -> str:
         return f"{self.prefix}mutexcron.delay.{level}"
