@@ -1,6 +1,8 @@
 """The store contracts, as tests (subclass with a ``store`` fixture): :class:`LockContract`, which every store
 passes (a store of the lock methods alone, too), and :class:`LockStoreContract`, which a store with the control
-plane passes as well (lock documents, operators' actions, alerts, catch-up).
+plane passes as well (lock documents, operators' actions, alerts, catch-up). :class:`StoreVerbsContract` is the
+latter's verbs without the scenarios that run schedulers on the store: for a store's variants (a session time
+zone, replicas waited for), which differ in the store's own reads and writes, never in the scheduler above them.
 
 The lock tests judge a store by what acquire, renew and release answer; on a store with the control plane they
 also read the lock documents (``self.control``). Leases are short and real: expiry is awaited by polling the
@@ -28,12 +30,11 @@ from tests.stale_schedule_contract import StaleScheduleContract
 from tests.support import wait_until
 from tests.takeover_contract import TakeOverContract
 
-__all__ = ["FIRE_1", "FIRE_2", "LONG", "LockContract", "LockStoreContract"]
+__all__ = ["FIRE_1", "FIRE_2", "LONG", "LockContract", "LockStoreContract", "LockVerbsContract", "StoreVerbsContract"]
 
 
-class LockContract(AcquireManyContract, ReleaseManyContract, BackfillContract, RunLimitsContract):
-    """The lock contract: what every LockStore does, a third party's of the lock methods alone included (backfills
-    and run limits too)."""
+class LockVerbsContract(AcquireManyContract, ReleaseManyContract):
+    """The lock's verbs: what acquire, renew and release answer (and, with the control plane, what they write)."""
 
     store: LockStore  # set by the subclass's autouse fixture
 
@@ -289,7 +290,18 @@ class LockContract(AcquireManyContract, ReleaseManyContract, BackfillContract, R
                 assert state is not None and state.name == name and state.locked
 
 
-class LockStoreContract(LockContract, DocumentContract, FleetControlContract, AlertsContract, CatchUpContract,
-                        RuntimeScheduleContract, PauseContract, TakeOverContract, StaleScheduleContract):
+class LockContract(LockVerbsContract, BackfillContract, RunLimitsContract):
+    """The lock contract: what every LockStore does, a third party's of the lock methods alone included (backfills
+    and run limits too)."""
+
+
+class StoreVerbsContract(LockVerbsContract, DocumentContract, FleetControlContract, AlertsContract, PauseContract,
+                         TakeOverContract):
+    """The verbs of a store with the control plane: the lock's, its documents, operators' actions, alerts and runs
+    taken over by task workers, without the scenarios that run schedulers on it."""
+
+
+class LockStoreContract(LockContract, StoreVerbsContract, CatchUpContract, RuntimeScheduleContract,
+                        StaleScheduleContract):
     """A store with the control plane (memory, Redis, MongoDB, Django ORM): the lock contract, and its documents,
     operators' actions, alerts, catch-up, run-time schedules and runs taken over by task workers."""

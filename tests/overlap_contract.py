@@ -18,9 +18,8 @@ T1 = datetime(2026, 3, 1, 6, 0, 0, tzinfo=UTC)
 T2, T3 = T1 + timedelta(minutes=1), T1 + timedelta(minutes=2)
 
 
-class OverlapContract(OverlapPolicyContract):
-    """The slot and the stop request, decided atomically by the store on its clock; and the two policies built on
-    them (:class:`~tests.overlap_policy_contract.OverlapPolicyContract`)."""
+class OverlapVerbsContract:
+    """The slot and the stop request, decided atomically by the store on its clock."""
 
     store: LockStore
 
@@ -111,3 +110,8 @@ class OverlapContract(OverlapPolicyContract):
 
     def test_a_missing_document_refuses_the_slot(self) -> None:
         assert not self.overlap.claim_next("nobody", fire_time=T2, lease=LONG)
+
+
+class OverlapContract(OverlapVerbsContract, OverlapPolicyContract):
+    """The slot and the stop request, and the two policies built on them
+    (:class:`~tests.overlap_policy_contract.OverlapPolicyContract`)."""

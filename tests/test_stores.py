@@ -11,8 +11,8 @@ import pytest
 from mutexcron.stores import AcquireRequest, AcquireStatus, Acquisition, LockStore, MemoryLockStore, store_from_url
 from mutexcron.stores.mongo import MongoLockStore
 from mutexcron.stores.redis import RedisLockStore
-from tests.contract import LockStoreContract
-from tests.overlap_contract import OverlapContract
+from tests.contract import LockStoreContract, StoreVerbsContract
+from tests.overlap_contract import OverlapContract, OverlapVerbsContract
 
 
 class TestMemoryLockStore(LockStoreContract, OverlapContract):
@@ -49,8 +49,9 @@ class TestRedisSentinelLockStore(LockStoreContract, OverlapContract):
         self.store.close()
 
 
-class TestRedisLockStoreWaitingForReplicas(LockStoreContract, OverlapContract):
-    """The contract with ``wait_replicas=1``: on the cluster (WAIT on the key's master) and through Sentinel."""
+class TestRedisLockStoreWaitingForReplicas(StoreVerbsContract, OverlapVerbsContract):
+    """The store's verbs with ``wait_replicas=1`` (WAIT after each write): on the cluster (on the key's master) and
+    through Sentinel."""
 
     @pytest.fixture(autouse=True, params=["cluster_url", "sentinel_url"], ids=["cluster", "sentinel"])
     def _store(self, request: pytest.FixtureRequest) -> Iterator[None]:
