@@ -61,20 +61,36 @@ def _group(bodies: Iterable[Body], key: Callable[[Body], Hashable]) -> dict[Any,
 
 
 def mutual_exclusion(history: History, verdict: Verdict) -> None:
-    """Two bodies of one job never overlap, unless a fault froze or cut off the first holder past its lease."""
+    """Two bodies of one job never overlap while both leases are live: unless a fault froze or cut off the first
+    holder past its lease (from the earliest it can have taken its lock: a holder stopped before its body starts
+    it late), or the second is a stale holder that a stop froze between its lock and its body."""
     for bodies in _group(history.bodies, lambda body: body.job).values():
         for i, first in enumerate(bodies):
             for second in bodies[i + 1:]:
                 if second.mono >= first.until:
                     break
+                if _stale_start(history, first, second):
+                    continue
                 if second.mono < history.earliest_acquire(first) + first.lease - LEASE_SLACK:
                     why = "before the first holder's lease could have run out"
-                elif not history.excused(first.proc, first.mono, second.mono):
+                elif not history.excused(first.proc, history.earliest_acquire(first), second.mono):
                     why = "with no fault on the first holder"
                 else:
                     continue
                 verdict.add("mutual_exclusion", f"{second.job}: {second.proc} started while {first.proc} ran, {why}",
                             second.mono, [*first.events, second.start])
+
+
+def _stale_start(history: History, first: Body, second: Body) -> bool:
+    """``second`` took its lock before ``first`` did (a lower fencing token) and its process was stopped between
+    the earliest it can have taken it and its body's start: frozen past its lease after its last look at the lock
+    (the check before a body cannot close that window; fenced writes make such a holder harmless). Its lease was
+    no longer live when its body started, so mutual exclusion does not judge it."""
+    first_token, second_token = first.start.get("token"), second.start.get("token")
+    if not isinstance(first_token, int) or not isinstance(second_token, int) or second_token >= first_token:
+        return False
+    return any(fault.kind == "stop" and fault.touches(second.proc)
+               and fault.overlaps(history.earliest_acquire(second), second.mono) for fault in history.faults)
 
 
 def _gave_way(history: History, body: Body) -> bool:

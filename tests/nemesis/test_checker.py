@@ -44,6 +44,32 @@ def test_a_holder_stopped_past_its_lease_may_overlap_the_next_holder() -> None:
     assert history.check().anomalies == []
 
 
+def test_a_stale_holder_stopped_between_its_lock_and_its_body_is_not_judged_by_mutual_exclusion() -> None:
+    history = History(JOB)
+    stale = history.body(25.0, "s1", JOB, 10, seconds=0.5)  # its lock taken at 10 s, then SIGSTOPped to 25 s
+    history.fault(10.5, 24.98, "stop", "s1")
+    history.body(22.0, "s2", JOB, 22, seconds=5.0)  # the lock taken again once s1's lease ran out
+    stale["token"] = 1  # s1's token is the older one
+    assert history.check().anomalies == []
+
+
+def test_a_holder_stopped_between_its_lock_and_its_body_may_be_overlapped_by_the_next_holder() -> None:
+    history = History(JOB)
+    history.fault(10.5, 24.98, "stop", "s1")
+    history.body(25.0, "s1", JOB, 10, seconds=4.0)  # its lock taken at 10 s, its body started once it went on
+    history.body(27.0, "s2", JOB, 27, seconds=0.5)  # the next tick, long after s1's lease ran out
+    assert history.check().anomalies == []
+
+
+def test_a_holder_with_an_older_token_overlapping_a_newer_one_with_no_stop_breaks_mutual_exclusion() -> None:
+    history = History(JOB)
+    stale = history.body(25.0, "s1", JOB, 10, seconds=0.5)
+    history.fault(10.5, 24.98, "link_cut", "s1")  # cut off, not frozen: it looked at the lock when the link came back
+    history.body(22.0, "s2", JOB, 22, seconds=5.0)
+    stale["token"] = 1
+    assert props(history.check()) == {"mutual_exclusion"}
+
+
 def test_a_body_whose_process_was_killed_ends_with_its_process() -> None:
     history = History(JOB)
     history.body(10.0, "s1", JOB, 10, seconds=None)
