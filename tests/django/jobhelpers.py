@@ -37,8 +37,9 @@ class Declarations:
         self.names.clear()
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
-    """:func:`tests.support.wait_until` with room for Django processes to start (15 s by default)."""
+def wait_for(condition: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    """:func:`tests.support.wait_until` with room for Django processes to start: 30 s by default, as a worker
+    command's start-up took over 15 s while the suite's 8 test processes shared 2 CPUs."""
     return wait_until(condition, timeout, what, interval=0.05)
 
 

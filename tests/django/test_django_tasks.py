@@ -667,41 +667,6 @@ test_fleet_a_task_scheduled_elsewhere_wakes_sleeping_workers = pytest.mark.fleet
     fleet_tests.test_a_task_scheduled_by_another_process_wakes_sleeping_workers_at_once)
 
 
-@pytest.fixture(params=["sqlite", "postgresql", "mysql"])
-def throughput_backend(request: pytest.FixtureRequest) -> fleet_tests.WorkerBackend:
-    return fleet_backend(request, request.param, max_sleep=0.1 if request.param != "postgresql" else None)
-
-
-@pytest.mark.fleet
-def test_fleet_throughput_of_four_worker_processes(throughput_backend: fleet_tests.WorkerBackend,
-                                                   tmp_path: Any) -> None:
-    """4 worker processes drain 4,000 tasks that are due at once (each handler appends an fsync'ed line to
-    its process's ledger, which is part of the cost measured)."""
-    fleet = fleet_tests.Fleet(tmp_path, throughput_backend)
-    producer = throughput_backend.queue()
-    alias = throughput_backend.url.split("://", 1)[1].split("?")[0]
-    try:
-        for n in range(4):
-            fleet.start(f"worker-{n}", "--prefetch", "20")
-        fleet.wait_ready()
-        count = 4000
-        started = time.perf_counter()
-        producer.schedule_many([(fleet_tests.TASK_TYPE, {"n": n}) for n in range(count)])
-        scheduled = time.perf_counter() - started
-        done = ScheduledTask.objects.using(alias).filter(status="succeeded")
-        wait_until(lambda: done.count() >= count, timeout=120, what=f"{count} tasks to succeed", interval=0.05)
-        elapsed = time.perf_counter() - started
-        fleet.stop()
-        runs = Counter(entry["n"] for entry in fleet.ran())
-        assert set(runs) == set(range(count)) and max(runs.values()) == 1
-        per_worker = sorted(len(w.entries("ran")) for w in fleet.workers)
-        print(f"{throughput_backend.url}: scheduled {count} in {scheduled:.2f}s; 4 processes ran them in "
-              f"{elapsed:.2f}s = {count / elapsed:,.0f} tasks/s (per worker {per_worker})")
-    finally:
-        producer.close()
-        fleet.terminate_all()
-
-
 # -- cancel marks in SQL (for the RabbitMQ backend) ---------------------------------------------------------
 
 
