@@ -36,7 +36,7 @@ class DjangoStoreVerbs(InSessionZone, StoreVerbsContract, OverlapVerbsContract):
 
 
 class DjangoStoreContract(DjangoStoreVerbs, LockStoreContract, OverlapContract):
-    alias = "default"
+    """The whole contract on ``alias``: the verbs and the scenarios that run schedulers on the store."""
 
 
 @on_database("default")

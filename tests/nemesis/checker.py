@@ -89,8 +89,7 @@ def _stale_start(history: History, first: Body, second: Body) -> bool:
     first_token, second_token = first.start.get("token"), second.start.get("token")
     if not isinstance(first_token, int) or not isinstance(second_token, int) or second_token >= first_token:
         return False
-    return any(fault.kind == "stop" and fault.touches(second.proc)
-               and fault.overlaps(history.earliest_acquire(second), second.mono) for fault in history.faults)
+    return history.excused(second.proc, history.earliest_acquire(second), second.mono, kinds=("stop",))
 
 
 def _gave_way(history: History, body: Body) -> bool:

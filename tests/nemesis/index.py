@@ -4,7 +4,7 @@ their ends and lanes, the operator calls, and the ticks of a cron spec as the sc
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -126,9 +126,11 @@ class History:
             return body.mono - body.lease
         return min(body.mono, self.mono_of(body.fire) - MAX_SKEW)
 
-    def excused(self, proc: str, lo: float, hi: float) -> bool:
-        """The fault excuse: a fault touching ``proc`` (or the whole store) overlaps [lo, hi]."""
-        return any(fault.touches(proc) and fault.overlaps(lo, hi) for fault in self.faults)
+    def excused(self, proc: str, lo: float, hi: float, kinds: Container[str] | None = None) -> bool:
+        """The fault excuse: a fault (of ``kinds``, if given) touching ``proc`` (or the whole store) overlaps
+        [lo, hi]."""
+        return any((kinds is None or fault.kind in kinds) and fault.touches(proc) and fault.overlaps(lo, hi)
+                   for fault in self.faults)
 
     def binding(self, body: Body, returned: float) -> bool:
         """The ops excuse, reversed: ``body`` started after an operator call that returned at ``returned`` had to
