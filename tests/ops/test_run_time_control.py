@@ -479,6 +479,8 @@ def test_a_catch_up_tick_refused_as_stale_and_run_on_the_new_schedule_is_still_a
     store.armed.set()
     scheduler.start()
     wait_until(lambda: any(ctx.catch_up for ctx in bodies), timeout=3, what="the catch-up run")
+    # Its record is reported once the body has ended and its lock is released, a moment after the body started.
+    wait_until(lambda: any(r.catch_up for r in records), timeout=3, what="the catch-up run's record")
     assert not any(r.outcome is Outcome.SKIPPED_STALE_SCHEDULE and r.catch_up for r in records)
     caught = [r for r in records if r.catch_up]
     assert caught and all(r.outcome is Outcome.SUCCEEDED for r in caught)
