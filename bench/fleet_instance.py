@@ -183,48 +183,13 @@ class CountingStore(LockStore, ControlStore):
         self._count("locks")
         return self.inner.locks()
 
-    def lock(self, name: str) -> LockState | None:
-        self._count("lock")
-        return self.inner.lock(name)
+    def read(self, name: str) -> LockState | None:
+        self._count("read")
+        return self.inner.read(name)
 
-    def force_unlock(self, name: str) -> bool:
-        self._count("force_unlock")
-        return self.inner.force_unlock(name)
-
-    def delete(self, name: str) -> bool:
-        self._count("delete")
-        return self.inner.delete(name)
-
-    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None,
-              note: str | None = None) -> LockState | None:
-        self._count("pause")
-        return self.inner.pause(name, until=until, by=by, note=note)
-
-    def resume(self, name: str) -> LockState | None:
-        self._count("resume")
-        return self.inner.resume(name)
-
-    def record_failure(self, name: str, *, pause_after: int | None = None, by: str | None = None,
-                       note: str | None = None) -> tuple[int, bool]:
-        self._count("record_failure")
-        return self.inner.record_failure(name, pause_after=pause_after, by=by, note=note)
-
-    def set_schedule(self, name: str, spec: str | None, *, timezone: str | None = None,
-                     by: str | None = None) -> LockState | None:
-        self._count("set_schedule")
-        return self.inner.set_schedule(name, spec, timezone=timezone, by=by)
-
-    def define(self, name: str, definition: str | None, *, by: str | None = None) -> LockState | None:
-        self._count("define")
-        return self.inner.define(name, definition, by=by)
-
-    def open_incident(self, name: str, incident: str, *, replacing: str | None = None) -> bool:
-        self._count("open_incident")
-        return self.inner.open_incident(name, incident, replacing=replacing)
-
-    def close_incident(self, name: str, incident: str) -> bool:
-        self._count("close_incident")
-        return self.inner.close_incident(name, incident)
+    def write(self, state: LockState, *, revision: int) -> bool:
+        self._count("write")
+        return self.inner.write(state, revision=revision)
 
     def now(self) -> datetime:
         self._count("now")

@@ -26,7 +26,7 @@ from .registry import (
     run_limit,
     validate_job_name,
 )
-from .stores import ControlStore, LockState, LockStore, supports_overlap
+from .stores import ControlStore, LockState, LockStore, supports_control
 from .stores.base import MAX_DEFINITION
 from .zones import zone_name
 
@@ -326,7 +326,7 @@ def lease_of(lease: object, name: str) -> timedelta:
 def check_overlap(store: LockStore, jobs: Registry | list[Job]) -> None:
     """SchedulerConfigError naming the ``buffer_one``/``replace`` jobs if ``store`` cannot keep their slot."""
     named = [f"{job.name!r} (on_busy={job.on_busy!r})" for job in jobs if job.on_busy in OVERLAP_POLICIES]
-    if named and not supports_overlap(store):
+    if named and not supports_control(store):
         raise SchedulerConfigError(
             f"job(s) {', '.join(named)} need a lock store that keeps the overlap slot fleet-wide "
-            f"(mutexcron.stores.OverlapStore: the memory, Redis, MongoDB and SQL stores), and {store!r} does not")
+            f"(a mutexcron.stores.ControlStore: the memory, Redis, MongoDB and SQL stores), and {store!r} does not")

@@ -42,10 +42,12 @@ class Lock(models.Model):
     incident = models.CharField(max_length=255, null=True, blank=True, help_text="the open alert")
     incident_at = models.DateTimeField(null=True, blank=True)
     definition = models.TextField(null=True, blank=True, help_text="a run-time schedule's definition (JSON)")
-    # The overlap policies' state (mutexcron.stores.OverlapStore): the next tick slot and the stop request.
+    # The overlap policies' state (docs/overlap.md): the next tick slot and the stop request.
     next_fire = models.DateTimeField(null=True, blank=True, help_text="the tick the overlap slot holds")
     next_until = models.DateTimeField(null=True, blank=True, help_text="the overlap slot is live until then")
-    stop_token = models.BigIntegerField(null=True, blank=True, help_text="the token whose holder is asked to stop")
+    stop_token = models.BigIntegerField(default=0, help_text="the token whose holder is asked to stop")
+    revision = models.PositiveBigIntegerField(default=0, help_text="bumped by every write (the control plane's "
+                                                                   "compare-and-set)")
 
     class Meta:
         verbose_name = "lock"

@@ -2,7 +2,7 @@
 incidents that exactly one caller opens, turns into another kind, and closes; and the incident rules of
 :mod:`mutexcron.ops.alerts` on top of them (one incident per missed tick, the latest condition told once).
 
-Mixed into :class:`tests.contract.LockStoreContract`, so every store runs it against its real server.
+Mixed into :class:`tests.contract.VerbsContract`, the verbs built once on the primitives and proven on the memory store.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The store contracts, as tests (subclass with a ``store`` fixture): :class:`LockContract`, which every store
 passes (a store of the lock methods alone, too), and :class:`LockStoreContract`, which a store with the control
-plane passes as well (lock documents, operators' actions, alerts, catch-up). :class:`StoreVerbsContract` is the
-latter's verbs without the scenarios that run schedulers on the store: for a store's variants (a session time
-zone, replicas waited for), which differ in the store's own reads and writes, never in the scheduler above them.
+plane passes as well: :class:`StoreContract`, what such a store implements itself (the lock, the primitives read,
+locks and write, and its acquire's rules), and schedulers run on it. :class:`VerbsContract`, the control verbs built
+once on the primitives, runs on the memory store (tests/test_stores.py).
 
 The lock tests judge a store by what acquire, renew and release answer; on a store with the control plane they
 also read the lock documents (``self.control``). Leases are short and real: expiry is awaited by polling the
@@ -17,6 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from mutexcron.stores import AcquireStatus, ControlStore, LockStore
+from tests.acquire_rules_contract import AcquireRulesContract
 from tests.alert_contract import AlertsContract
 from tests.backfill_contract import BackfillContract
 from tests.batch_contract import AcquireManyContract, ReleaseManyContract
@@ -24,13 +25,17 @@ from tests.catchup_contract import CatchUpContract
 from tests.control_contract import FleetControlContract
 from tests.document_contract import FIRE_1, FIRE_2, LONG, DocumentContract
 from tests.limits_contract import RunLimitsContract
+from tests.overlap_contract import OverlapVerbsContract
+from tests.overlap_policy_contract import OverlapPolicyContract
 from tests.pause_contract import PauseContract
+from tests.primitives_contract import ControlPrimitivesContract
 from tests.runtime_schedule_contract import RuntimeScheduleContract
 from tests.stale_schedule_contract import StaleScheduleContract
 from tests.support import wait_until
 from tests.takeover_contract import TakeOverContract
 
-__all__ = ["FIRE_1", "FIRE_2", "LONG", "LockContract", "LockStoreContract", "LockVerbsContract", "StoreVerbsContract"]
+__all__ = ["FIRE_1", "FIRE_2", "LONG", "LockContract", "LockStoreContract", "LockVerbsContract", "StoreContract",
+           "VerbsContract"]
 
 
 class LockVerbsContract(AcquireManyContract, ReleaseManyContract):
@@ -295,13 +300,19 @@ class LockContract(LockVerbsContract, BackfillContract, RunLimitsContract):
     and run limits too)."""
 
 
-class StoreVerbsContract(LockVerbsContract, DocumentContract, FleetControlContract, AlertsContract, PauseContract,
-                         TakeOverContract):
-    """The verbs of a store with the control plane: the lock's, its documents, operators' actions, alerts and runs
-    taken over by task workers, without the scenarios that run schedulers on it."""
+class StoreContract(LockVerbsContract, ControlPrimitivesContract, AcquireRulesContract):
+    """What a store with the control plane implements itself: the lock, the primitives read, locks and write, and
+    the rules its acquire and release keep of the control state. For a store's variants (a session time zone,
+    replicas waited for), which differ in the store's own reads and writes only."""
 
 
-class LockStoreContract(LockContract, StoreVerbsContract, CatchUpContract, RuntimeScheduleContract,
-                        StaleScheduleContract):
-    """A store with the control plane (memory, Redis, MongoDB, Django ORM): the lock contract, and its documents,
-    operators' actions, alerts, catch-up, run-time schedules and runs taken over by task workers."""
+class VerbsContract(DocumentContract, FleetControlContract, AlertsContract, PauseContract, TakeOverContract,
+                    OverlapVerbsContract):
+    """The control verbs, written once on the primitives (mutexcron.stores.changes): run on the memory store, whose
+    every operation is one of them; each real store proves the primitives and its acquire's rules instead."""
+
+
+class LockStoreContract(LockContract, StoreContract, CatchUpContract, RuntimeScheduleContract, StaleScheduleContract,
+                        OverlapPolicyContract):
+    """A store with the control plane (memory, Redis, MongoDB, Django ORM): its own operations, and schedulers on it
+    (backfills, run limits, catch-up, run-time schedules, stale schedules, the overlap policies)."""

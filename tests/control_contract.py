@@ -1,7 +1,7 @@
 """The run-time control part of the lock store contract: pause, resume, schedule overrides and their version, and
 run-time schedules' definitions.
 
-Mixed into :class:`tests.contract.LockStoreContract`, so every store runs it against its real server.
+Mixed into :class:`tests.contract.VerbsContract`, the verbs built once on the primitives and proven on the memory store.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The lock documents of a store with the control plane: what lock(), locks(), force_unlock() and delete() show
-and do. Mixed into :class:`tests.contract.LockStoreContract`, so every such store runs it against its real server.
+and do. Mixed into :class:`tests.contract.VerbsContract`, the verbs built once on the primitives and proven on
+the memory store.
 """
 
 from __future__ import annotations

@@ -1,17 +1,16 @@
-"""The overlap part of the store contract (:class:`mutexcron.stores.OverlapStore`): one next-tick slot per lock
-document, kept by acquire, and a stop request to the holder, seen by its renewal (docs: on_busy "buffer_one" and
+"""The overlap verbs (:meth:`mutexcron.stores.ControlStore.claim_next`): one next-tick slot per lock document,
+kept by acquire, and a stop request to the holder, seen by its renewal (docs: on_busy "buffer_one" and
 "replace").
 
-Mixed into the contract classes of the stores that implement OverlapStore (tests/test_stores.py,
-tests/django/test_django_store.py).
+Mixed into :class:`tests.contract.VerbsContract` (the verbs, built once on the primitives, proven on the memory
+store; each store's acquire keeps the slot: tests/acquire_rules_contract.py).
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from mutexcron.stores import AcquireStatus, LockStore, OverlapStore, Renewal
-from tests.overlap_policy_contract import OverlapPolicyContract
+from mutexcron.stores import AcquireStatus, ControlStore, LockStore, Renewal
 
 LONG = timedelta(seconds=30)
 T1 = datetime(2026, 3, 1, 6, 0, 0, tzinfo=UTC)
@@ -24,8 +23,8 @@ class OverlapVerbsContract:
     store: LockStore
 
     @property
-    def overlap(self) -> OverlapStore:
-        assert isinstance(self.store, OverlapStore)
+    def overlap(self) -> ControlStore:
+        assert isinstance(self.store, ControlStore)
         return self.store
 
     def running(self) -> int:
@@ -110,8 +109,3 @@ class OverlapVerbsContract:
 
     def test_a_missing_document_refuses_the_slot(self) -> None:
         assert not self.overlap.claim_next("nobody", fire_time=T2, lease=LONG)
-
-
-class OverlapContract(OverlapVerbsContract, OverlapPolicyContract):
-    """The slot and the stop request, and the two policies built on them
-    (:class:`~tests.overlap_policy_contract.OverlapPolicyContract`)."""

@@ -3,7 +3,7 @@
 ``pause_after``, pauses the job once, whichever instances count at the same time; and ``pause_on_failure``, which
 pauses a job through it after its failed runs in a row, with one ``"paused"`` alert.
 
-Mixed into :class:`tests.contract.LockStoreContract`, so every store with the control plane runs it.
+Mixed into :class:`tests.contract.VerbsContract`, the verbs built once on the primitives and proven on the memory store.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from mutexcron import JobContext, Outcome, Registry, RunRecord, Scheduler, mutex_cron
-from mutexcron.stores import LockStore, supports_overlap
+from mutexcron.stores import LockStore, supports_control
 from tests.support import FireThreads, unique_name, wait_until
 
 SYNC = timedelta(milliseconds=300)
@@ -143,7 +143,7 @@ class RuntimeScheduleContract(FireThreads):
         assert record.outcome is Outcome.TIMED_OUT and "timeout" in (record.error or "")
 
     def test_on_busy_replace_from_a_run_time_schedule_stops_the_running_body_for_the_next_tick(self) -> None:
-        if not supports_overlap(self.store):
+        if not supports_control(self.store):
             pytest.skip("the store keeps no overlap slot: on_busy='replace' is refused")
         registry, started, told = Registry(), threading.Event(), list[bool]()
 

@@ -1,18 +1,17 @@
-"""The take-over part of the store contract (:class:`mutexcron.stores.TakeOverStore`): a run handed to a task
+"""The take-over part of the store contract (:meth:`mutexcron.stores.ControlStore.take_over`): a run handed to a task
 worker (``run_on="tasks"``) is taken over under a token of the worker's own, so that a worker that stalled and lost
 it can neither renew nor release it, and a second worker takes it only once the first one's lease ran out; and the
 acquire refusals that a removed run-time schedule relies on (a manual run checked against the store's version, a
 refused tombstone left hidden).
 
-Mixed into :class:`tests.contract.LockStoreContract`, so every store with the control plane runs it against its
-real server.
+Mixed into :class:`tests.contract.VerbsContract`, the verbs built once on the primitives and proven on the memory store.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from mutexcron.stores import AcquireStatus, ControlStore, LockStore, TakeOverStore
+from mutexcron.stores import AcquireStatus, ControlStore, LockStore
 from tests.support import wait_until
 
 LONG = timedelta(seconds=30)
@@ -27,8 +26,8 @@ class TakeOverContract:
     store: LockStore
 
     @property
-    def taking(self) -> TakeOverStore:
-        assert isinstance(self.store, TakeOverStore)
+    def taking(self) -> ControlStore:
+        assert isinstance(self.store, ControlStore)
         return self.store
 
     @property

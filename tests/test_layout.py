@@ -292,3 +292,15 @@ def test_the_architecture_page_names_every_module_of_both_packages() -> None:
              if path.name != "__init__.py" and "migrations" not in path.parts]
     missing = [path for path in paths if not any(path == name or path.endswith(f"/{name}") for name in named)]
     assert missing == []
+
+
+MAX_STORE_METHODS = 8  # a full store: the lock (seed, acquire, renew, release, now) and read, locks, write
+
+
+def test_a_full_store_implements_at_most_eight_abstract_methods() -> None:
+    """Every control verb is built once on the primitives (mutexcron.stores.changes), never a method per store."""
+    from mutexcron.stores import ControlStore, LockStore
+
+    abstract = sorted(LockStore.__abstractmethods__ | ControlStore.__abstractmethods__)
+    assert abstract == ["acquire", "locks", "now", "read", "release", "renew", "seed", "write"]
+    assert len(abstract) <= MAX_STORE_METHODS

@@ -1,4 +1,5 @@
-"""Every lock store passes the same contract (tests/contract.py), against the real servers."""
+"""Every lock store passes the same contract (tests/contract.py), against the real servers; the control verbs, built
+once on the stores' primitives, are proven on the memory store."""
 
 from __future__ import annotations
 
@@ -11,17 +12,16 @@ import pytest
 from mutexcron.stores import AcquireRequest, AcquireStatus, Acquisition, LockStore, MemoryLockStore, store_from_url
 from mutexcron.stores.mongo import MongoLockStore
 from mutexcron.stores.redis import RedisLockStore
-from tests.contract import LockStoreContract, StoreVerbsContract
-from tests.overlap_contract import OverlapContract, OverlapVerbsContract
+from tests.contract import LockStoreContract, StoreContract, VerbsContract
 
 
-class TestMemoryLockStore(LockStoreContract, OverlapContract):
+class TestMemoryLockStore(LockStoreContract, VerbsContract):
     @pytest.fixture(autouse=True)
     def _store(self) -> None:
         self.store = MemoryLockStore()
 
 
-class TestRedisLockStore(LockStoreContract, OverlapContract):
+class TestRedisLockStore(LockStoreContract):
     @pytest.fixture(autouse=True)
     def _store(self, redis_url: str) -> Iterator[None]:
         self.store = store_from_url(redis_url)
@@ -29,7 +29,7 @@ class TestRedisLockStore(LockStoreContract, OverlapContract):
         self.store.close()
 
 
-class TestRedisClusterLockStore(LockStoreContract, OverlapContract):
+class TestRedisClusterLockStore(LockStoreContract):
     """The contract on the shared Redis Cluster (3 masters, 3 replicas): each job's hash is in its own slot."""
 
     @pytest.fixture(autouse=True)
@@ -39,7 +39,7 @@ class TestRedisClusterLockStore(LockStoreContract, OverlapContract):
         self.store.close()
 
 
-class TestRedisSentinelLockStore(LockStoreContract, OverlapContract):
+class TestRedisSentinelLockStore(LockStoreContract):
     """The contract on the master that the shared Sentinel group names."""
 
     @pytest.fixture(autouse=True)
@@ -49,7 +49,7 @@ class TestRedisSentinelLockStore(LockStoreContract, OverlapContract):
         self.store.close()
 
 
-class TestRedisLockStoreWaitingForReplicas(StoreVerbsContract, OverlapVerbsContract):
+class TestRedisLockStoreWaitingForReplicas(StoreContract):
     """The store's verbs with ``wait_replicas=1`` (WAIT after each write): on the cluster (on the key's master) and
     through Sentinel."""
 
@@ -60,7 +60,7 @@ class TestRedisLockStoreWaitingForReplicas(StoreVerbsContract, OverlapVerbsContr
         self.store.close()
 
 
-class TestMongoLockStore(LockStoreContract, OverlapContract):
+class TestMongoLockStore(LockStoreContract):
     @pytest.fixture(autouse=True)
     def _store(self, mongo_url: str) -> Iterator[None]:
         self.store = store_from_url(mongo_url)

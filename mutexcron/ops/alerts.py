@@ -28,7 +28,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from ..errors import StoreUnavailable
-from ..stores.base import FAILING, ControlStore
+from ..stores.base import FAILING
+from ..stores.control import ControlStore
 from .control import jitter_delay
 
 if TYPE_CHECKING:

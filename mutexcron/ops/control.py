@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 from ..cron import CronTrigger, iter_fire_times, parse_cron, resolve_timezone
 from ..cron_intervals import check_jitter
 from ..errors import CronSpecError, UnknownJobError
-from ..stores.base import check_pause_note, require_control
+from ..stores.base import check_pause_note
+from ..stores.control import require_control
 from ..stores.values import MAX_TEXT
 from ..zones import zone_name
 

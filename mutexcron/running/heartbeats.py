@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ..errors import StoreUnavailable
 from ..records import JobContext
 from ..registry import Job
-from ..stores import LockStore, OverlapStore, Renewal
+from ..stores import ControlStore, LockStore, Renewal
 
 __all__ = ["Beat", "Heartbeats"]
 
@@ -174,7 +174,7 @@ class Heartbeats:
     def _renew_once(self, beat: Beat) -> bool:
         """One renewal; for an ``on_busy="replace"`` job also whether a newer tick asks the body to stop."""
         job, ctx = beat.job, beat.ctx
-        if job.on_busy != "replace" or not isinstance(self._store, OverlapStore):
+        if job.on_busy != "replace" or not isinstance(self._store, ControlStore):
             return self._store.renew(job.name, token=ctx.token, lease=job.lease)
         renewal = self._store.renew_watching(job.name, token=ctx.token, lease=job.lease)
         if renewal is Renewal.STOP and not beat.replaced:

@@ -1,5 +1,5 @@
 """``on_busy="buffer_one"`` and ``"replace"`` (docs/overlap.md): a scheduled tick that finds its job's lock held
-keeps the job's one next-tick slot in the store (:meth:`OverlapStore.claim_next`) and asks again for the lock until
+keeps the job's one next-tick slot in the store (:meth:`ControlStore.claim_next`) and asks again for the lock until
 the running body releases it. With ``"replace"`` the claim also asks the holder to stop; its heartbeat sees that
 (:class:`~mutexcron.stores.Renewal` STOP) and sets ``ctx.cancelled``. The store decides, so the result is the same
 whichever instances hold the body and fire the tick."""
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import StoreUnavailable
 from ..records import Outcome
-from ..stores import AcquireStatus, Acquisition, LockStore, OverlapStore
+from ..stores import AcquireStatus, Acquisition, ControlStore, LockStore
 from .fires import Skip
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ class Overlap:
     def wait(self, fire: Fire, busy: Acquisition) -> Buffered:
         """After ``busy`` (the first answer, BUSY): the lock won, or another refusal (already ran, paused, a stale
         schedule), or the skip to record when another tick holds the slot, the store fails or shutdown begins."""
-        assert isinstance(self.store, OverlapStore), "checked at start: check_overlap()"
+        assert isinstance(self.store, ControlStore), "checked at start: check_overlap()"
         job, replace, pause = fire.job, fire.job.on_busy == "replace", FIRST_PAUSE
         answer = busy
         try:

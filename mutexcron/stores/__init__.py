@@ -15,22 +15,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ControlNotSupported, StoreConfigError
 from ..plugins import Wording, build_from_url, import_class, schemes
 from ..urls import shown
-from .base import (
-    AcquireRequest,
-    AcquireStatus,
-    Acquisition,
-    ControlStore,
-    LockState,
-    LockStore,
-    OverlapStore,
-    ReleaseRequest,
-    Renewal,
-    TakeOverStore,
-    require_control,
-    supports_control,
-    supports_overlap,
-    supports_take_over,
-)
+from .base import AcquireRequest, AcquireStatus, Acquisition, LockState, LockStore, ReleaseRequest, Renewal
+from .control import ControlStore, require_control, supports_control
 from .memory import MemoryLockStore
 
 if TYPE_CHECKING:
@@ -48,16 +34,12 @@ __all__ = [
     "LockStore",
     "MemoryLockStore",
     "MongoLockStore",
-    "OverlapStore",
     "RedisLockStore",
     "ReleaseRequest",
     "Renewal",
-    "TakeOverStore",
     "require_control",
     "store_from_url",
     "supports_control",
-    "supports_overlap",
-    "supports_take_over",
 ]
 
 # scheme -> dotted path of the store class (imported on first use); other packages add theirs (mutexcron.plugins)

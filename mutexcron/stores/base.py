@@ -1,5 +1,5 @@
-"""The two store contracts (tests/contract.py has them as tests): :class:`LockStore`, the lock every store
-implements, and :class:`ControlStore`, the control plane a full store adds.
+"""The lock contract (tests/contract.py has it as tests): :class:`LockStore`, which every store implements, and
+:class:`LockState`, a job's lock document (mutexcron.stores.control adds the control plane on it).
 
 One lock document per job. Acquiring is a single atomic compare-and-set decided on the *store's*
 clock, so instances with skewed clocks agree on lease expiry. The document also remembers the last
@@ -18,7 +18,7 @@ from enum import StrEnum
 from typing import TypeVar
 
 from .._common import duration_ms, epoch_ms, ms_to_datetime
-from ..errors import ControlNotSupported, StoreUnavailable
+from ..errors import StoreUnavailable
 from .values import (
     FAILING,
     MAX_DEFINITION,
@@ -33,10 +33,9 @@ from .values import (
 )
 
 __all__ = ["FAILING", "MAX_DEFINITION", "MAX_ERROR_LINE", "MAX_INCIDENT", "MAX_PAUSE_NOTE", "OUTCOMES",
-           "AcquireRequest", "AcquireStatus", "Acquisition", "ControlStore", "LockState", "LockStore", "OverlapStore",
-           "ReleaseRequest", "Renewal", "TakeOverStore", "check_definition", "check_incident", "check_outcome",
-           "check_pause_note", "datetime_to_ms", "duration_ms", "ms_to_datetime", "require_control", "supports_control",
-           "supports_overlap", "supports_take_over"]
+           "AcquireRequest", "AcquireStatus", "Acquisition", "LockState", "LockStore", "ReleaseRequest", "Renewal",
+           "check_definition", "check_incident", "check_outcome", "check_pause_note", "datetime_to_ms", "duration_ms",
+           "ms_to_datetime"]
 
 datetime_to_ms = epoch_ms  # the stores' name for it (Redis keeps times as epoch milliseconds)
 
@@ -54,7 +53,7 @@ class LockState:
     last_fire_time: datetime | None
     token: int
     # The token of the acquire whose run holds the lock, kept when a task worker takes the run over (token then
-    # grows, tick_token stays); 0 once released. TakeOverStore.take_over needs it to tell that run from any other.
+    # grows, tick_token stays); 0 once released. ControlStore.take_over needs it to tell that run from any other.
     tick_token: int = 0
     paused: bool = False  # set by pause(), cleared by resume(); see is_paused() for ``until``
     paused_at: datetime | None = None  # when pause() was last called (store clock)
@@ -77,6 +76,13 @@ class LockState:
     incident: str | None = None  # the open alert ("overdue ..." or "failing ..."), claimed by one instance
     incident_at: datetime | None = None  # when it was opened (store clock)
     definition: str | None = None  # a run-time schedule's definition, JSON (None: a declared job's document)
+    # The overlap policies' slot (docs/overlap.md): the next tick, live until next_until while later than the last
+    # fire time (changes.live_slot), and the token whose holder is asked to stop (on_busy="replace").
+    next_fire: datetime | None = None
+    next_until: datetime | None = None
+    stop_token: int = 0
+    deleted: bool = False  # hidden (a soft delete): ControlStore.read shows it, lock() and locks() do not
+    revision: int = 0  # bumped by every write: ControlStore.write compares it (0: a document never written since made)
 
     def is_held(self, now: datetime) -> bool:
         """True if the lock is taken and its lease (or hold_at_least) has not run out at ``now``."""
@@ -231,163 +237,12 @@ class LockStore(ABC):
         self.close()
 
 
-class ControlStore(ABC):
-    """The control plane, which a full store implements besides :class:`LockStore` (``class MyStore(LockStore,
-    ControlStore)``): reading and listing lock documents, freeing and deleting them, pausing and re-timing jobs
-    (docs/fleet-control.md), and the incidents of alerts. Every method raises StoreUnavailable as LockStore's do."""
-
-    @abstractmethod
-    def locks(self) -> list[LockState]:
-        """Every lock document in the store (not the deleted ones), sorted by name."""
-
-    @abstractmethod
-    def lock(self, name: str) -> LockState | None:
-        """One job's lock document, or ``None`` if it has none (or it was deleted)."""
-
-    @abstractmethod
-    def force_unlock(self, name: str) -> bool:
-        """Free the lock whoever holds it (an operator's action). Returns True if it was locked."""
-
-    @abstractmethod
-    def delete(self, name: str) -> bool:
-        """Hide a job's lock document (for orphans whose job no longer exists): a soft delete that keeps its
-        token, last fire time and any live lease, so tokens never repeat and a tick never runs twice.
-        Returns True if a visible document was there."""
-
-    # -- run-time control by operators (docs/fleet-control.md) ---------------------------------------
-
-    @abstractmethod
-    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None,
-              note: str | None = None) -> LockState | None:
-        """Refuse every acquire of ``name`` from now (store clock) until :meth:`resume` or ``until`` (aware);
-        sets ``paused_at`` to now and keeps ``by`` and the operator's ``note`` (:func:`check_pause_note`). A running
-        body is not touched. Returns the new state, or ``None`` (and changes nothing) if the store has no visible
-        document for ``name``."""
-
-    @abstractmethod
-    def resume(self, name: str) -> LockState | None:
-        """Lift a pause: clear the pause fields (its note too) and, if it was paused, set ``resumed_at`` to now
-        (store clock). Returns the new state, or ``None`` if the store has no visible document for ``name``."""
-
-    @abstractmethod
-    def record_failure(self, name: str, *, pause_after: int | None = None, by: str | None = None,
-                       note: str | None = None) -> tuple[int, bool]:
-        """Count one more failed (or timed-out) run of ``name`` in ``failures``, and with ``pause_after`` pause the
-        job (as ``pause(by=by, note=note)``) once the count reaches it, if it is not paused: one atomic step.
-        ``(failures, paused)``: ``paused`` True only for the one call that paused it (the fleet's one alert).
-        ``(0, False)``, changing nothing, without a visible document. ``release(outcome="succeeded")`` resets
-        ``failures`` to 0."""
-
-    @abstractmethod
-    def set_schedule(self, name: str, spec: str | None, *, timezone: str | None = None,
-                     by: str | None = None) -> LockState | None:
-        """Override the job's schedule with ``spec`` (``None`` with ``timezone=None``: back to the code's) and
-        bump ``schedule_version``, so acquires fired for the old schedule are refused. The caller validates
-        the spec. Returns the new state, or ``None`` if the store has no visible document for ``name``."""
-
-    @abstractmethod
-    def define(self, name: str, definition: str | None, *, by: str | None = None) -> LockState | None:
-        """Store a run-time schedule's ``definition`` (JSON text, see :func:`check_definition`) in one atomic step:
-        create the document or revive a deleted one (token, last fire time, pause and created_at kept), set the
-        definition, bump ``schedule_version``, clear any schedule override and set ``schedule_by`` = ``by`` and
-        ``schedule_changed_at`` = now. Returns the new state.
-
-        ``definition=None`` removes the schedule: on a visible document, it clears the definition, bumps the
-        version (acquires fired for the old one are refused STALE_SCHEDULE), sets ``schedule_by`` and
-        ``schedule_changed_at``, and hides the document as :meth:`delete` does (token and last fire time kept).
-        Returns the state it left, or ``None`` (changing nothing) if there is no visible document."""
-
-    # -- alerts: one instance claims each incident (mutexcron.ops.alerts) ------------------------------------
-
-    @abstractmethod
-    def open_incident(self, name: str, incident: str, *, replacing: str | None = None) -> bool:
-        """Set ``incident`` and ``incident_at`` = now if the visible document has no open incident or, with
-        ``replacing``, if its open incident is exactly ``replacing`` (the job's condition changed: the incident
-        turns into ``incident``, opened anew). True only for the one call that did it (the fleet's one alert);
-        False, changing nothing, otherwise."""
-
-    @abstractmethod
-    def close_incident(self, name: str, incident: str) -> bool:
-        """Clear the document's incident if it is ``incident``. True only for the one call that closed it
-        (the fleet's one "recovered"); False, changing nothing, otherwise."""
-
-
 class Renewal(StrEnum):
-    """What :meth:`OverlapStore.renew_watching` found."""
+    """What :meth:`ControlStore.renew_watching` found."""
 
     RENEWED = "renewed"
     STOP = "stop"  # renewed, and a newer tick asked this holder to stop (on_busy="replace")
     LOST = "lost"  # the token no longer holds the lock: nothing renewed
-
-
-class OverlapStore(ABC):
-    """The overlap policies' state (``on_busy="buffer_one"`` and ``"replace"``, docs/overlap.md), which a store adds
-    besides :class:`LockStore`: on each lock document, one *next tick* slot and a *stop request* to its holder.
-
-    A store with it also keeps the slot in :meth:`LockStore.acquire`: while a live slot holds a tick, every acquire
-    but one fired for that tick is refused BUSY (after the refusals PAUSED, STALE_SCHEDULE and ALREADY_RAN), so
-    that no other tick overtakes it; the acquire that takes the lock empties the slot. A slot is live until its
-    ``lease`` from its last claim runs out, and while its tick is later than the document's last fire time."""
-
-    @abstractmethod
-    def claim_next(self, name: str, *, fire_time: datetime, lease: timedelta, replace: bool = False) -> bool:
-        """Make ``fire_time`` the tick the slot holds, live for ``lease`` from now (store clock), in one atomic
-        step. True if the slot is now this tick's: it was empty or dead, or held this tick (its lease renewed), or,
-        with ``replace``, held an earlier tick (overwritten); with ``replace`` the holder of a live lock is then
-        asked to stop (its :meth:`renew_watching` answers STOP). False, changing nothing, when ``fire_time`` is at or
-        before the last fire time (the tick was taken) or a live slot holds another tick (with ``replace``: a
-        later one). A missing or deleted document is refused (False)."""
-
-    @abstractmethod
-    def renew_watching(self, name: str, *, token: int, lease: timedelta) -> Renewal:
-        """:meth:`LockStore.renew`, also saying (STOP) whether a ``claim_next(replace=True)`` asked the holder of
-        ``token`` to stop."""
-
-
-class TakeOverStore(ABC):
-    """A run handed to a task worker (``run_on="tasks"``): the worker takes the lock over under a token of its own,
-    so that a worker that stalled and lost the run can neither renew nor release it (docs/run-on-tasks.md).
-
-    A store with it writes ``tick_token`` (:class:`LockState`): every acquire sets it to its new token, every
-    release and force-unlock clears it (0)."""
-
-    @abstractmethod
-    def take_over(self, name: str, *, tick_token: int, owner: str, lease: timedelta,
-                  schedule_version: int | None = None) -> Acquisition:
-        """Hand the run that the acquire of ``tick_token`` began to ``owner``, in one atomic step on the store's
-        clock: a new token (the document's + 1; ``tick_token`` kept), ``locked_by`` = ``owner``, a lease of
-        ``lease`` from now. Taken when the document's ``tick_token`` is ``tick_token`` and either its token still is
-        ``tick_token`` (the acquirer handed it on, lease live or not) or the lease of the holder that took it over
-        ran out (that holder died or stalled).
-
-        Refused, in this order: ALREADY_RAN when the document's ``tick_token`` is another (the run was released,
-        force-unlocked, or the lock taken by another run since), or there is no visible document; PAUSED while
-        paused; STALE_SCHEDULE when ``schedule_version`` is given and differs from the document's; BUSY while
-        another taker's lease is live (``holder`` names it). A PAUSED or STALE_SCHEDULE refusal of a run no one
-        took over yet also releases it unrun, so that the job is not held until the lease runs out; any other
-        refusal changes nothing."""
-
-
-def supports_take_over(store: LockStore) -> bool:
-    """True if ``store`` can hand a run to a task worker: it is a :class:`TakeOverStore`."""
-    return isinstance(store, TakeOverStore)
-
-
-def supports_overlap(store: LockStore) -> bool:
-    """True if ``store`` keeps the overlap policies' state fleet-wide: it is an :class:`OverlapStore`."""
-    return isinstance(store, OverlapStore)
-
-
-def supports_control(store: LockStore) -> bool:
-    """True if ``store`` has the control plane (pauses, schedules, alerts, listings): it is a :class:`ControlStore`."""
-    return isinstance(store, ControlStore)
-
-
-def require_control(store: LockStore, operation: str) -> ControlStore:
-    """``store`` as a ControlStore, or :class:`~mutexcron.errors.ControlNotSupported` naming it and ``operation``."""
-    if not isinstance(store, ControlStore):
-        raise ControlNotSupported(store, operation)
-    return store
 
 
 _Request = TypeVar("_Request")

@@ -1,5 +1,6 @@
-"""Locks in MongoDB: one document per job, each operation a single atomic update (one round trip; a
-refused acquire takes a second one to read why).
+"""Locks in MongoDB: one document per job. Seed, acquire, renew and release are each a single atomic update on the
+server's clock (one round trip; a refused acquire takes a second one to read why); the control verbs read a document
+and write it back with one compare-and-set on its ``revision``, which every write bumps (ControlStore).
 
 A deleted lock keeps its document with ``deleted: true`` (a tombstone hidden from readers), so its token,
 last fire time, lease, pause and schedule override survive; seeding or acquiring revives it.
@@ -28,36 +29,33 @@ from ..urls import mask_url
 from .base import (
     AcquireStatus,
     Acquisition,
-    ControlStore,
     LockState,
     LockStore,
-    OverlapStore,
-    Renewal,
-    TakeOverStore,
-    check_definition,
-    check_incident,
     check_outcome,
-    check_pause_note,
     datetime_to_ms,
     duration_ms,
     ms_to_datetime,
 )
+from .control import ControlStore
 from .mongo_url import collection_from_url
 
 __all__ = ["MongoLockStore"]
 
 _DUPLICATE_KEY = 11000
 
-# Every update is an aggregation pipeline reading "$$NOW" so that leases run on the MongoDB server's
-# clock, not on the clocks of the instances (which may disagree by seconds). "$$NOW" is one value for
-# the whole operation, so the filter and the update agree on it.
+# Seed, acquire, renew and release are aggregation pipelines (or classic updates with $currentDate) reading "$$NOW",
+# so that leases run on the MongoDB server's clock, not on the clocks of the instances (which may disagree by
+# seconds). "$$NOW" is one value for the whole operation, so the filter and the update agree on it.
 _VISIBLE = {"deleted": {"$ne": True}}  # documents written before tombstones existed have no "deleted"
 # Why an acquire is refused, as expressions (a missing field compares below null, null below any date).
 _NO_UNTIL = {"$eq": [{"$ifNull": ["$paused_until", None]}, None]}
 _PAUSED = {"$and": [{"$eq": ["$paused", True]}, {"$or": [_NO_UNTIL, {"$gt": ["$paused_until", "$$NOW"]}]}]}
 _HELD = {"$and": [{"$eq": ["$locked", True]}, {"$gt": ["$lock_until", "$$NOW"]}]}
-# The overlap slot (OverlapStore) is live: claimed less than its lease ago, for a tick not yet taken.
-_SLOT_LIVE = {"$and": [{"$gt": ["$next_until", "$$NOW"]}, {"$gt": ["$next_fire", "$last_fire_time"]}]}
+# The overlap slot is live (changes.live_slot): claimed less than its lease ago, for a tick not yet taken.
+_SLOT_LIVE = {"$and": [{"$gt": ["$next_until", "$$NOW"]},
+                       {"$gt": [{"$ifNull": ["$next_fire", None]}, {"$ifNull": ["$last_fire_time", None]}]}]}
+# The next revision, in a pipeline (a document from before revisions has none: 0).
+_NEXT_REVISION = {"$add": [{"$ifNull": ["$revision", 0]}, 1]}
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -65,7 +63,7 @@ T = TypeVar("T")
 Document = dict[str, Any]
 
 
-class MongoLockStore(LockStore, ControlStore, OverlapStore, TakeOverStore):
+class MongoLockStore(LockStore, ControlStore):
     """Lock documents in one collection, ``_id`` = job name. Writes use write concern ``majority`` so a
     lock survives a primary failover; datetimes are read back as aware UTC whatever the client's options."""
 
@@ -92,7 +90,8 @@ class MongoLockStore(LockStore, ControlStore, OverlapStore, TakeOverStore):
     def seed(self, names: Iterable[str]) -> int:
         requests = []
         for name in dict.fromkeys(names):  # revive a tombstone, or create a missing document
-            requests.append(UpdateOne({"_id": name, "deleted": True}, {"$set": {"deleted": False}}))
+            revive = {"$set": {"deleted": False}, "$inc": {"revision": 1}}
+            requests.append(UpdateOne({"_id": name, "deleted": True}, revive))
             requests.append(UpdateOne({"_id": name}, _insert_only(name), upsert=True))
         if not requests:
             return 0
@@ -126,7 +125,10 @@ class MongoLockStore(LockStore, ControlStore, OverlapStore, TakeOverStore):
             "lock_until": {"$add": ["$$NOW", duration_ms(lease)]},
             "token": {"$add": [{"$ifNull": ["$token", 0]}, 1]},
             "tick_token": {"$add": [{"$ifNull": ["$token", 0]}, 1]},
+            "next_fire": {"$literal": None},  # the slot emptied
+            "next_until": {"$literal": None},
             "deleted": {"$literal": False},
+            "revision": _NEXT_REVISION,
         }
         if schedule_version is not None:
             reasons.append((AcquireStatus.STALE_SCHEDULE, _stale(schedule_version)))
@@ -135,12 +137,11 @@ class MongoLockStore(LockStore, ControlStore, OverlapStore, TakeOverStore):
             changes["last_fire_time"] = {"$literal": fire}
         reasons.append((AcquireStatus.BUSY, _HELD))
         reasons.append((AcquireStatus.BUSY, {"$and": [_SLOT_LIVE, {"$ne": ["$next_fire", fire]}]}))
-        # A run a task worker took over and never released: kept for its tick's retry one more lease (TakeOverStore).
+        # A run a task worker took over and never released: kept for its tick's retry one more lease (take_over).
         tick = {"$ifNull": ["$tick_token", 0]}
         taken_over = [{"$eq": ["$locked", True]}, {"$ne": [tick, 0]}, {"$ne": [tick, "$token"]},
                       {"$gt": [{"$add": ["$lock_until", duration_ms(lease)]}, "$$NOW"]}]
         reasons.append((AcquireStatus.BUSY, {"$and": taken_over}))
-        changes["next_fire"] = {"$literal": None}
         refusal = _first(reasons)
         query: Document = {"_id": name, "$expr": {"$eq": [refusal, None]}}
 
@@ -161,64 +162,22 @@ class MongoLockStore(LockStore, ControlStore, OverlapStore, TakeOverStore):
                 return Acquisition(AcquireStatus(status), holder=current.get("locked_by") or None)
         return Acquisition(AcquireStatus.BUSY)
 
-    def take_over(self, name: str, *, tick_token: int, owner: str, lease: timedelta,
-                  schedule_version: int | None = None) -> Acquisition:
-        gone = {"$or": [{"$eq": ["$deleted", True]}, {"$ne": ["$locked", True]},
-                        {"$ne": [{"$ifNull": ["$tick_token", 0]}, tick_token]}]}
-        reasons = [(AcquireStatus.ALREADY_RAN, gone), (AcquireStatus.PAUSED, _PAUSED)]
-        if schedule_version is not None:
-            reasons.append((AcquireStatus.STALE_SCHEDULE, _stale(schedule_version)))
-        reasons.append((AcquireStatus.BUSY, {"$and": [{"$ne": ["$token", tick_token]}, _HELD]}))
-        refusal = _first(reasons)
-        changes = {"locked_by": {"$literal": owner}, "lock_until": {"$add": ["$$NOW", duration_ms(lease)]},
-                   "token": {"$add": ["$token", 1]}}
-        taken = self._call(self.collection.find_one_and_update, {"_id": name, "$expr": {"$eq": [refusal, None]}},
-                           [{"$set": changes}], return_document=ReturnDocument.AFTER)
-        if taken is not None:
-            return Acquisition(AcquireStatus.ACQUIRED, token=int(taken["token"]))
-        current = self._refused(name, refusal)
-        status = AcquireStatus(current["_refusal"] or "busy") if current else AcquireStatus.ALREADY_RAN
-        if status in (AcquireStatus.PAUSED, AcquireStatus.STALE_SCHEDULE):  # unrun if no one took it over
-            unrun = {"$and": [{"$in": [refusal, [AcquireStatus.PAUSED.value, AcquireStatus.STALE_SCHEDULE.value]]},
-                              {"$eq": ["$token", tick_token]}]}
-            self._call(self.collection.update_one, {"_id": name, "$expr": unrun}, _UNLOCK)
-        if status is AcquireStatus.STALE_SCHEDULE:
-            assert current is not None
-            return Acquisition(status, schedule_version=_state(current).schedule_version)
-        return Acquisition(status, holder=current.get("locked_by") or None if current else None)
-
     def _refused(self, name: str, refusal: Document) -> Document | None:
         """``name``'s document with ``_refusal``: what ``refusal`` (a :func:`_first` of reasons) says of it now."""
         why: list[Document] = [{"$match": {"_id": name}}, {"$addFields": {"_refusal": refusal}}]
         return next(iter(self._call(lambda: list(self.collection.aggregate(why)))), None)
 
     def renew(self, name: str, *, token: int, lease: timedelta) -> bool:
-        update = [{"$set": {"lock_until": {"$add": ["$$NOW", duration_ms(lease)]}}}]
+        update = [{"$set": {"lock_until": {"$add": ["$$NOW", duration_ms(lease)]}, "revision": _NEXT_REVISION}}]
         result = self._call(self.collection.update_one, {"_id": name, "locked": True, "token": token}, update)
         return result.matched_count == 1
-
-    def claim_next(self, name: str, *, fire_time: datetime, lease: timedelta, replace: bool = False) -> bool:
-        fire = ms_to_datetime(datetime_to_ms(fire_time))
-        # A live slot refuses another tick; with replace, only a later one.
-        other = {"$and": [_SLOT_LIVE, {"$gt" if replace else "$ne": ["$next_fire", fire]}]}
-        refused = {"$or": [{"$gte": ["$last_fire_time", fire]}, other]}
-        query = {"_id": name, **_VISIBLE, "$expr": {"$eq": [refused, False]}}
-        changes: Document = {"next_fire": {"$literal": fire}, "next_until": {"$add": ["$$NOW", duration_ms(lease)]}}
-        if replace:
-            changes["stop_token"] = {"$cond": [_HELD, "$token", "$stop_token"]}
-        return self._call(self.collection.find_one_and_update, query, [{"$set": changes}]) is not None
-
-    def renew_watching(self, name: str, *, token: int, lease: timedelta) -> Renewal:
-        update = [{"$set": {"lock_until": {"$add": ["$$NOW", duration_ms(lease)]}}}]
-        renewed = self._call(self.collection.find_one_and_update, {"_id": name, "locked": True, "token": token}, update)
-        if renewed is None:
-            return Renewal.LOST
-        return Renewal.STOP if renewed.get("stop_token") == token else Renewal.RENEWED
 
     def release(self, name: str, *, token: int, hold_at_least: timedelta = timedelta(0),
                 outcome: str | None = None, error: str | None = None) -> bool:
         error = check_outcome(outcome, error)
-        update: Document | list[Document] = _UNLOCK
+        # A plain update when it can be: $currentDate is the server's clock too, and it is cheaper to apply.
+        update: Document | list[Document] = {"$set": {"locked": False, "tick_token": 0}, "$inc": {"revision": 1},
+                                             "$currentDate": {"lock_until": True, "last_released_at": True}}
         if hold_at_least or outcome is not None:  # a pipeline: one $$NOW for every time it writes
             hold_until = {"$add": ["$last_locked_at", duration_ms(hold_at_least)]}
             still_held = {"$gt": [hold_until, "$$NOW"]}
@@ -227,6 +186,7 @@ class MongoLockStore(LockStore, ControlStore, OverlapStore, TakeOverStore):
                 "lock_until": {"$cond": [still_held, hold_until, "$$NOW"]},
                 "last_released_at": "$$NOW",
                 "tick_token": {"$literal": 0},
+                "revision": _NEXT_REVISION,
             }
             if outcome is not None:
                 changes |= {"last_outcome": {"$literal": outcome}, "last_finished_at": "$$NOW",
@@ -237,101 +197,29 @@ class MongoLockStore(LockStore, ControlStore, OverlapStore, TakeOverStore):
         result = self._call(self.collection.update_one, {"_id": name, "locked": True, "token": token}, update)
         return result.matched_count == 1
 
-    def force_unlock(self, name: str) -> bool:
-        result = self._call(self.collection.update_one, {"_id": name, "locked": True}, _UNLOCK)
-        return result.matched_count == 1
-
-    def delete(self, name: str) -> bool:
-        update = {"$set": {"deleted": True}}
-        return self._call(self.collection.update_one, {"_id": name, **_VISIBLE}, update).matched_count == 1
-
-    def _control(self, query: Document, update: Document | list[Document]) -> LockState | None:
-        """Apply an update ($currentDate or $$NOW: the server's clock) to one document; its new state, if any."""
-        document = self._call(self.collection.find_one_and_update, query, update, return_document=ReturnDocument.AFTER)
-        return None if document is None else _state(document)
-
-    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None,
-              note: str | None = None) -> LockState | None:
-        until = None if until is None else ms_to_datetime(datetime_to_ms(until))  # as precise as the store
-        changes = {"paused": True, "paused_until": until, "paused_by": by, "pause_note": check_pause_note(note)}
-        return self._control({"_id": name, **_VISIBLE}, {"$set": changes, "$currentDate": {"paused_at": True}})
-
-    def record_failure(self, name: str, *, pause_after: int | None = None, by: str | None = None,
-                       note: str | None = None) -> tuple[int, bool]:
-        note = check_pause_note(note)
-        counted = self._control({"_id": name, **_VISIBLE}, {"$inc": {"failures": 1}})
-        if counted is None:
-            return 0, False
-        if pause_after is None or counted.failures < pause_after:
-            return counted.failures, False
-        # A second atomic step: only the call that finds the job not paused (on the server's clock) pauses it.
-        not_paused = {"$or": [{"paused": {"$ne": True}}, {"paused_until": {"$ne": None, "$lte": self.now()}}]}
-        changes = {"paused": True, "paused_until": None, "paused_by": by, "pause_note": note}
-        paused = self._control({"_id": name, **_VISIBLE, **not_paused},
-                               {"$set": changes, "$currentDate": {"paused_at": True}})
-        return counted.failures, paused is not None
-
-    def resume(self, name: str) -> LockState | None:
-        # A pause whose until has passed ended then, not now: the ticks after it are missed, not paused.
-        ended = {"$cond": [{"$or": [_NO_UNTIL, {"$gt": ["$paused_until", "$$NOW"]}]}, "$$NOW", "$paused_until"]}
-        update = [{"$set": {"resumed_at": ended, "paused": False, "paused_at": None, "paused_until": None,
-                            "paused_by": None, "pause_note": None}}]
-        resumed = self._control({"_id": name, "paused": True, **_VISIBLE}, update)
-        return resumed if resumed is not None else self.lock(name)  # not paused: nothing to change
-
-    def set_schedule(self, name: str, spec: str | None, *, timezone: str | None = None,
-                     by: str | None = None) -> LockState | None:
-        update = {
-            "$set": {"schedule": spec, "schedule_timezone": timezone, "schedule_by": by},
-            "$inc": {"schedule_version": 1},
-            "$currentDate": {"schedule_changed_at": True},
-        }
-        return self._control({"_id": name, **_VISIBLE}, update)
-
-    def define(self, name: str, definition: str | None, *, by: str | None = None) -> LockState | None:
-        schedule = {"schedule_version": {"$add": [{"$ifNull": ["$schedule_version", 0]}, 1]},
-                    "schedule_by": {"$literal": by}, "schedule_changed_at": "$$NOW"}
-        if definition is None:  # hidden as delete() hides it, token and last fire time kept
-            update = [{"$set": {"definition": None, "deleted": {"$literal": True}, **schedule}}]
-            return self._control({"_id": name, **_VISIBLE}, update)
-        defined = {"definition": {"$literal": check_definition(definition)}, "deleted": {"$literal": False},
-                   "schedule": None, "schedule_timezone": None, **schedule}
-        update = [*_insert_only(name), {"$set": defined}]  # created if missing, revived if deleted
-
-        def upsert() -> Document | None:
-            return self.collection.find_one_and_update({"_id": name}, update, upsert=True,
-                                                       return_document=ReturnDocument.AFTER)
-
-        def run() -> Document | None:
-            try:
-                return upsert()
-            except DuplicateKeyError:  # two upserts of one new _id at once: the other one inserted it, update it
-                return upsert()
-
-        document = self._call(run)
-        assert document is not None  # an upsert returning the document after it always has one
-        return _state(document)
-
-    def open_incident(self, name: str, incident: str, *, replacing: str | None = None) -> bool:
-        check_incident(incident)
-        current = {"$in": [None, ""]} if replacing is None else check_incident(replacing)  # None: null or missing
-        query = {"_id": name, "incident": current, **_VISIBLE}
-        update = {"$set": {"incident": incident}, "$currentDate": {"incident_at": True}}
-        return self._call(self.collection.update_one, query, update).matched_count == 1
-
-    def close_incident(self, name: str, incident: str) -> bool:
-        check_incident(incident)
-        update = {"$set": {"incident": None, "incident_at": None}}
-        query = {"_id": name, "incident": incident, **_VISIBLE}
-        return self._call(self.collection.update_one, query, update).matched_count == 1
-
-    def lock(self, name: str) -> LockState | None:
-        document = self._call(self.collection.find_one, {"_id": name, **_VISIBLE})
+    def read(self, name: str) -> LockState | None:
+        document = self._call(self.collection.find_one, {"_id": name})
         return None if document is None else _state(document)
 
     def locks(self) -> list[LockState]:
         documents = self._call(lambda: list(self.collection.find(_VISIBLE)))
         return sorted((_state(document) for document in documents), key=lambda state: state.name)
+
+    def write(self, state: LockState, *, revision: int) -> bool:
+        # A missing document is revision 0 (then upserted), and so is one from before revisions (no field).
+        current = {"$in": [0, None]} if revision == 0 else revision
+        values = {field: getattr(state, field) for field in _FIELDS}
+        update = {"$set": {**values, "name": state.name, "revision": revision + 1}}
+
+        def run() -> bool:
+            try:
+                result = self.collection.update_one({"_id": state.name, "revision": current}, update,
+                                                    upsert=revision == 0)
+            except DuplicateKeyError:  # the document exists at another revision: the upsert tried to insert it
+                return False
+            return result.matched_count == 1 or result.upserted_id is not None
+
+        return self._call(run)
 
     def now(self) -> datetime:
         def run() -> datetime:
@@ -352,11 +240,6 @@ class MongoLockStore(LockStore, ControlStore, OverlapStore, TakeOverStore):
         return f"<MongoLockStore {self._display} collection={self.collection.name!r}>"
 
 
-# A plain update, not a pipeline: $currentDate is the server's clock too, and it is cheaper to apply.
-_UNLOCK: Document = {"$set": {"locked": False, "tick_token": 0},
-                     "$currentDate": {"lock_until": True, "last_released_at": True}}
-
-
 def _first(reasons: list[tuple[AcquireStatus, Document]]) -> Document:
     """The first reason that holds, or null: an atomic update's condition, and afterwards what refused it."""
     return {"$switch": {"branches": [{"case": case, "then": status.value} for status, case in reasons],
@@ -369,8 +252,8 @@ def _stale(schedule_version: int) -> Document:
 
 
 def _insert_only(name: str) -> list[Document]:
-    """An upsert pipeline that makes a new document (created_at = the server's now) and leaves one that exists
-    as it is (every document has a token; an upsert starts from just the ``_id``)."""
+    """An upsert pipeline that makes a new document (created_at = the server's now; no revision: 0) and leaves one
+    that exists as it is (every document has a token; an upsert starts from just the ``_id``)."""
     fresh = {
         "_id": "$_id",
         "name": {"$literal": name},  # $literal: a name starting with "$" is not a field path
@@ -389,8 +272,8 @@ def _insert_only(name: str) -> list[Document]:
 _aware = as_utc  # the server's datetimes (naive ones are UTC) as aware UTC
 
 
-# The document's fields are LockState's, by name ("name" is the _id).
-_FIELDS = [field.name for field in fields(LockState) if field.name != "name"]
+# The document's fields are LockState's, by name ("name" is the _id; "revision" is write()'s to set).
+_FIELDS = [field.name for field in fields(LockState) if field.name not in ("name", "revision")]
 _NEVER_LOCKED = LockState("", False, None, None, None, None, None, 0)
 
 
@@ -399,7 +282,7 @@ def _state(document: Mapping[str, Any]) -> LockState:
     datetimes become aware UTC."""
     values: dict[str, Any] = {
         field: _aware(value) if isinstance(value, datetime) else value
-        for field in _FIELDS
+        for field in (*_FIELDS, "revision")
         if (value := document.get(field)) is not None and value != ""
     }
     return replace(_NEVER_LOCKED, name=document["_id"], **values)

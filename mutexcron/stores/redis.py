@@ -1,13 +1,17 @@
 """Locks in Redis: one hash per job, each operation a single Lua script (one round trip, atomic).
 
-A deleted lock keeps its hash with ``deleted`` = 1 (a tombstone hidden from readers), so its token,
-last fire time, lease, pause and schedule override survive; seeding or acquiring revives it. One server, a Redis
-Cluster (each hash is its own slot: ``seed`` and ``locks`` go to every node) or Sentinel (``mutexcron.redis.urls``);
-with ``wait_replicas`` an acquire counts only once that many replicas confirmed it (README, "Scaling out").
+The hash keeps every field of a :class:`LockState` as text: times as epoch milliseconds, '' for None, '1'/'0' for
+flags. The control plane reads a hash whole and writes it whole with WRITE, a compare-and-set on its ``revision``,
+which every script that changes the hash bumps. A deleted lock keeps its hash with ``deleted`` = 1 (a tombstone hidden
+from ``lock`` and ``locks``), so its token, last fire time, lease, pause and schedule override survive; seeding or
+acquiring revives it. One server, a Redis Cluster (each hash is its own slot: ``seed`` and ``locks`` go to every node)
+or Sentinel (``mutexcron.redis.urls``); with ``wait_replicas`` an acquire counts only once that many replicas confirmed
+it, and a write they did not confirm raises (docs/scaling-out.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -39,26 +43,20 @@ from .base import (
     AcquireRequest,
     AcquireStatus,
     Acquisition,
-    ControlStore,
     LockState,
     LockStore,
-    OverlapStore,
     ReleaseRequest,
-    Renewal,
-    TakeOverStore,
-    check_definition,
-    check_incident,
     check_outcome,
-    check_pause_note,
     datetime_to_ms,
     duration_ms,
     ms_to_datetime,
 )
+from .control import ControlStore
 
 __all__ = ["RedisLockStore"]
 
 DEFAULT_PREFIX = "mutexcron:lock:"
-DEFAULT_WAIT_TIMEOUT = timedelta(milliseconds=200)  # how long an acquire waits for wait_replicas to confirm it
+DEFAULT_WAIT_TIMEOUT = timedelta(milliseconds=200)  # how long a write waits for wait_replicas to confirm it
 # Locks read by one READ_ALL script: a script holds the server while it runs, and 1,000 HGETALL take it about 1 ms.
 READ_BATCH = 1_000
 
@@ -117,7 +115,7 @@ def _acquisition(status: Any, detail: Any) -> Acquisition:
     return Acquisition(_STATUSES[status], holder=detail or None)
 
 
-class RedisLockStore(RedisClient, LockStore, ControlStore, OverlapStore, TakeOverStore):
+class RedisLockStore(RedisClient, LockStore, ControlStore):
     """Lock hashes at ``<prefix>{<job name>}``; the braces make the name the Redis Cluster hash tag."""
 
     kind = "Redis store"
@@ -140,23 +138,12 @@ class RedisLockStore(RedisClient, LockStore, ControlStore, OverlapStore, TakeOve
         self._acquire_many = client.register_script(scripts.ACQUIRE_MANY)
         self._acquire_on_master = client.register_script(scripts.ACQUIRE_ON_MASTER)
         self._renew = client.register_script(scripts.RENEW)
-        self._renew_watching = client.register_script(scripts.RENEW_WATCHING)
-        self._claim_next = client.register_script(scripts.CLAIM_NEXT)
         self._release = client.register_script(scripts.RELEASE)
         self._release_many = client.register_script(scripts.RELEASE_MANY)
         self._release_on_master = client.register_script(scripts.RELEASE_ON_MASTER)
-        self._take_over = client.register_script(scripts.TAKE_OVER)
-        self._force_unlock = client.register_script(scripts.FORCE_UNLOCK)
-        self._delete = client.register_script(scripts.DELETE)
         self._read_all = client.register_script(scripts.READ_ALL)
         self._read_on_master = client.register_script(scripts.READ_ON_MASTER)
-        self._pause = client.register_script(scripts.PAUSE)
-        self._record_failure = client.register_script(scripts.RECORD_FAILURE)
-        self._resume = client.register_script(scripts.RESUME)
-        self._set_schedule = client.register_script(scripts.SET_SCHEDULE)
-        self._define = client.register_script(scripts.DEFINE)
-        self._open_incident = client.register_script(scripts.OPEN_INCIDENT)
-        self._close_incident = client.register_script(scripts.CLOSE_INCIDENT)
+        self._write = client.register_script(scripts.WRITE)
 
     @classmethod
     def from_url(cls, url: str, **client_options: Any) -> RedisLockStore:
@@ -187,23 +174,23 @@ class RedisLockStore(RedisClient, LockStore, ControlStore, OverlapStore, TakeOve
     def acquire(self, name: str, *, owner: str, lease: timedelta, fire_time: datetime | None,
                 schedule_version: int | None = None) -> Acquisition:
         args = _acquire_args(AcquireRequest(name, owner, lease, fire_time, schedule_version))
-        return self._taken(self._acquire, name, args)
-
-    def take_over(self, name: str, *, tick_token: int, owner: str, lease: timedelta,
-                  schedule_version: int | None = None) -> Acquisition:
-        version = "" if schedule_version is None else str(schedule_version)
-        return self._taken(self._take_over, name, [tick_token, owner, duration_ms(lease), version])
-
-    def _taken(self, script: Script, name: str, args: list[str | int]) -> Acquisition:
-        """An acquiring script's answer; with ``wait_replicas``, a win that too few replicas confirmed is undone."""
-        if self.wait_replicas:
-            (status, detail), confirmed = self._call(write_then_wait, self.client, script, [self.key(name)],
-                                                     args, self.wait_replicas, duration_ms(self.wait_timeout))
-        else:
-            (status, detail), confirmed = self._call(script, keys=[self.key(name)], args=args), 0
+        (status, detail), confirmed = self._confirmed(self._acquire, name, args)
         if _text(status) == "acquired" and confirmed < self.wait_replicas:
-            self._unconfirmed(name, int(_text(detail)), confirmed)
+            token = int(_text(detail))
+            try:  # not counted: released (best effort; its lease ends it otherwise), the run skipped as on any error
+                self.release(name, token=token)
+            except StoreUnavailable as error:
+                logger.debug("could not release the unconfirmed lock of %r: %s", name, error)
+            raise self._unconfirmed(f"the lock of {name!r}", confirmed, "not counted, released")
         return _acquisition(status, detail)
+
+    def _confirmed(self, script: Script, name: str, args: list[str | int]) -> tuple[Any, int]:
+        """A writing script's reply and, with ``wait_replicas``, how many replicas confirmed it (WAIT right behind it,
+        on the key's master); without, 0."""
+        if not self.wait_replicas:
+            return self._call(script, keys=[self.key(name)], args=args), 0
+        return self._call(write_then_wait, self.client, script, [self.key(name)], args, self.wait_replicas,
+                          duration_ms(self.wait_timeout))
 
     def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[Acquisition | StoreUnavailable]:
         """One script for them all on one server (one command to send and one reply to read, where a pipeline of
@@ -260,29 +247,15 @@ class RedisLockStore(RedisClient, LockStore, ControlStore, OverlapStore, TakeOve
             raise reply
         return convert(reply)
 
-    def _unconfirmed(self, name: str, token: int, confirmed: int) -> None:
-        """An acquire that fewer than ``wait_replicas`` replicas confirmed does not count: release it (best effort;
-        its lease ends it otherwise) and raise, for the run to be skipped as on any store error."""
-        try:
-            self.release(name, token=token)
-        except StoreUnavailable as error:
-            logger.debug("could not release the unconfirmed lock of %r: %s", name, error)
-        timeout = duration_ms(self.wait_timeout)
-        raise ReplicationUnconfirmed(
-            f"{self.kind} {self._display}: the lock of {name!r} reached {confirmed} of {self.wait_replicas} "
-            f"replicas within {timeout} ms (wait_replicas): not counted, released"
+    def _unconfirmed(self, what: str, confirmed: int, outcome: str) -> ReplicationUnconfirmed:
+        """The error for a write that fewer than ``wait_replicas`` replicas confirmed."""
+        return ReplicationUnconfirmed(
+            f"{self.kind} {self._display}: {what} reached {confirmed} of {self.wait_replicas} replicas within "
+            f"{duration_ms(self.wait_timeout)} ms (wait_replicas): {outcome}"
         )
 
     def renew(self, name: str, *, token: int, lease: timedelta) -> bool:
         return bool(self._call(self._renew, keys=[self.key(name)], args=[token, duration_ms(lease)]))
-
-    def renew_watching(self, name: str, *, token: int, lease: timedelta) -> Renewal:
-        answer = self._call(self._renew_watching, keys=[self.key(name)], args=[token, duration_ms(lease)])
-        return (Renewal.LOST, Renewal.RENEWED, Renewal.STOP)[int(answer)]
-
-    def claim_next(self, name: str, *, fire_time: datetime, lease: timedelta, replace: bool = False) -> bool:
-        args = [datetime_to_ms(fire_time), duration_ms(lease), "1" if replace else "0"]
-        return bool(self._call(self._claim_next, keys=[self.key(name)], args=args))
 
     def release(self, name: str, *, token: int, hold_at_least: timedelta = timedelta(0),
                 outcome: str | None = None, error: str | None = None) -> bool:
@@ -300,52 +273,18 @@ class RedisLockStore(RedisClient, LockStore, ControlStore, OverlapStore, TakeOve
             for request in requests]
         return self._many((self._release_many, self._release_on_master), calls, bool)
 
-    def force_unlock(self, name: str) -> bool:
-        return bool(self._call(self._force_unlock, keys=[self.key(name)]))
-
-    def delete(self, name: str) -> bool:
-        return bool(self._call(self._delete, keys=[self.key(name)]))
-
-    def _control(self, script: Script, name: str, args: list[str], *, hidden: bool = False) -> LockState | None:
-        """Run a control script; its reply is the changed hash as a flat list (read even if deleted: ``hidden``),
-        or nil."""
-        reply = self._call(script, keys=[self.key(name)], args=args)
-        return None if reply is None else _state(name, dict(zip(reply[::2], reply[1::2], strict=True)), hidden=hidden)
-
-    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None,
-              note: str | None = None) -> LockState | None:
-        note = check_pause_note(note)
-        return self._control(self._pause, name, ["" if until is None else str(datetime_to_ms(until)), by or "",
-                                                 note or ""])
-
-    def record_failure(self, name: str, *, pause_after: int | None = None, by: str | None = None,
-                       note: str | None = None) -> tuple[int, bool]:
-        args = ["" if pause_after is None else str(pause_after), by or "", check_pause_note(note) or ""]
-        failures, paused = self._call(self._record_failure, keys=[self.key(name)], args=args)
-        return int(failures), bool(paused)
-
-    def resume(self, name: str) -> LockState | None:
-        return self._control(self._resume, name, [])
-
-    def set_schedule(self, name: str, spec: str | None, *, timezone: str | None = None,
-                     by: str | None = None) -> LockState | None:
-        return self._control(self._set_schedule, name, [spec or "", timezone or "", by or ""])
-
-    def define(self, name: str, definition: str | None, *, by: str | None = None) -> LockState | None:
-        text = "" if definition is None else check_definition(definition)
-        return self._control(self._define, name, [name, text, by or ""], hidden=definition is None)
-
-    def open_incident(self, name: str, incident: str, *, replacing: str | None = None) -> bool:
-        check_incident(incident)
-        current = "" if replacing is None else check_incident(replacing)
-        return bool(self._call(self._open_incident, keys=[self.key(name)], args=[incident, current]))
-
-    def close_incident(self, name: str, incident: str) -> bool:
-        check_incident(incident)
-        return bool(self._call(self._close_incident, keys=[self.key(name)], args=[incident]))
-
-    def lock(self, name: str) -> LockState | None:
+    def read(self, name: str) -> LockState | None:
         return _state(name, self._call(self.client.hgetall, self.key(name)))
+
+    def write(self, state: LockState, *, revision: int) -> bool:
+        """WRITE: one compare-and-set on the revision. With ``wait_replicas``, a write that too few replicas confirmed
+        raises ReplicationUnconfirmed though it was made: a failover may lose it (a take-over's token, then given
+        again by the promoted replica), so its caller fails closed as on any store error."""
+        args: list[str | int] = [revision, *_fields(state)]
+        written, confirmed = self._confirmed(self._write, state.name, args)
+        if written and confirmed < self.wait_replicas:
+            raise self._unconfirmed(f"the write of {state.name!r}", confirmed, "written, not confirmed")
+        return bool(written)
 
     def locks(self) -> list[LockState]:
         def run() -> list[LockState]:
@@ -354,7 +293,7 @@ class RedisLockStore(RedisClient, LockStore, ControlStore, OverlapStore, TakeOve
             for key, fields in zip(keys, self._read(keys), strict=True):
                 name = _text(key)[len(self.prefix) + 1 : -1]
                 state = _state(name, fields)
-                if state is not None:
+                if state is not None and not state.deleted:
                     states.append(state)
             return sorted(states, key=lambda state: state.name)
 
@@ -381,40 +320,38 @@ class RedisLockStore(RedisClient, LockStore, ControlStore, OverlapStore, TakeOve
         return datetime.fromtimestamp(seconds, UTC) + timedelta(microseconds=micros)
 
 
-def _state(name: str, fields: dict[Any, Any], *, hidden: bool = False) -> LockState | None:
-    """The hash's fields as a LockState; None for no hash, or a deleted one unless ``hidden`` (read it anyway)."""
+# How each field of a LockState (but its name) is read from the hash's text, by its declared type; a missing field
+# reads as '' (False, 0, None).
+_DECODERS: dict[str, Callable[[str], Any]] = {
+    "bool": lambda value: value == "1",
+    "int": lambda value: int(value or 0),
+    "datetime | None": ms_to_datetime,
+    "str | None": lambda value: value or None,
+}
+_FIELDS = [(field.name, _DECODERS[str(field.type)]) for field in dataclasses.fields(LockState) if field.name != "name"]
+
+
+def _state(name: str, fields: dict[Any, Any]) -> LockState | None:
+    """The hash's fields as a LockState (a deleted one included), or None for no hash."""
     data = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
             for k, v in fields.items()}  # _text inlined: a sync reads every field of every lock
-    if not data or (data.get("deleted") == "1" and not hidden):
+    if not data:
         return None
-    return LockState(
-        name=name,
-        locked=data.get("locked") == "1",
-        locked_by=data.get("locked_by") or None,
-        last_locked_at=ms_to_datetime(data.get("last_locked_at")),
-        last_released_at=ms_to_datetime(data.get("last_released_at")),
-        lock_until=ms_to_datetime(data.get("lock_until")),
-        last_fire_time=ms_to_datetime(data.get("last_fire_time")),
-        token=int(data.get("token") or 0),
-        tick_token=int(data.get("tick_token") or 0),
-        paused=data.get("paused") == "1",
-        paused_at=ms_to_datetime(data.get("paused_at")),
-        paused_until=ms_to_datetime(data.get("paused_until")),
-        paused_by=data.get("paused_by") or None,
-        pause_note=data.get("pause_note") or None,
-        resumed_at=ms_to_datetime(data.get("resumed_at")),
-        schedule=data.get("schedule") or None,
-        schedule_timezone=data.get("schedule_timezone") or None,
-        schedule_version=int(data.get("schedule_version") or 0),
-        schedule_by=data.get("schedule_by") or None,
-        schedule_changed_at=ms_to_datetime(data.get("schedule_changed_at")),
-        created_at=ms_to_datetime(data.get("created_at")),
-        last_outcome=data.get("last_outcome") or None,
-        last_finished_at=ms_to_datetime(data.get("last_finished_at")),
-        last_success_at=ms_to_datetime(data.get("last_success_at")),
-        last_error=data.get("last_error") or None,
-        failures=int(data.get("failures") or 0),
-        incident=data.get("incident") or None,
-        incident_at=ms_to_datetime(data.get("incident_at")),
-        definition=data.get("definition") or None,
-    )
+    return LockState(name=name, **{field: decode(data.get(field, "")) for field, decode in _FIELDS})
+
+
+def _fields(state: LockState) -> list[str]:
+    """The document as WRITE's field, value pairs (_state's inverse): every field but ``revision``."""
+    return [text for field in dataclasses.fields(state) if field.name != "revision"
+            for text in (field.name, _encoded(getattr(state, field.name)))]
+
+
+def _encoded(value: object) -> str:
+    """A field's value as the hash keeps it."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, datetime):
+        return str(datetime_to_ms(value))
+    return str(value)

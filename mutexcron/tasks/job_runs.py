@@ -3,7 +3,7 @@
 The scheduler instance that wins a tick's lock keeps the lock and enqueues one task (its id from the job name and
 the fire time, :func:`tick_task_id`) carrying the tick, the acquire's token (the tick token) and the schedule
 version (:class:`JobTask`). A worker with a :class:`JobRunner` registered on its queue takes the run over from the
-tick token under a new fencing token of its own (:meth:`TakeOverStore.take_over`; refused: the body is not run),
+tick token under a new fencing token of its own (:meth:`ControlStore.take_over`; refused: the body is not run),
 heartbeats it while the body runs, then releases it with the outcome, which the alerts read. A worker that dies or
 stalls mid-body keeps the run until its lease runs out: its task comes back after the visibility timeout, and the
 worker that gets it takes the run over once that lease ran out, under a newer token. See docs/run-on-tasks.md.
@@ -33,7 +33,6 @@ from ..stores import (
     AcquireStatus,
     ControlStore,
     LockStore,
-    TakeOverStore,
     require_control,
     store_from_url,
     supports_control,
@@ -85,7 +84,7 @@ class JobRunner:
     Job`` finds a job (default: :func:`declared_or_stored` on ``registry`` and the store; raise for an unknown one);
     ``instance_id``: this worker's name in run records (default ``host:pid``). Listeners (:meth:`add_listener`)
     get a ``"started"`` and a ``"finished"`` RunRecord of each body as a scheduler's do; ``metrics`` /
-    ``tracing`` as the Scheduler's. The store must be a :class:`TakeOverStore` (every built-in store is).
+    ``tracing`` as the Scheduler's. The store must be a :class:`ControlStore` (every built-in store is).
     """
 
     def __init__(self, store: str | LockStore, *, lookup: Callable[[str], Job] | None = None,
@@ -93,10 +92,10 @@ class JobRunner:
                  tracing: bool = False) -> None:
         self._owns_store = not isinstance(store, LockStore)
         self.store = store_from_url(store)
-        if not isinstance(self.store, TakeOverStore):
+        if not isinstance(self.store, ControlStore):
             raise SchedulerConfigError(f"store {self.store!r} cannot hand a tick to a task worker (it is no "
-                                       "TakeOverStore): run_on='tasks' needs one")
-        self._taker: TakeOverStore = self.store  # the store, as the take-over contract
+                                       "ControlStore): run_on='tasks' needs one")
+        self._taker: ControlStore = self.store  # the store, as the take-over contract
         if registry is None and lookup is None:
             registry = default_registry
         self._declared = registry  # checked against the visibility timeout by register()

@@ -35,7 +35,7 @@ class JobTask:
     task_id: str
     job_name: str
     fire_time: datetime  # aware UTC, the tick's nominal time
-    token: int  # the tick token: the acquire's, never the body's (TakeOverStore.take_over)
+    token: int  # the tick token: the acquire's, never the body's (ControlStore.take_over)
     catch_up: bool = False
     manual: bool = False
     enqueued_by: str = ""  # the scheduler instance that won the lock

@@ -46,7 +46,8 @@ class Migration(migrations.Migration):
                 ('definition', models.TextField(blank=True, help_text="a run-time schedule's definition (JSON)", null=True)),
                 ('next_fire', models.DateTimeField(blank=True, help_text='the tick the overlap slot holds', null=True)),
                 ('next_until', models.DateTimeField(blank=True, help_text='the overlap slot is live until then', null=True)),
-                ('stop_token', models.BigIntegerField(blank=True, help_text='the token whose holder is asked to stop', null=True)),
+                ('stop_token', models.BigIntegerField(default=0, help_text='the token whose holder is asked to stop')),
+                ('revision', models.PositiveBigIntegerField(default=0, help_text="bumped by every write (the control plane's compare-and-set)")),
             ],
             options={
                 'verbose_name': 'lock',

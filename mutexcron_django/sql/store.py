@@ -1,49 +1,48 @@
 """Locks in the app's own SQL database through Django's ORM: the embedded default (SQLite works).
 
-Acquire is one conditional UPDATE decided on the database's clock (``DbNow()``), then a rowcount check:
-no read-modify-write, so concurrent instances cannot both win. A deleted lock keeps its row with
-``deleted`` set (a tombstone hidden from readers); seeding or acquiring revives it, token and last fire kept.
+Acquire is one conditional UPDATE decided on the database's clock (``DbNow()``), then a rowcount check (on
+PostgreSQL and MariaDB/MySQL: the rows of a batch read FOR UPDATE, then one UPDATE per owner, lease and fire):
+no read-modify-write, so concurrent instances cannot both win. A deleted lock keeps its row with ``deleted`` set
+(a tombstone hidden from readers); seeding or acquiring revives it, token and last fire kept. Every UPDATE bumps
+the row's ``revision``, which :meth:`DjangoLockStore.write` (the control plane's compare-and-set) compares.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from django.db import Error, IntegrityError, OperationalError, connections, transaction
-from django.db.models import BooleanField, Case, ExpressionWrapper, F, Q, QuerySet, When
+from django.db.models import BooleanField, ExpressionWrapper, F, Q, QuerySet
 
 from mutexcron.errors import StoreUnavailable
-from mutexcron.stores.base import (
-    AcquireRequest,
-    AcquireStatus,
-    Acquisition,
-    ControlStore,
-    LockState,
-    LockStore,
-    OverlapStore,
-    Renewal,
-    TakeOverStore,
-    check_definition,
-    check_incident,
-    check_outcome,
-    check_pause_note,
-)
+from mutexcron.stores.base import AcquireRequest, AcquireStatus, Acquisition, LockState, LockStore, check_outcome
+from mutexcron.stores.control import ControlStore
 
 from ..models import Lock
 from .clock import AsUTC, DbNow, aware, db_now, now_minus, now_plus, plus
 from .databases import checked_alias, is_retryable, parse_django_url, sql_errors
-from .overlap import SLOT_LIVE, claim_next, renew_watching, slot_allows
-from .states import lock_states
-from .takeover import NOT_PAUSED, PAUSED, free_for, reserve_columns, reserved, take_over
+from .states import (
+    NOT_PAUSED,
+    PAUSED,
+    SLOT_LIVE,
+    columns,
+    free_for,
+    lock_states,
+    reserve_columns,
+    reserved,
+    slot_allows,
+)
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
+_BUMP = {"revision": F("revision") + 1}  # in every UPDATE: ControlStore.write's compare-and-set sees each write
 
-class DjangoLockStore(LockStore, ControlStore, OverlapStore, TakeOverStore):
+
+class DjangoLockStore(LockStore, ControlStore):
     """The ``Lock`` model as a lock store; ``using`` picks the database alias (default: the router's)."""
 
     def __init__(self, using: str | None = None) -> None:
@@ -72,22 +71,23 @@ class DjangoLockStore(LockStore, ControlStore, OverlapStore, TakeOverStore):
     def seed(self, names: Iterable[str]) -> int:
         def run() -> int:
             wanted = list(dict.fromkeys(names))
-            created = self._locks.filter(name__in=wanted, deleted=True).update(deleted=False)  # revived
+            created = self._locks.filter(name__in=wanted, deleted=True).update(  # revived
+                deleted=False, revision=F("revision") + 1)
             existing = set(self._locks.filter(name__in=wanted).values_list("name", flat=True))
             for name in wanted:
                 if name not in existing:
-                    created += self._create(name)
+                    created += self._insert(name=name, created_at=DbNow())
             return created
 
         return self._call(run)
 
-    def _create(self, name: str, attempts: int = 3) -> int:
-        """Insert ``name``'s row unless another instance does at the same moment: 1 if this call created it. Two
-        inserts of one new key can deadlock on MariaDB's gap locks; the loser tries again and finds the row."""
+    def _insert(self, attempts: int = 3, **row: Any) -> int:
+        """Insert ``row`` unless another instance inserts its name at the same moment: 1 if this call created it.
+        Two inserts of one new key can deadlock on MariaDB's gap locks; the loser tries again and finds the row."""
         for attempt in range(attempts):
             try:
                 with transaction.atomic(using=self.using):
-                    self._locks.create(name=name, created_at=DbNow())
+                    self._locks.create(**row)
                 return 1
             except IntegrityError:  # another instance seeded it a moment ago
                 return 0
@@ -152,22 +152,9 @@ class DjangoLockStore(LockStore, ControlStore, OverlapStore, TakeOverStore):
             answers.append(super().acquire_many([request])[0] if answer is None else answer)
         return answers
 
-    def take_over(self, name: str, *, tick_token: int, owner: str, lease: timedelta,
-                  schedule_version: int | None = None) -> Acquisition:
-        request = AcquireRequest(name, owner, lease, None, schedule_version)
-        return self._call(take_over, self._locks, self.using, request, tick_token)
-
     def renew(self, name: str, *, token: int, lease: timedelta) -> bool:
         return self._call(lambda: self._locks.filter(name=name, locked=True, token=token)
-                          .update(lock_until=now_plus(lease)) == 1)
-
-    # -- the overlap policies' state (OverlapStore, see .overlap): one conditional UPDATE each ----------------
-
-    def claim_next(self, name: str, *, fire_time: datetime, lease: timedelta, replace: bool = False) -> bool:
-        return self._call(claim_next, self._locks, name, fire_time, lease, replace)
-
-    def renew_watching(self, name: str, *, token: int, lease: timedelta) -> Renewal:
-        return self._call(renew_watching, self._locks, self.using, name, token, lease)
+                          .update(lock_until=now_plus(lease), revision=F("revision") + 1) == 1)
 
     def release(self, name: str, *, token: int, hold_at_least: timedelta = timedelta(0),
                 outcome: str | None = None, error: str | None = None) -> bool:
@@ -184,118 +171,34 @@ class DjangoLockStore(LockStore, ControlStore, OverlapStore, TakeOverStore):
                 # Still inside hold_at_least: keep it locked until then. Otherwise free it now.
                 held = mine.filter(last_locked_at__gt=now_minus(hold_at_least))
                 if hold_at_least and held.update(lock_until=plus("last_locked_at", hold_at_least),
-                                                 last_released_at=DbNow(), tick_token=0, **finished) == 1:
+                                                 last_released_at=DbNow(), tick_token=0, **finished, **_BUMP) == 1:
                     return True
                 return mine.update(locked=False, lock_until=DbNow(), last_released_at=DbNow(), tick_token=0,
-                                   **finished) == 1
+                                   **finished, **_BUMP) == 1
 
         return self._call(run)
 
-    def force_unlock(self, name: str) -> bool:
-        return self._call(lambda: self._locks.filter(name=name, locked=True)
-                          .update(locked=False, lock_until=DbNow(), last_released_at=DbNow(), tick_token=0) == 1)
+    # -- the control plane (ControlStore): its verbs read a row, change it and write it back with write() --------
 
-    def delete(self, name: str) -> bool:
-        return self._call(lambda: self._locks.filter(name=name, deleted=False).update(deleted=True) == 1)
-
-    def lock(self, name: str) -> LockState | None:
-        states = self._call(lambda: lock_states(self._locks.filter(name=name, deleted=False)))
+    def read(self, name: str) -> LockState | None:
+        states = self._call(lambda: lock_states(self._locks.filter(name=name)))
         return states[0] if states else None
 
     def locks(self) -> list[LockState]:
-        return self._call(lambda: lock_states(self._locks.filter(deleted=False).order_by("name")))
+        states = self._call(lambda: lock_states(self._locks.filter(deleted=False)))
+        return sorted(states, key=lambda state: state.name)  # as Python sorts, whatever the database's collation
 
-    # -- run-time control by operators: one UPDATE on the database's clock each, then the row read back ----
+    def write(self, state: LockState, *, revision: int) -> bool:
+        """One UPDATE of every column where the row's revision is ``revision``; a missing row (``revision`` 0) is
+        inserted instead, unless another instance inserts it first."""
+        row = columns(state)
 
-    def _control(self, name: str, rows: Callable[[QuerySet[Lock]], QuerySet[Lock]], **changes: Any) -> LockState | None:
-        def run() -> LockState | None:
-            rows(self._locks.filter(name=name, deleted=False)).update(**changes)
-            states = lock_states(self._locks.filter(name=name, deleted=False))
-            return states[0] if states else None
-
-        return self._call(run)
-
-    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None,
-              note: str | None = None) -> LockState | None:
-        if until is not None and until.tzinfo is None:
-            raise ValueError(f"naive datetime {until!r}; pass an aware one")
-        return self._control(name, lambda rows: rows, paused=True, paused_at=DbNow(), paused_by=by,
-                             paused_until=until.astimezone(UTC) if until is not None else None,
-                             pause_note=check_pause_note(note))
-
-    def record_failure(self, name: str, *, pause_after: int | None = None, by: str | None = None,
-                       note: str | None = None) -> tuple[int, bool]:
-        note = check_pause_note(note)
-
-        def run() -> tuple[int, bool]:
-            rows = self._locks.filter(name=name, deleted=False)
-            with transaction.atomic(using=self.using):  # the row stays locked from the count to the pause
-                if rows.update(failures=F("failures") + 1) != 1:
-                    return 0, False
-                failures = rows.values_list("failures", flat=True).get()
-                paused = pause_after is not None and failures >= pause_after and rows.filter(NOT_PAUSED).update(
-                    paused=True, paused_at=DbNow(), paused_until=None, paused_by=by, pause_note=note) == 1
-            return failures, paused
+        def run() -> bool:
+            if self._locks.filter(name=state.name, revision=revision).update(**row, **_BUMP) == 1:
+                return True
+            return revision == 0 and self._insert(name=state.name, revision=1, **row) == 1
 
         return self._call(run)
-
-    def resume(self, name: str) -> LockState | None:
-        # A pause whose until has passed ended then, not now: the ticks after it are missed, not paused.
-        # resumed_at first: MySQL's SET sees the columns assigned before it (paused_until would be NULL).
-        ended = Case(When(paused_until__lte=DbNow(), then=F("paused_until")), default=DbNow())
-        return self._control(name, lambda rows: rows.filter(paused=True), resumed_at=ended, paused=False,
-                             paused_at=None, paused_until=None, paused_by=None, pause_note=None)
-
-    def set_schedule(self, name: str, spec: str | None, *, timezone: str | None = None,
-                     by: str | None = None) -> LockState | None:
-        return self._control(name, lambda rows: rows, schedule=spec, schedule_timezone=timezone, schedule_by=by,
-                             schedule_changed_at=DbNow(), schedule_version=F("schedule_version") + 1)
-
-    def define(self, name: str, definition: str | None, *, by: str | None = None) -> LockState | None:
-        changes: dict[str, Any] = {"definition": definition, "schedule_version": F("schedule_version") + 1,
-                                   "schedule_by": by, "schedule_changed_at": DbNow()}
-        if definition is None:  # hidden as delete() hides it, token and last fire time kept
-            return self._call(self._define_row, name, self._locks.filter(name=name, deleted=False), deleted=True,
-                              **changes)
-        changes |= {"definition": check_definition(definition), "schedule": None, "schedule_timezone": None}
-
-        def run() -> LockState:
-            rows = self._locks.filter(name=name)  # visible or deleted: the UPDATE revives it
-            state = self._define_row(name, rows, deleted=False, **changes)
-            if state is None:
-                try:
-                    with transaction.atomic(using=self.using):  # hidden until the UPDATE below defines it
-                        self._locks.create(name=name, created_at=DbNow(), deleted=True)
-                except IntegrityError:  # another instance created it a moment ago
-                    pass
-                state = self._define_row(name, rows, deleted=False, **changes)
-            if state is None:
-                raise StoreUnavailable(f"database {self.using!r}: lock row for {name!r} vanished while defining it")
-            return state
-
-        return self._call(run)
-
-    def _define_row(self, name: str, rows: QuerySet[Lock], **changes: Any) -> LockState | None:
-        """One UPDATE of ``rows`` (name's row), then the row read back, deleted or not, in the same transaction; None
-        if it matched none. Its transaction ends there: no MariaDB gap lock is held while the row is created."""
-        with transaction.atomic(using=self.using):
-            if rows.update(**changes) != 1:
-                return None
-            return lock_states(self._locks.filter(name=name))[0]
-
-    # -- alerts: one conditional UPDATE each, so exactly one caller opens (replaces or closes) an incident ----
-
-    def open_incident(self, name: str, incident: str, *, replacing: str | None = None) -> bool:
-        check_incident(incident)
-        current: dict[str, object] = (
-            {"incident__isnull": True} if replacing is None else {"incident": check_incident(replacing)})
-        return self._call(lambda: self._locks.filter(name=name, deleted=False, **current)
-                          .update(incident=incident, incident_at=DbNow()) == 1)
-
-    def close_incident(self, name: str, incident: str) -> bool:
-        check_incident(incident)
-        return self._call(lambda: self._locks.filter(name=name, deleted=False, incident=incident)
-                          .update(incident=None, incident_at=None) == 1)
 
     def now(self) -> datetime:
         return self._call(db_now, self.using)
@@ -361,9 +264,10 @@ def _read_for_update(connection: Any, rows: QuerySet[Lock, Any]) -> list[dict[st
 def _taken(owner: str, lease: timedelta, fire_time: datetime | None) -> dict[str, Any]:
     """What an acquire writes to the row it takes (a manual run, without a fire time, leaves the last fire); it
     empties the overlap slot."""
-    changes = {"locked": True, "locked_by": owner, "last_locked_at": DbNow(), "lock_until": now_plus(lease),
-               "tick_token": F("token") + 1, "token": F("token") + 1, "deleted": False, "next_fire": None,
-               "next_until": None}  # tick_token first: MySQL's SET sees the columns assigned before it
+    # tick_token before token: MySQL's SET sees the columns assigned before it
+    changes: dict[str, Any] = {"locked": True, "locked_by": owner, "last_locked_at": DbNow(),
+                               "lock_until": now_plus(lease), "tick_token": F("token") + 1, "token": F("token") + 1,
+                               "deleted": False, "next_fire": None, "next_until": None, **_BUMP}
     if fire_time is not None:
         changes["last_fire_time"] = fire_time
     return changes

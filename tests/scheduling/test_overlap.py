@@ -43,7 +43,7 @@ def test_a_store_without_the_overlap_state_refuses_the_policy_at_start_naming_jo
     with pytest.raises(SchedulerConfigError) as raised:
         scheduler.start()
     assert "'reports.hourly'" in str(raised.value) and policy in str(raised.value)
-    assert "SQLiteLockStore" in str(raised.value) and "OverlapStore" in str(raised.value)
+    assert "SQLiteLockStore" in str(raised.value) and "ControlStore" in str(raised.value)
 
 
 def test_an_unknown_policy_is_a_definition_error_listing_the_policies() -> None:

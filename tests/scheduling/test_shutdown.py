@@ -40,7 +40,8 @@ class SlowStore(LockStore, ControlStore):
     """
 
     def __init__(self, inner: LockStore, acquire_latency: tuple[float, float] = (0.0, 0.0)) -> None:
-        self.inner = inner
+        assert isinstance(inner, ControlStore)
+        self.inner: Any = inner  # a LockStore and a ControlStore
         self.acquire_latency = acquire_latency
         self.calls: list[tuple[str, str, float]] = []  # (method, job name, monotonic start)
         self.acquiring = 0
@@ -86,41 +87,14 @@ class SlowStore(LockStore, ControlStore):
     def seed(self, names: Iterable[str]) -> int:
         return self.inner.seed(names)
 
+    def read(self, name: str) -> LockState | None:
+        return self.inner.read(name)
+
     def locks(self) -> list[LockState]:
         return self.inner.locks()
 
-    def lock(self, name: str) -> LockState | None:
-        return self.inner.lock(name)
-
-    def force_unlock(self, name: str) -> bool:
-        return self.inner.force_unlock(name)
-
-    def delete(self, name: str) -> bool:
-        return self.inner.delete(name)
-
-    def pause(self, name: str, *, until: datetime | None = None, by: str | None = None,
-              note: str | None = None) -> LockState | None:
-        return self.inner.pause(name, until=until, by=by, note=note)
-
-    def resume(self, name: str) -> LockState | None:
-        return self.inner.resume(name)
-
-    def record_failure(self, name: str, *, pause_after: int | None = None, by: str | None = None,
-                       note: str | None = None) -> tuple[int, bool]:
-        return self.inner.record_failure(name, pause_after=pause_after, by=by, note=note)
-
-    def set_schedule(self, name: str, spec: str | None, *, timezone: str | None = None,
-                     by: str | None = None) -> LockState | None:
-        return self.inner.set_schedule(name, spec, timezone=timezone, by=by)
-
-    def define(self, name: str, definition: str | None, *, by: str | None = None) -> LockState | None:
-        return self.inner.define(name, definition, by=by)
-
-    def open_incident(self, name: str, incident: str, *, replacing: str | None = None) -> bool:
-        return self.inner.open_incident(name, incident, replacing=replacing)
-
-    def close_incident(self, name: str, incident: str) -> bool:
-        return self.inner.close_incident(name, incident)
+    def write(self, state: LockState, *, revision: int) -> bool:
+        return self.inner.write(state, revision=revision)
 
     def now(self) -> datetime:
         return self.inner.now()
