@@ -55,11 +55,12 @@ def test_buffer_one_runs_the_waiting_tick_right_after_the_last_and_skips_the_oth
     assert not any(body["cancelled"] for body in ran)
     everything = Counter(body["fire_time"] for body in fleet.bodies())
     assert [tick for tick, count in everything.items() if count > 1] == []
-    # A tick that fired while another waited was skipped as busy on every instance, and never run later (but for
-    # the tick that waited as the fleet was stopped).
+    # A tick that fired while another waited was skipped as busy, because another tick waits. Each instance decides
+    # on its own claim: one whose claim came just before the waiting tick took the lock skips the new tick, one whose
+    # claim came just after keeps it for the fleet (a body ends near every fourth tick here), so a tick may be
+    # skipped on some instances and run by another; it still runs once (no tick twice, above).
     skipped = [r for r in fleet.records() if r["outcome"] == "skipped_busy" and "shut down" not in r["error"]]
     assert all("another tick waits" in r["error"] for r in skipped), [r["error"] for r in skipped]
-    assert not {r["fire_time"] for r in skipped} & set(everything)
 
 
 def test_replace_stops_the_running_body_and_runs_the_new_tick_once_it_released(fleet: ControlFleet) -> None:
