@@ -206,7 +206,7 @@ class MongoLockStore(LockStore, ControlStore):
         return sorted((_state(document) for document in documents), key=lambda state: state.name)
 
     def write(self, state: LockState, *, revision: int) -> bool:
-        # A missing document is revision 0 (then upserted), and so is one from before revisions (no field).
+        # A missing document is revision 0 (then upserted), and so is one that seed made (no revision field).
         current = {"$in": [0, None]} if revision == 0 else revision
         values = {field: getattr(state, field) for field in _FIELDS}
         update = {"$set": {**values, "name": state.name, "revision": revision + 1}}
