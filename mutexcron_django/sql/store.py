@@ -72,7 +72,7 @@ class DjangoLockStore(LockStore, ControlStore):
         def run() -> int:
             wanted = list(dict.fromkeys(names))
             created = self._locks.filter(name__in=wanted, deleted=True).update(  # revived
-                deleted=False, revision=F("revision") + 1)
+                deleted=False, **_BUMP)
             existing = set(self._locks.filter(name__in=wanted).values_list("name", flat=True))
             for name in wanted:
                 if name not in existing:
@@ -154,7 +154,7 @@ class DjangoLockStore(LockStore, ControlStore):
 
     def renew(self, name: str, *, token: int, lease: timedelta) -> bool:
         return self._call(lambda: self._locks.filter(name=name, locked=True, token=token)
-                          .update(lock_until=now_plus(lease), revision=F("revision") + 1) == 1)
+                          .update(lock_until=now_plus(lease), **_BUMP) == 1)
 
     def release(self, name: str, *, token: int, hold_at_least: timedelta = timedelta(0),
                 outcome: str | None = None, error: str | None = None) -> bool:
