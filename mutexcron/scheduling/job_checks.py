@@ -11,7 +11,7 @@ from ..definitions import check_overlap
 from ..registry import Registry
 from ..running.failures import check_pause_on_failure
 from ..stores import LockStore
-from .offload import Offload
+from ..tasks.job_runs import Offload
 
 __all__ = ["check_jobs"]
 

@@ -20,9 +20,9 @@ from ..running.failures import count_failure
 from ..running.heartbeats import Beat
 from ..running.limits import late_start
 from ..stores import AcquireStatus, Acquisition, LockStore, ReleaseRequest, require_control
+from ..tasks.job_runs import JobTask, Offload, tick_task_id
 from .busy import busy_plan, busy_skip
 from .fires import Fire, FireKind, HandOff, Skip
-from .offload import Offload
 from .overlap import Buffered, Overlap
 from .releases import Releases
 from .waiting import BusyWaits, Waiting
@@ -208,10 +208,13 @@ class Runs:
         return self._run_body(fire, ctx, started_at)
 
     def _hand_over(self, fire: Fire, ctx: JobContext, started_at: datetime) -> RunRecord:
-        """A ``run_on="tasks"`` body enqueued, its lock kept for the worker (:mod:`.offload`); released as failed
-        if the enqueue failed."""
+        """A ``run_on="tasks"`` body enqueued, its lock kept for the worker (:mod:`mutexcron.tasks.job_runs`);
+        released as failed if the enqueue failed."""
+        task = JobTask(tick_task_id(fire.job.name, fire.time, manual=fire.manual), fire.job.name, fire.time, ctx.token,
+                       catch_up=fire.catch_up, manual=fire.manual, enqueued_by=ctx.instance_id,
+                       schedule_version=fire.version)
         try:
-            record, enqueued = self.offload.hand_over(fire, ctx, started_at)
+            record, enqueued = self.offload.hand_over(fire.job, task, started_at)
         finally:
             fire.life.done(ctx)
         if not enqueued and self._release(fire.job, ctx.token, Outcome.FAILED, record.error):

@@ -28,6 +28,7 @@ from ..running.body import Reports
 from ..running.heartbeats import Heartbeats
 from ..running.pings import PING_TIMEOUT, Pings
 from ..stores import LockState, LockStore, store_from_url, supports_control
+from ..tasks.job_runs import Offload, TasksOption
 from ..telemetry import build_telemetry
 from .backfill import run_backfill
 from .batch import PassingScheduler, batched_fires
@@ -36,7 +37,6 @@ from .executor import LockingExecutor, run_by_locking_executor
 from .fires import Fire, FireKind
 from .job_checks import check_jobs
 from .lifecycle import Generation
-from .offload import Offload, TasksOption
 from .options import SchedulerOptions
 from .runs import Runs
 from .schedules import Schedules, ScheduleSync, read_states
@@ -63,7 +63,7 @@ class Scheduler:
     spans of the runs (the ``prometheus`` and ``otel`` extras; :mod:`mutexcron.telemetry`). ``ping_timeout``:
     the deadline of each ``ping_url`` ping, name resolution and redirects included (:mod:`mutexcron.running.pings`).
     ``tasks``: where ``run_on="tasks"`` jobs' bodies are enqueued: a task backend URL, a
-    :class:`~mutexcron.tasks.TaskQueue`, or a callable returning one (:mod:`mutexcron.scheduling.offload`).
+    :class:`~mutexcron.tasks.TaskQueue`, or a callable returning one (:mod:`mutexcron.tasks.job_runs.offload`).
     """
 
     def __init__(

@@ -10,11 +10,14 @@ from enum import StrEnum
 
 from ..errors import MutexcronError
 
-__all__ = ["MAX_TRACE_CONTEXT_CHARS", "NewTask", "PayloadError", "TaskError", "TaskInfo", "TaskStatus",
-           "UnknownTaskType", "decode_trace_context", "encode_trace_context"]
+__all__ = ["JOB_TASK_TYPE", "MAX_TRACE_CONTEXT_CHARS", "NewTask", "PayloadError", "TaskError", "TaskInfo",
+           "TaskStatus", "UnknownTaskType", "decode_trace_context", "encode_trace_context"]
 
 # The trace context a task carries (its JSON text) is at most this long: a W3C traceparent is 55 characters,
 # a full tracestate 512; baggage and the like are kept only while they fit.
+# The task type of a run_on="tasks" tick (mutexcron.tasks.job_runs): the queue reserves it for the workers that run
+# jobs. Not "mutexcron.…": the RabbitMQ backend keeps those names for its own queues.
+JOB_TASK_TYPE = "mutexcron-job"
 MAX_TRACE_CONTEXT_CHARS = 1024
 _MAX_TRACE_KEY_CHARS = 64
 _FIRST_TRACE_FIELDS = ("traceparent", "tracestate")

@@ -20,8 +20,7 @@ from ..urls import shown
 from .backends.base import Delivery, TaskBackend
 from .handlers import HandlerRegistry, default_handlers, validate_task_type
 from .interrupt import stop_on_ctrl_c
-from .job_tasks import TASK_TYPE as JOB_TASK_TYPE
-from .model import NewTask, PayloadError, RetryLater, TaskInfo, TaskStatus, UnknownTaskType
+from .model import JOB_TASK_TYPE, NewTask, PayloadError, RetryLater, TaskInfo, TaskStatus, UnknownTaskType
 from .telemetry import TaskTelemetry
 
 __all__ = ["TaskQueue", "backend_from_url", "check_task_id"]
@@ -31,7 +30,7 @@ logger = logging.getLogger("mutexcron.tasks")
 UNKNOWN_TYPE_RETRY = timedelta(minutes=1)
 SCHEDULE_OPTIONS = frozenset({"run_at", "delay", "task_id", "require_handler"})
 # Task types of the library's own, scheduled by processes that do not run them: run_on="tasks" ticks, which a
-# scheduler enqueues and only workers handle (mutexcron.tasks.job_runs registers their handler there).
+# scheduler enqueues and only workers handle (a JobRunner of mutexcron.tasks.job_runs registers their handler there).
 RESERVED_TYPES = frozenset({JOB_TASK_TYPE})
 _TASK_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 UNKNOWN_TYPE_ATTEMPTS = 5

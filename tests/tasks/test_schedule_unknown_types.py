@@ -19,7 +19,7 @@ from mutexcron.tasks import (
     UnknownTaskType,
     task_handler,
 )
-from mutexcron.tasks.job_tasks import TASK_TYPE as JOB_TASK_TYPE
+from mutexcron.tasks.job_runs import TASK_TYPE as JOB_TASK_TYPE
 from tests.support import wait_until
 
 HOUR = timedelta(hours=1)

@@ -1,10 +1,9 @@
 """The scheduler side of ``run_on="tasks"``: the instance that won a tick's lock enqueues the body as one task.
 
 The lock is kept (not released): the task carries the tick, its token and the schedule version it was fired on, and
-the worker that runs it takes the lock over under a token of its own, heartbeats and releases it
-(:mod:`mutexcron.tasks.job_runs`). The task's id comes from the job name
-and the fire time, so an enqueue that is repeated (a retry after a lost reply) finds the task already there.
-An enqueue that fails releases the lock with the outcome ``failed``.
+the worker that runs it takes the lock over under a token of its own, heartbeats and releases it (:mod:`.worker`).
+The task's id comes from the job name and the fire time, so an enqueue that is repeated (a retry after a lost
+reply) finds the task already there. An enqueue that fails releases the lock with the outcome ``failed``.
 """
 
 from __future__ import annotations
@@ -16,15 +15,14 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from ..errors import SchedulerConfigError, StoreUnavailable
-from ..records import JobContext, Outcome, RunRecord
-from ..tasks.job_tasks import TASK_TYPE, JobTask, tick_task_id
-from ..tasks.queue import TaskQueue
-from ..urls import shown
+from ...errors import SchedulerConfigError, StoreUnavailable
+from ...records import Outcome, RunRecord
+from ...urls import shown
+from ..queue import TaskQueue
+from .task import TASK_TYPE, JobTask
 
 if TYPE_CHECKING:
-    from ..registry import Job, Registry
-    from .fires import Fire
+    from ...registry import Job, Registry
 
 __all__ = ["ENQUEUE_ATTEMPTS", "Offload", "TasksOption"]
 
@@ -83,25 +81,20 @@ class Offload:
         if built is not None:
             built.close()
 
-    def hand_over(self, fire: Fire, ctx: JobContext, started_at: datetime) -> tuple[RunRecord, bool]:
-        """Enqueue ``fire``'s body with the lock ``ctx`` holds: the ``enqueued`` record and True, or the ``failed``
-        record (the error in it) and False, after which the caller releases the lock."""
-        job = fire.job
-        task = JobTask(tick_task_id(job.name, fire.time, manual=fire.manual), job.name, fire.time, ctx.token,
-                       catch_up=fire.catch_up, manual=fire.manual, enqueued_by=ctx.instance_id,
-                       schedule_version=fire.version)
+    def hand_over(self, job: Job, task: JobTask, started_at: datetime) -> tuple[RunRecord, bool]:
+        """Enqueue ``task``, the body of ``job``'s tick with the lock its token holds: the ``enqueued`` record and True,
+        or the ``failed`` record (the error in it) and False, after which the caller releases the lock."""
         error = None
         try:
             self._enqueue(job, task)
         except Exception:
             error = traceback.format_exc()
-            logger.exception("job %r (fire %s): could not enqueue its task %s", job.name, fire.time.isoformat(),
+            logger.exception("job %r (fire %s): could not enqueue its task %s", job.name, task.fire_time.isoformat(),
                              task.task_id)
         outcome = Outcome.ENQUEUED if error is None else Outcome.FAILED
         if error is None:
-            logger.info("job %r (fire %s) enqueued as task %s", job.name, fire.time.isoformat(), task.task_id)
-        record = RunRecord(job.name, fire.time, ctx.instance_id, outcome, started_at, datetime.now(UTC), error=error,
-                           token=ctx.token, manual=fire.manual, catch_up=fire.catch_up, task_id=task.task_id)
+            logger.info("job %r (fire %s) enqueued as task %s", job.name, task.fire_time.isoformat(), task.task_id)
+        record = task.record(task.enqueued_by, outcome, started_at, finished_at=datetime.now(UTC), error=error)
         return record, error is None
 
     def _enqueue(self, job: Job, task: JobTask) -> None:

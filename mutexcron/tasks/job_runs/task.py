@@ -1,6 +1,6 @@
 """What the task of a ``run_on="tasks"`` tick is: its type, its id (from the job name and the fire time) and its
 payload (the tick, the token of the acquire that won it, and the schedule version it was fired on). The scheduler
-side (:mod:`mutexcron.scheduling.offload`) makes it, the worker side (:mod:`mutexcron.tasks.job_runs`) reads it."""
+side (:mod:`.offload`) makes it, the worker side (:mod:`.worker`) reads it."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ..records import JobContext, Outcome, RunRecord
-from .model import PayloadError
+from ...records import JobContext, Outcome, RunRecord
+from ..model import JOB_TASK_TYPE, PayloadError
 
 __all__ = ["PAYLOAD_VERSION", "TASK_TYPE", "JobTask", "tick_task_id"]
 
-TASK_TYPE = "mutexcron-job"  # not "mutexcron.…": the RabbitMQ backend keeps those names for its own queues
+TASK_TYPE = JOB_TASK_TYPE
 PAYLOAD_VERSION = 1
 
 

@@ -1,13 +1,5 @@
-"""The worker side of ``run_on="tasks"``: a task of type :data:`TASK_TYPE` runs one tick's body under its lock.
-
-The scheduler instance that wins a tick's lock keeps the lock and enqueues one task (its id from the job name and
-the fire time, :func:`tick_task_id`) carrying the tick, the acquire's token (the tick token) and the schedule
-version (:class:`JobTask`). A worker with a :class:`JobRunner` registered on its queue takes the run over from the
-tick token under a new fencing token of its own (:meth:`ControlStore.take_over`; refused: the body is not run),
-heartbeats it while the body runs, then releases it with the outcome, which the alerts read. A worker that dies or
-stalls mid-body keeps the run until its lease runs out: its task comes back after the visibility timeout, and the
-worker that gets it takes the run over once that lease ran out, under a newer token. See docs/run-on-tasks.md.
-"""
+"""The worker side of ``run_on="tasks"``: a :class:`JobRunner` registered on a worker's queue runs each tick's body
+under the lock it takes over from the tick token (:meth:`ControlStore.take_over`; refused: the body is not run)."""
 
 from __future__ import annotations
 
@@ -21,15 +13,15 @@ from collections.abc import Callable, Collection
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..definitions import ScheduleDefinition
-from ..errors import SchedulerConfigError, StoreUnavailable
-from ..listeners import Listener, Listeners
-from ..records import JobContext, Outcome, RunRecord
-from ..registry import Job, Registry, default_registry
-from ..running.body import BodyKit, Reports, run_body
-from ..running.heartbeats import Beat, Heartbeats
-from ..running.pings import Pings
-from ..stores import (
+from ...definitions import ScheduleDefinition
+from ...errors import SchedulerConfigError, StoreUnavailable
+from ...listeners import Listener, Listeners
+from ...records import JobContext, Outcome, RunRecord
+from ...registry import Job, Registry, default_registry
+from ...running.body import BodyKit, Reports, run_body
+from ...running.heartbeats import Beat, Heartbeats
+from ...running.pings import Pings
+from ...stores import (
     AcquireStatus,
     ControlStore,
     LockStore,
@@ -37,14 +29,14 @@ from ..stores import (
     store_from_url,
     supports_control,
 )
-from ..telemetry import build_telemetry
-from .backends.base import TaskBackend
-from .handlers import Handler
-from .job_tasks import TASK_TYPE, JobTask, tick_task_id
-from .model import RetryLater
-from .queue import TaskQueue
+from ...telemetry import build_telemetry
+from ..backends.base import TaskBackend
+from ..handlers import Handler
+from ..model import RetryLater
+from ..queue import TaskQueue
+from .task import TASK_TYPE, JobTask
 
-__all__ = ["TASK_TYPE", "JobRunner", "JobTask", "declared_or_stored", "tick_task_id"]
+__all__ = ["JobRunner", "declared_or_stored"]
 
 logger = logging.getLogger("mutexcron.tasks.jobs")
 
