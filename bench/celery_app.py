@@ -9,7 +9,7 @@ Configured from the environment by the benchmark (one run's own Redis database a
 
 Each entry is ``schedule(1 s, relative=True)``: due at every whole second, as a ``* * * * * *`` cron is
 (Celery's crontab stops at minutes). The body writes ``B job nominal start``, the same line as
-bench/fleet_instance.py. The nominal time of a send is the whole second the entry was due at: Celery's
+tests/support/fleet_instance/jobs.py. The nominal time of a send is the whole second the entry was due at: Celery's
 ``remaining()`` rounds ``last_run_at + 1 s`` down to the second, so beat passes it to the task from the
 entry's previous ``last_run_at`` (``BenchRedBeatScheduler.apply_async``); the first send of each entry has none.
 
@@ -34,7 +34,7 @@ from celery.signals import beat_init, worker_ready
 from redbeat import RedBeatScheduler
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.fleet_support import count_redis_round_trips, stats_line
+from tests.support.fleet_instance.counting import count_redis_round_trips, stats_line
 
 BROKER = os.environ.get("BENCH_CELERY_BROKER", "redis://127.0.0.1:6379/15")
 PREFIX = os.environ.get("BENCH_CELERY_PREFIX", "mutexcron-bench-celery:")

@@ -4,7 +4,7 @@
 A benchmark report, not a test. Every measurement starts its processes, lets them fire for a warm-up, then
 counts the ticks of a window of ``--seconds`` (default 20) whole seconds:
 
-- **mutexcron redis**: N bench/fleet_instance.py processes, each a core ``Scheduler`` (a pool of ``--workers``
+- **mutexcron redis**: N tests/support/fleet_instance processes, each a core ``Scheduler`` (a pool of ``--workers``
   threads) with the same M jobs
   (``* * * * * *``, a no-op body that records its start) on one Redis: a redis-server of the run's own on a free
   port unless ``--redis URL``, so that its INFO commandstats count this benchmark's commands alone;
@@ -65,8 +65,9 @@ if str(ROOT) not in sys.path:
 
 from bench.fleet_support import (  # noqa: E402
     BenchError,
+    Instance,
+    Lines,
     PrivateRedis,
-    Proc,
     cpu_seconds,
     delete_redis_keys,
     instance_command,
@@ -80,11 +81,11 @@ from bench.fleet_support import (  # noqa: E402
     read_lines,
     round_trips,
     sleep_until,
-    spawn,
     stats_between,
     store_calls,
-    wait_for,
 )
+from tests.support import wait_until as wait_for  # noqa: E402
+from tests.support.fleet import Died, Launcher, Member  # noqa: E402
 
 WARMUP = 3  # seconds of ticks after the last instance started, before the window
 SETTLE = 10.0  # how long after the window its last ticks may still be run
@@ -158,51 +159,26 @@ def say(message: str) -> None:
 # -- one fleet of instance processes --------------------------------------------------------------------------
 
 
-class Fleet:
+class Fleet(Launcher[Instance]):
     """N instance processes started together through a gate file, measured over a window of ticks."""
 
     def __init__(self, directory: Path, measure: Measure, options: list[str], env: dict[str, str]) -> None:
-        self.measure = measure
         tag = f"{measure.key}-{measure.jobs}-w{measure.workers}-{uuid.uuid4().hex[:6]}"
-        self.gate = directory / f"{tag}.gate"
-        self.procs: list[Proc] = []
+        super().__init__(directory, Instance, env, gate=directory / f"{tag}.gate")
+        self.measure = measure
         for n in range(measure.instances):
-            out = directory / f"{tag}-i{n}.out"
-            command = instance_command(out, f"i{n}", measure.jobs, *options, "--gate", str(self.gate))
-            self.procs.append(spawn(f"{tag}-i{n}", command, directory, out=out, **env))
+            name = f"{tag}-i{n}"
+            self.spawn(name, instance_command(self.ledger(name), f"i{n}", measure.jobs, *options, "--start-gate",
+                                              str(self.gate)))
 
-    def check_alive(self) -> None:
-        for proc in self.procs:
-            if not proc.alive():
-                raise BenchError(f"{proc.name} exited with {proc.process.returncode}:\n{proc.tail()}")
-
-    def lines(self) -> list[Any]:
-        return [read_lines(proc.out) for proc in self.procs if proc.out is not None]
+    def lines(self) -> list[Lines]:
+        return [member.lines() for member in self.members]
 
     def start(self) -> tuple[float, float]:
         """Open the gate once every instance is built; the window (first tick, end) after the warm-up."""
-        def waiting() -> bool:
-            self.check_alive()
-            return all(lines.waiting for lines in self.lines())
-
-        wait_for(waiting, 180, f"{len(self.procs)} instances to be built")
-        self.gate.touch()
-
-        def started() -> list[float] | None:
-            self.check_alive()
-            times = [lines.started for lines in self.lines()]
-            return None if None in times else [t for t in times if t is not None]
-
-        last = max(wait_for(started, 60, "every instance to start its scheduler"))
-        first = math.ceil(last) + WARMUP
+        self.open_gate(timeout=180)
+        first = math.ceil(self.wait_ready(timeout=60)) + WARMUP
         return float(first), float(first + self.measure.seconds)
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            if proc.alive():
-                proc.signal(signal.SIGTERM)
-        for proc in self.procs:
-            proc.stop(timeout=20)
 
 
 def measure_window(fleet_pids: dict[str, int], first: float, end: float, server: PrivateRedis | None,
@@ -280,20 +256,24 @@ def run_instances(directory: Path, measure: Measure, options: list[str], *, env:
         if during is not None:
             beside = threading.Thread(target=during, args=(first, end), name="bench-during", daemon=True)
             beside.start()
-        measure_window({p.name: p.pid for p in fleet.procs}, first, end, server, pg_db, measure)
+        measure_window({p.name: p.pid for p in fleet.members}, first, end, server, pg_db, measure)
         per_instance = measure.key == "floor"
         due = measure.jobs * measure.seconds * (measure.instances if per_instance else 1)
 
         def done() -> bool:
-            fleet.check_alive()
+            fleet.assert_all_alive()
             count = sum(1 for lines in fleet.lines() for job, fire, _ in lines.bodies if first <= fire < end)
             return count >= due
 
-        with suppress(AssertionError):
+        try:
             wait_for(done, SETTLE, "the window's last ticks", interval=0.25)
+        except Died:
+            raise
+        except AssertionError:
+            pass  # the ticks still unrun are judged missed
         measure.load_end = load()
     finally:
-        fleet.stop()
+        fleet.terminate_all(timeout=20)
         if beside is not None:
             beside.join()
     all_lines = fleet.lines()
@@ -366,20 +346,15 @@ def celery_redbeat(directory: Path, jobs: int, seconds: int, server: PrivateRedi
     env = {"BENCH_CELERY_BROKER": server.url(1), "BENCH_CELERY_PREFIX": f"mutexcron-bench-celery-{out.name}:",
            "BENCH_CELERY_JOBS": str(jobs), "BENCH_CELERY_OUT": str(out)}
     celery = [sys.executable, "-m", "celery", "-A", "bench.celery_app"]
-    procs: list[Proc] = []
+    procs = Launcher(directory, Member, env)
     try:
-        worker = spawn(f"{out.name}-worker", [*celery, "worker", "--loglevel", "WARNING", "-n",
-                                              f"{out.name}@%h"], directory, **env)
-        procs.append(worker)
-        wait_for(lambda: (out / "worker.ready").exists() or _dead(worker), 120, "the Celery worker")
-        beat = spawn(f"{out.name}-beat", [*celery, "beat", "--loglevel", "WARNING", "-S",
-                                          "bench.celery_app.BenchRedBeatScheduler",
-                                          "--schedule", str(out / "beat-schedule")], directory, **env)
-        procs.append(beat)
-        wait_for(lambda: (out / "beat.ready").exists() or _dead(beat), 120, "Celery beat")
-        for proc in procs:
-            if not proc.alive():
-                raise BenchError(f"{proc.name} exited:\n{proc.tail()}")
+        worker = procs.spawn(f"{out.name}-worker", [*celery, "worker", "--loglevel", "WARNING", "-n", f"{out.name}@%h"])
+        procs.wait_ready([worker], 120, ready=lambda _: (out / "worker.ready").exists())
+        beat = procs.spawn(f"{out.name}-beat", [*celery, "beat", "--loglevel", "WARNING", "-S",
+                                                "bench.celery_app.BenchRedBeatScheduler",
+                                                "--schedule", str(out / "beat-schedule")])
+        procs.wait_ready([beat], 120, ready=lambda _: (out / "beat.ready").exists())
+        procs.assert_all_alive()
         first = float(math.ceil(time.time()) + WARMUP)
         end = first + seconds
         measure_window({"beat": beat.pid, "worker": worker.pid}, first, end, server, None, measure)
@@ -403,20 +378,13 @@ def celery_redbeat(directory: Path, jobs: int, seconds: int, server: PrivateRedi
         if all(counted):
             measure.round_trips_per_tick = sum(round_trips(c[1]) / c[0] for c in counted if c) / jobs
     finally:
-        for proc in reversed(procs):
-            proc.stop(timeout=20)
+        procs.terminate_all(timeout=20)
         with suppress(Exception):
             server.client.execute_command("SELECT", 1)
             server.client.flushdb()
             server.client.execute_command("SELECT", 0)
     judge(measure, bodies(), first, end, per_instance=False)
     return measure
-
-
-def _dead(proc: Proc) -> bool:
-    if not proc.alive():
-        raise BenchError(f"{proc.name} exited with {proc.process.returncode}:\n{proc.tail()}")
-    return False
 
 
 def cluster_available(url: str) -> str | None:

@@ -1,7 +1,7 @@
-"""What bench/fleet.py and bench/soak.py share: instance processes, their line files, a private redis-server,
-a private PostgreSQL database, CPU time from /proc, percentiles. No sleep here stands for a condition: every
-wait polls one, with a deadline (tests.support.wait_until). The bench needs the repository root on sys.path (its
-scripts put it there)."""
+"""What bench/fleet.py and bench/soak.py share: instance processes (tests/support/fleet_instance, launched with
+tests.support.fleet), their line files, a private redis-server, a private PostgreSQL database, CPU time from /proc,
+percentiles. No sleep here stands for a condition: every wait polls one, with a deadline (tests.support.wait_until).
+The bench needs the repository root on sys.path (its scripts put it there)."""
 
 from __future__ import annotations
 
@@ -9,26 +9,23 @@ import json
 import math
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from tests.django.fleet_support import pg_params as pg_params  # the tests' server: MUTEXCRON_TEST_PG_*
 from tests.support import wait_until as wait_for  # AssertionError on its timeout
+from tests.support.fleet import Launcher, Member
 
-ROOT = Path(__file__).resolve().parent.parent
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-T = TypeVar("T")
 
 
 class BenchError(RuntimeError):
@@ -57,48 +54,6 @@ def percentile(values: Sequence[float], p: float) -> float | None:
         return None
     ordered = sorted(values)
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
-
-
-# -- counters in the measured processes ------------------------------------------------------------------
-
-
-class Counts:
-    """Thread-safe counters, read as a snapshot."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: Counter[str] = Counter()
-
-    def add(self, key: str, n: int = 1) -> None:
-        with self._lock:
-            self._counts[key] += n
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._counts)
-
-
-COUNTS = Counts()
-
-
-def count_redis_round_trips() -> None:
-    """Count every request redis-py sends from this process (``rt.redis``): a command, or a whole pipeline, is
-    one ``send_packed_command`` of a connection (also a cluster node's, and kombu's BRPOP)."""
-    from redis.connection import AbstractConnection
-
-    original = AbstractConnection.send_packed_command
-
-    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
-        COUNTS.add("rt.redis")
-        return original(self, *args, **kwargs)
-
-    AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]
-
-
-def stats_line() -> str:
-    """``S time cpu {counters}``: this process's CPU seconds (os.times) and counters, for a line file."""
-    times = os.times()
-    return f"S {time.time():.6f} {times.user + times.system:.3f} {json.dumps(COUNTS.snapshot(), separators=(',', ':'))}"
 
 
 # -- CPU time of a process and its children, from /proc ---------------------------------------------------
@@ -130,67 +85,29 @@ def cpu_seconds(pid: int) -> float:
     return total / CLOCK_TICKS
 
 
-# -- processes ----------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Proc:
-    """A process of the benchmark in a session of its own, its output in a log file."""
-
-    name: str
-    process: subprocess.Popen[bytes]
-    log: Path
-    out: Path | None = None  # its line file, if it writes one
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def tail(self, lines: int = 30) -> str:
-        text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def signal(self, signum: int) -> None:
-        with suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signum)
-
-    def stop(self, timeout: float = 15) -> int | None:
-        """SIGCONT and SIGTERM the group, wait; SIGKILL what is left. The exit status, None if killed."""
-        if self.alive():
-            self.signal(signal.SIGCONT)
-            self.signal(signal.SIGTERM)
-        try:
-            code = self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            code = None
-        self.signal(signal.SIGKILL)
-        self.process.wait()
-        return code
-
-
-def bench_env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra)
-    return env
-
-
-def spawn(name: str, command: list[str], directory: Path, out: Path | None = None, **env: str) -> Proc:
-    log = directory / f"{name}.log"
-    with log.open("ab") as output:
-        process = subprocess.Popen(command, cwd=ROOT, env=bench_env(**env), stdout=output, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-    return Proc(name, process, log, out)
+# -- the instances ------------------------------------------------------------------------------------------
 
 
 def instance_command(out: Path, instance: str, jobs: int, *options: str) -> list[str]:
-    return [sys.executable, "-m", "bench.fleet_instance", "--out", str(out), "--instance", instance,
-            "--jobs", str(jobs), *options]
+    """tests/support/fleet_instance with ``jobs`` per-second jobs, writing its lines to ``out``: mutex_cron's default
+    lease and no work in the bodies, unless ``options`` say otherwise."""
+    return [sys.executable, "-m", "tests.support.fleet_instance", "--ledger", str(out), "--instance", instance,
+            "--jobs", str(jobs), "--lease", "600", "--body-seconds", "0", *options]
+
+
+class Instance(Member):
+    """An instance process of a benchmark: built and waiting at the gate (W), ready once its scheduler started (G)."""
+
+    SUFFIX = ".out"
+
+    def lines(self) -> Lines:
+        return read_lines(self.ledger)
+
+    def waiting(self) -> bool:
+        return self.lines().waiting
+
+    def ready(self) -> float | None:
+        return self.lines().started
 
 
 # -- the instances' line files ----------------------------------------------------------------------------
@@ -198,7 +115,7 @@ def instance_command(out: Path, instance: str, jobs: int, *options: str) -> list
 
 @dataclass
 class Lines:
-    """The parsed lines of one instance's file (see bench/fleet_instance.py)."""
+    """The parsed lines of one instance's file (see tests/support/fleet_instance/jobs.py)."""
 
     path: Path
     waiting: bool = False
@@ -329,9 +246,10 @@ def postgres_database(directory: Path) -> Iterator[str]:
     with psycopg.connect(**pg_params("postgres"), autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     try:
-        migrate = spawn(f"migrate-{name}", [sys.executable, "-m", "django", "migrate", "--noinput", "-v", "0"],
-                        directory, DJANGO_SETTINGS_MODULE="bench.fleet_settings", **postgres_env(name))
-        if migrate.process.wait(120) != 0:
+        migrate = Launcher(directory, Member).spawn(
+            f"migrate-{name}", [sys.executable, "-m", "django", "migrate", "--noinput", "-v", "0"],
+            DJANGO_SETTINGS_MODULE="bench.fleet_settings", **postgres_env(name))
+        if migrate.wait_exit(120) != 0:
             raise BenchError(f"migrate failed:\n{migrate.tail()}")
         yield name
     finally:

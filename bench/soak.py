@@ -7,11 +7,11 @@ tests/test_soak.py a 60-second one.
                          [--fault-every 30] [--down 5] [--pause 5] [--lease 3] [--body-seconds 0.1]
                          [--pg-workers 4] [--seed N] [--serial] [--json]
 
-Each instance is bench/fleet_instance.py with ``--trace``: it writes a line before every acquire it sends (F), its
-answer (A), every body's start and end (B, E) and every run record (R), each with one ``write()``, so a SIGKILL
-loses nothing it had written. A killed instance is started again ``--down`` seconds later under a new instance id
-(``i3-2``: the slot and its incarnation); a stopped one gets SIGCONT ``--pause`` seconds later. Redis is a
-redis-server of the soak's own; PostgreSQL a database of its own (bench/fleet_settings.py, ``django://``).
+Each instance is tests/support/fleet_instance with ``--jobs`` and ``--trace``: it writes a line before every acquire
+it sends (F), its answer (A), every body's start and end (B, E) and every run record (R), each with one ``write()``,
+so a SIGKILL loses nothing it had written. A killed instance is started again ``--down`` seconds later under a new
+instance id (``i3-2``: the slot and its incarnation); a stopped one gets SIGCONT ``--pause`` seconds later. Redis is
+a redis-server of the soak's own; PostgreSQL a database of its own (bench/fleet_settings.py, ``django://``).
 
 Every job x tick of the window (from the warm-up to the end) is one of:
 
@@ -59,18 +59,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.fleet_support import (  # noqa: E402
-    BenchError,
-    Lines,
+    Instance,
     PrivateRedis,
-    Proc,
     instance_command,
     load,
     postgres_database,
     postgres_env,
-    read_lines,
-    spawn,
-    wait_for,
 )
+from tests.support.fleet import Launcher  # noqa: E402
 
 WARMUP = 3  # seconds of ticks after the last instance started, before the window
 STORES = ("redis", "postgres")
@@ -100,7 +96,7 @@ class Incarnation:
 
     slot: int
     number: int
-    proc: Proc
+    proc: Instance
     killed_at: float | None = None
     stops: list[tuple[float, float]] = field(default_factory=list)  # (SIGSTOP, SIGCONT) times
 
@@ -155,9 +151,9 @@ class Soak:
 
     def __init__(self, store: str, url: str, directory: Path, options: Options, env: dict[str, str],
                  extra: list[str], rng: random.Random) -> None:
-        self.store, self.url, self.directory, self.options = store, url, directory, options
-        self.env, self.extra, self.rng = env, extra, rng
-        self.gate = directory / f"{store}.gate"
+        self.store, self.url, self.options = store, url, options
+        self.extra, self.rng = extra, rng
+        self.launcher = Launcher(directory, Instance, env, gate=directory / f"{store}.gate")
         self.incarnations: list[Incarnation] = []
         self.current: dict[int, Incarnation] = {}
         self.faults: list[Fault] = []
@@ -166,44 +162,24 @@ class Soak:
     def _spawn(self, slot: int) -> Incarnation:
         number = sum(1 for i in self.incarnations if i.slot == slot) + 1
         name = f"i{slot}-{number}"
-        out = self.directory / f"{self.store}-{name}.out"
-        o = self.options
-        command = instance_command(out, name, o.jobs, "--store", self.url, "--trace", "--lease", str(o.lease),
-                                   "--body-seconds", str(o.body_seconds), "--gate", str(self.gate), *self.extra)
-        incarnation = Incarnation(slot, number, spawn(f"{self.store}-{name}", command, self.directory, out=out,
-                                                      **self.env))
+        o, launcher = self.options, self.launcher
+        command = instance_command(launcher.ledger(f"{self.store}-{name}"), name, o.jobs, "--store", self.url,
+                                   "--trace", "--lease", str(o.lease), "--body-seconds", str(o.body_seconds),
+                                   "--start-gate", str(launcher.gate), *self.extra)
+        incarnation = Incarnation(slot, number, launcher.spawn(f"{self.store}-{name}", command))
         self.incarnations.append(incarnation)
         self.current[slot] = incarnation
         return incarnation
 
-    def _lines(self, incarnation: Incarnation) -> Lines:
-        assert incarnation.proc.out is not None
-        return read_lines(incarnation.proc.out)
-
     def _check_alive(self) -> None:
-        for incarnation in self.current.values():
-            if incarnation.killed_at is None and not incarnation.proc.alive():
-                raise BenchError(f"{incarnation.proc.name} exited with {incarnation.proc.process.returncode}:\n"
-                                 f"{incarnation.proc.tail()}")
+        self.launcher.assert_all_alive([i.proc for i in self.current.values() if i.killed_at is None])
 
     def start(self) -> tuple[float, float]:
         """Start every instance together; the window of ticks (first, end)."""
         for slot in range(self.options.instances):
             self._spawn(slot)
-
-        def waiting() -> bool:
-            self._check_alive()
-            return all(self._lines(i).waiting for i in self.current.values())
-
-        wait_for(waiting, 180, f"{self.store}: {self.options.instances} instances to be built")
-        self.gate.touch()
-
-        def started() -> list[float] | None:
-            self._check_alive()
-            times = [self._lines(i).started for i in self.current.values()]
-            return None if None in times else [t for t in times if t is not None]
-
-        first = float(math.ceil(max(wait_for(started, 60, f"{self.store}: every scheduler to start"))) + WARMUP)
+        self.launcher.open_gate(timeout=180)
+        first = float(math.ceil(self.launcher.wait_ready(timeout=60)) + WARMUP)
         return first, first + self.options.seconds
 
     def run(self) -> Result:
@@ -215,12 +191,11 @@ class Soak:
             self.fault_until(first, end)
             self.settle(end)
             result.load_end = load()
-        except (BenchError, AssertionError) as error:
+        except AssertionError as error:  # a process died (tests.support.fleet.Died), or a wait ran out
             result.error = str(error)
             return result
         finally:
-            for incarnation in self.incarnations:
-                incarnation.proc.stop(timeout=20)
+            self.launcher.terminate_all(timeout=20)
         self.judge(first, end)
         return result
 
@@ -236,7 +211,7 @@ class Soak:
                 pending.remove(item)
                 _, action, incarnation = item
                 if action == "continue":
-                    incarnation.proc.signal(signal.SIGCONT)
+                    incarnation.proc.signal_group(signal.SIGCONT)
                     start, _ = incarnation.stops[-1]
                     incarnation.stops[-1] = (start, time.time())
                 else:
@@ -251,13 +226,13 @@ class Soak:
                 target = self.rng.choice(candidates)
                 kind = self.rng.choice(("kill", "stop"))
                 if kind == "kill":
-                    target.proc.signal(signal.SIGKILL)
+                    target.proc.signal_group(signal.SIGKILL)
                     target.killed_at = time.time()
                     target.proc.process.wait(10)
                     pending.append((target.killed_at + o.down, "restart", target))
                     self.result.kills += 1
                 else:
-                    target.proc.signal(signal.SIGSTOP)
+                    target.proc.signal_group(signal.SIGSTOP)
                     stopped = time.time()
                     target.stops.append((stopped, math.inf))
                     pending.append((stopped + o.pause, "continue", target))
@@ -267,7 +242,7 @@ class Soak:
             time.sleep(0.05)
         for _, action, incarnation in pending:  # at the end: continue a stopped one; a killed one stays down
             if action == "continue":
-                incarnation.proc.signal(signal.SIGCONT)
+                incarnation.proc.signal_group(signal.SIGCONT)
                 start, _ = incarnation.stops[-1]
                 incarnation.stops[-1] = (start, time.time())
                 self.faults[-1].back_at = time.time()
@@ -283,7 +258,7 @@ class Soak:
 
     def judge(self, first: float, end: float) -> None:
         result, o = self.result, self.options
-        lines = {i.name: self._lines(i) for i in self.incarnations}
+        lines = {i.name: i.proc.lines() for i in self.incarnations}
         by_name = {i.name: i for i in self.incarnations}
         bodies: dict[tuple[int, float], list[tuple[str, float]]] = defaultdict(list)
         records: dict[tuple[int, float], list[tuple[str, str, bool, str]]] = defaultdict(list)

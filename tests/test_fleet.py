@@ -1,32 +1,26 @@
 """A fleet of real OS processes sharing one lock store: every instance fires every tick, exactly one runs it.
 
-Each instance is tests/support/fleet_instance.py in its own process, writing its own JSON-lines ledger; the tests
+Each instance is tests/support/fleet_instance in its own process, writing its own JSON-lines ledger; the tests
 read the ledgers (never a bare sleep: they poll them with a deadline) and judge the fleet from them.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
-from tests import support
 from tests.support import next_whole_second_after, wait_until, whole_seconds
+from tests.support.fleet import Launcher, LedgerMember
 
 pytestmark = pytest.mark.fleet
 
-ROOT = Path(__file__).resolve().parent.parent
-INSTANCE_SCRIPT = ROOT / "tests" / "support" / "fleet_instance.py"
 SKIPS = {"skipped_already_ran", "skipped_busy"}
-T = TypeVar("T")
 
 
 # -- helpers -----------------------------------------------------------------------------------------
@@ -36,109 +30,52 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-def read_ledger(path: Path) -> list[dict[str, Any]]:
-    """The ledger's complete lines, with their times as datetimes."""
-    entries = support.read_ledger(path)
-    for entry in entries:
-        for key in ("at", "fire_time", "started_at", "finished_at"):
-            if entry.get(key):
-                entry[key] = datetime.fromisoformat(entry[key])
-    return entries
+class Instance(LedgerMember):
+    """A fleet_instance process: its ledger's complete lines, with their times as datetimes."""
 
-
-class Instance(support.LedgerProcess):
     def entries(self, event: str | None = None) -> list[dict[str, Any]]:
-        return [e for e in read_ledger(self.ledger) if event is None or e["event"] == event]
+        entries = super().entries(event)
+        for entry in entries:
+            for key in ("at", "fire_time", "started_at", "finished_at"):
+                if entry.get(key):
+                    entry[key] = datetime.fromisoformat(entry[key])
+        return entries
 
     def records(self) -> list[dict[str, Any]]:
         return self.entries("record")
 
 
-def start_instance(directory: Path, store_url: str, name: str, *options: str) -> Instance:
-    """Start tests/support/fleet_instance.py as a separate process with the repository root on PYTHONPATH."""
-    ledger, log = directory / f"{name}.jsonl", directory / f"{name}.log"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    command = [sys.executable, str(INSTANCE_SCRIPT), "--store", store_url, "--instance", name,
-               "--ledger", str(ledger), *options]
-    with log.open("wb") as output:
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)
-    return Instance(name, process, ledger, log)
+class Fleet(Launcher[Instance]):
+    """fleet_instance processes on one store (``options`` and ``env``: what each needs to reach it); ``wait_ready``
+    returns when the last one started its scheduler."""
 
+    def __init__(self, directory: Path, store_url: str, options: Sequence[str] = (),
+                 env: dict[str, str] | None = None) -> None:
+        super().__init__(directory, Instance, env)
+        self.store_url, self.options = store_url, tuple(options)
 
-class Fleet:
-    """The processes of one test; whatever happens, teardown terminates every one of them."""
-
-    def __init__(self, directory: Path, store_url: str) -> None:
-        self.directory, self.store_url = directory, store_url
-        self.instances: list[Instance] = []
-
-    def start(self, name: str, *options: str) -> Instance:
-        instance = start_instance(self.directory, self.store_url, name, *options)
-        self.instances.append(instance)
-        return instance
-
-    def wait_ready(self, timeout: float = 30.0) -> datetime:
-        """Wait until every instance has started its scheduler; return when the last one did (30 s by default: an
-        instance imports and starts in seconds when CI runs four fleet tests on two cores)."""
-
-        def ready() -> list[datetime] | None:
-            for instance in self.instances:
-                assert instance.process.poll() is None, (
-                    f"{instance.name} exited with {instance.process.returncode}:\n{instance.log_tail()}")
-            times = [instance.entries("ready") for instance in self.instances]
-            return [t[0]["at"] for t in times] if all(times) else None
-
-        return max(wait_until(ready, timeout, "every instance to be ready"))
-
-    def assert_all_alive(self) -> None:
-        for instance in self.instances:
-            assert instance.process.poll() is None, f"{instance.name} died:\n{instance.log_tail()}"
-
-    def stop(self, instances: list[Instance] | None = None, timeout: float = 10.0) -> None:
-        """SIGTERM, then check each one shut down cleanly (exit 0 and a "stopped" line)."""
-        stopping = [i for i in (instances or self.instances) if i.process.poll() is None]
-        for instance in stopping:
-            instance.process.send_signal(signal.SIGTERM)
-        for instance in stopping:
-            assert instance.process.wait(timeout) == 0, f"{instance.name} failed to stop:\n{instance.log_tail()}"
-            assert instance.entries("stopped"), f"{instance.name} wrote no 'stopped' line"
-
-    def terminate_all(self) -> None:
-        for instance in self.instances:
-            if instance.process.poll() is None:
-                instance.process.send_signal(signal.SIGTERM)
-        for instance in self.instances:
-            try:
-                instance.process.wait(8)
-            except subprocess.TimeoutExpired:
-                instance.process.kill()
-                instance.process.wait()
+    def start(self, name: str, *options: str, kind: type[Instance] = Instance, stdin: bool = False) -> Instance:
+        command = [sys.executable, "-m", "tests.support.fleet_instance", "--store", self.store_url, "--instance", name,
+                   "--ledger", str(self.ledger(name)), *self.options, *options]
+        return self.launch(name, command, {}, kind, stdin)
 
     def records(self) -> list[dict[str, Any]]:
-        return [record for instance in self.instances for record in instance.records()]
+        return [record for instance in self.members for record in instance.records()]
 
     def bodies(self) -> list[dict[str, Any]]:
-        return [body for instance in self.instances for body in instance.entries("body")]
-
-    def report(self) -> str:
-        return "\n".join(f"--- {i.name} (exit {i.process.poll()}):\n{i.log_tail()}" for i in self.instances)
+        return [body for instance in self.members for body in instance.entries("body")]
 
 
 @pytest.fixture(params=["redis", "mongo"])
 def store_url(request: pytest.FixtureRequest) -> str:
     """The same tests against each real store (the fixtures give every test its own prefix or database)."""
-    return request.getfixturevalue(f"{request.param}_url")
+    return str(request.getfixturevalue(f"{request.param}_url"))
 
 
 @pytest.fixture
 def fleet(tmp_path: Path, store_url: str) -> Iterator[Fleet]:
-    fleet = Fleet(tmp_path, store_url)
-    try:
+    with Fleet(tmp_path, store_url) as fleet:
         yield fleet
-    finally:
-        fleet.terminate_all()
-        print(fleet.report())  # shown by pytest only if the test failed
 
 
 def assert_no_fire_ran_twice(fleet: Fleet) -> None:

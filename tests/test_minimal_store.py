@@ -22,14 +22,14 @@ from mutexcron.ops.checkup import check_health
 from mutexcron.ops.listing import read_listing
 from mutexcron.plugins import register, schemes
 from mutexcron.stores import ControlStore, require_control, store_from_url, supports_control
-from tests.contract import LockContract
+from tests.contract import LockContract, SchedulerContract
 from tests.support import next_whole_second_after, wait_until, whole_seconds
 from tests.test_fleet import SKIPS, Fleet, assert_no_fire_ran_twice
 
 STORE_CLASS = "docs.examples.minimal_store.SQLiteLockStore"
 
 
-class TestMinimalSQLiteStore(LockContract):
+class TestMinimalSQLiteStore(LockContract, SchedulerContract):
     @pytest.fixture(autouse=True)
     def _store(self, tmp_path: Path) -> None:
         self.store = SQLiteLockStore(str(tmp_path / "locks.db"))
@@ -171,4 +171,4 @@ def test_a_fleet_of_three_processes_on_it_runs_every_tick_exactly_once(sqlite_fl
         assert {r["outcome"] for r in of_tick if r["outcome"] != "succeeded"} <= SKIPS
     assert_no_fire_ran_twice(fleet)
     for instance in instances:
-        assert " ERROR " not in instance.log.read_text(), instance.log_tail()
+        assert " ERROR " not in instance.log.read_text(), instance.tail()

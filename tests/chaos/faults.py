@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.support import LedgerProcess
+from tests.support.fleet import Member
 from tests.support.servers import free_port, start_redis_server, stop_process
 
 UNREACHABLE = "lock store unreachable"  # mutexcron.ops.health.StoreHealth: the one error of an outage
@@ -122,8 +122,7 @@ def terminate_backends(dbname: str) -> int:
 # -- logs ---------------------------------------------------------------------------------------------------
 
 
-def log_lines(process: LedgerProcess, text: str) -> list[str]:
+def log_lines(process: Member, text: str) -> list[str]:
     """The lines of ``process``'s log (stdout and stderr) that contain ``text``, as the process's own logging
     wrote them (``<time> <name> <thread> …``; a Django site's LOGGING may write each record a second time)."""
-    log = process.log.read_text(errors="replace") if process.log.exists() else ""
-    return [line for line in log.splitlines() if text in line and f" {process.name} " in line]
+    return [line for line in process.text().splitlines() if text in line and f" {process.name} " in line]

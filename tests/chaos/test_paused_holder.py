@@ -1,6 +1,6 @@
 """A lock holder paused with SIGSTOP past its lease, then continued with SIGCONT.
 
-Three scheduler processes (tests/support/fleet_instance.py) share a redis-server of this module's own. The job fires
+Three scheduler processes (tests/support/fleet_instance) share a redis-server of this module's own. The job fires
 every second, holds a 1.5 s lease and works for 4 s; its body writes its fencing token to a sink (a Redis key
 that takes a write only if its token is at least the highest it has seen) when it starts and when it ends.
 The first instance to run the job is stopped at once, and continued as soon as another instance has taken the
@@ -22,7 +22,7 @@ from mutexcron.stores import store_from_url
 from tests.chaos.faults import log_lines, redis_server
 from tests.chaos.fleets import assert_every_body_ran_under_its_own_lock, assert_no_tick_ran_twice
 from tests.support import wait_until
-from tests.support.fleet_instance import FENCE_WRITES_KEY, JOB_NAME
+from tests.support.fleet_instance.tick import FENCE_WRITES_KEY, JOB_NAME
 from tests.test_fleet import Fleet, Instance, now
 
 pytestmark = [pytest.mark.chaos, pytest.mark.fleet]
@@ -50,46 +50,38 @@ class Observed:
 
 
 def _fenced(fleet: Fleet, phase: str) -> list[dict[str, Any]]:
-    return [e for i in fleet.instances for e in i.entries("fenced") if e["phase"] == phase]
+    return [e for i in fleet.members for e in i.entries("fenced") if e["phase"] == phase]
 
 
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
     directory = tmp_path_factory.mktemp("paused-holder")
-    with redis_server(directory) as server:
-        fleet = Fleet(directory, f"{server.url}?prefix=chaos:lock:")
-        try:
-            for name in ("a", "b", "c"):
-                fleet.start(name, "--lease", str(LEASE), "--body-seconds", str(WORK), "--fence", server.url)
-            fleet.wait_ready()
-            held = wait_until(lambda: next(iter(_fenced(fleet, "begin")), None), timeout=10,
-                              what="an instance to start the job")
-            holder = next(i for i in fleet.instances if i.name == held["instance"])
-            holder.process.send_signal(signal.SIGSTOP)
-            stopped_at = now()
-            successor = wait_until(
-                lambda: next((e for e in _fenced(fleet, "begin") if e["token"] > held["token"]), None),
-                timeout=LEASE + 10, what="another instance to take the lock of the paused holder",
-            )
-            holder.process.send_signal(signal.SIGCONT)
-            continued_at = now()
-            wait_until(lambda: any(r["token"] == held["token"] for r in holder.records()), timeout=WORK + 10,
-                       what="the paused holder to finish its run")
-            wait_until(lambda: any(e["token"] == successor["token"] for e in _fenced(fleet, "end")),
-                       timeout=WORK + 10, what="the successor to finish its run")
-            fleet.stop()
-            client = redis.Redis.from_url(server.url, decode_responses=True)
-            writes = client.lrange(FENCE_WRITES_KEY, 0, -1)
-            client.close()
-            sink = [(instance, int(token), phase) for instance, token, phase in (w.split() for w in writes)]
-            yield Observed(fleet, holder, held, successor, stopped_at, continued_at, sink,
-                           f"{server.url}?prefix=chaos:lock:")
-        finally:
-            for instance in fleet.instances:
-                if instance.process.poll() is None:
-                    instance.process.send_signal(signal.SIGCONT)
-            fleet.terminate_all()
-            print(fleet.report())
+    with redis_server(directory) as server, Fleet(directory, f"{server.url}?prefix=chaos:lock:") as fleet:
+        for name in ("a", "b", "c"):
+            fleet.start(name, "--lease", str(LEASE), "--body-seconds", str(WORK), "--fence", server.url)
+        fleet.wait_ready()
+        held = wait_until(lambda: next(iter(_fenced(fleet, "begin")), None), timeout=10,
+                          what="an instance to start the job")
+        holder = next(i for i in fleet.members if i.name == held["instance"])
+        holder.process.send_signal(signal.SIGSTOP)
+        stopped_at = now()
+        successor = wait_until(
+            lambda: next((e for e in _fenced(fleet, "begin") if e["token"] > held["token"]), None),
+            timeout=LEASE + 10, what="another instance to take the lock of the paused holder",
+        )
+        holder.process.send_signal(signal.SIGCONT)
+        continued_at = now()
+        wait_until(lambda: any(r["token"] == held["token"] for r in holder.records()), timeout=WORK + 10,
+                   what="the paused holder to finish its run")
+        wait_until(lambda: any(e["token"] == successor["token"] for e in _fenced(fleet, "end")),
+                   timeout=WORK + 10, what="the successor to finish its run")
+        fleet.stop()
+        client = redis.Redis.from_url(server.url, decode_responses=True)
+        writes = client.lrange(FENCE_WRITES_KEY, 0, -1)
+        client.close()
+        sink = [(instance, int(token), phase) for instance, token, phase in (w.split() for w in writes)]
+        yield Observed(fleet, holder, held, successor, stopped_at, continued_at, sink,
+                       f"{server.url}?prefix=chaos:lock:")
 
 
 def test_another_instance_runs_the_next_tick_once_the_paused_holders_lease_ran_out(observed: Observed) -> None:
@@ -110,13 +102,13 @@ def test_the_paused_holder_sees_that_it_lost_the_lock(observed: Observed) -> Non
     assert observed.holder_record()["lock_lost"] is True
     (end,) = observed.holder_lines("end")
     assert end["lock_lost"] is True  # ctx.lock_lost, seen by the body before its last write
-    assert log_lines(observed.holder, "lock lost while the body runs"), observed.holder.log_tail()
+    assert log_lines(observed.holder, "lock lost while the body runs"), observed.holder.tail()
 
 
 def test_the_paused_holders_release_is_refused(observed: Observed) -> None:
     token = observed.held["token"]
     refused = log_lines(observed.holder, f"lock (token {token}) was no longer ours at release")
-    assert len(refused) == 1, observed.holder.log_tail()
+    assert len(refused) == 1, observed.holder.tail()
     store = store_from_url(observed.store_url)
     try:
         assert store.release(JOB_NAME, token=token) is False  # and stays refused
@@ -133,7 +125,7 @@ def test_the_fencing_sink_accepts_no_write_from_the_stale_holder(observed: Obser
     assert tokens == sorted(tokens), f"the sink took a lower token after a higher one: {observed.sink}"
     stale = [w for w in observed.sink if w[1] == observed.held["token"] and w[2] == "end"]
     assert stale == []
-    refused = [e for i in observed.fleet.instances for e in i.entries("fenced") if not e["accepted"]]
+    refused = [e for i in observed.fleet.members for e in i.entries("fenced") if not e["accepted"]]
     assert [(e["instance"], e["token"]) for e in refused] == [(observed.holder.name, observed.held["token"])]
     print(f"sink accepted {len(observed.sink)} writes; refused only the stale holder's: {refused[0]['phase']} of "
           f"token {observed.held['token']}")

@@ -1,6 +1,6 @@
 """PostgreSQL terminates the connections of the lock store and of the task workers, three times, while they run.
 
-Three scheduler processes (tests/support/fleet_instance.py on the Django SQL store, ``django://``) run a per-second
+Three scheduler processes (tests/support/fleet_instance on the Django SQL store, ``django://``) run a per-second
 job and two task worker processes (tests/tasks/task_worker.py on the Django task backend) drain tasks due over
 several seconds, all in a PostgreSQL database of this module's own. Each fault is ``pg_terminate_backend`` on
 every other connection to that database, in the middle of a second. The module runs that scenario once; each
@@ -25,8 +25,7 @@ from tests.chaos.fleets import RAN, assert_every_body_ran_under_its_own_lock, as
 from tests.django.fleet_support import Database
 from tests.ops.test_fleet_control import ControlFleet, Store, at_fraction, now
 from tests.support import next_whole_second_after, wait_until, whole_seconds
-from tests.tasks.test_task_workers import TASK_TYPE, WorkerBackend
-from tests.tasks.test_task_workers import Fleet as Workers
+from tests.tasks.test_task_workers import TASK_TYPE, WorkerBackend, Workers
 
 pytestmark = [pytest.mark.chaos, pytest.mark.fleet]
 
@@ -136,11 +135,11 @@ def test_no_tick_is_lost_or_run_twice_across_the_kills(observed: Observed) -> No
 def test_each_kill_logs_at_most_one_error_and_one_back_line_per_instance(observed: Observed) -> None:
     """A thread whose connection was terminated opens a new one at its next call (the schedule-sync thread too:
     it must not report the store unreachable at every sync from then on)."""
-    for instance in observed.fleet.instances:
+    for instance in observed.fleet.members:
         down, back = log_lines(instance, UNREACHABLE), log_lines(instance, BACK)
         print(f"{instance.name}: {len(down)} unreachable, {len(back)} back over {KILLS} kills")
-        assert len(down) <= KILLS, instance.log_tail()
-        assert len(back) == len(down), instance.log_tail()
+        assert len(down) <= KILLS, instance.tail()
+        assert len(back) == len(down), instance.tail()
 
 
 def test_every_task_runs_across_the_kills(observed: Observed) -> None:
@@ -185,9 +184,9 @@ def test_a_running_body_keeps_its_lock_when_its_heartbeats_connection_is_termina
             for instance in ("a", "b"):
                 fleet.start(instance, "--lease", str(LEASE), "--body-seconds", str(WORK), "--fence", sink.url)
             fleet.wait_ready()
-            begun = wait_until(lambda: next((e for i in fleet.instances for e in i.entries("fenced")), None),
+            begun = wait_until(lambda: next((e for i in fleet.members for e in i.entries("fenced")), None),
                                timeout=10, what="a long run to start")
-            holder = next(i for i in fleet.instances if i.name == begun["instance"])
+            holder = next(i for i in fleet.members if i.name == begun["instance"])
             wait_until(lambda: _renewed(database), timeout=LEASE, what="the heartbeat to renew the lock once")
             terminated = terminate_backends(database.name)
             record = wait_until(lambda: next((r for r in holder.records() if r["token"] == begun["token"]), None),
@@ -197,8 +196,8 @@ def test_a_running_body_keeps_its_lock_when_its_heartbeats_connection_is_termina
             fleet.terminate_all()
             print(fleet.report())
     print(f"{terminated} connections terminated during the run of {holder.name} (token {begun['token']})")
-    beside = [e for i in fleet.instances for e in i.entries("fenced")
+    beside = [e for i in fleet.members for e in i.entries("fenced")
               if e["phase"] == "begin" and e["token"] > begun["token"] and e["at"] < record["finished_at"]]
     assert beside == [], f"another instance ran the job beside the holder: {beside}"
     assert record["lock_lost"] is False
-    assert not log_lines(holder, "no longer ours at release"), holder.log_tail()
+    assert not log_lines(holder, "no longer ours at release"), holder.tail()

@@ -25,8 +25,7 @@ import pytest
 
 from tests.chaos.faults import close_vhost_connections, rabbitmq_vhost, redis_server, vhost_connections
 from tests.support import wait_until
-from tests.tasks.test_task_workers import TASK_TYPE, WorkerBackend
-from tests.tasks.test_task_workers import Fleet as Workers
+from tests.tasks.test_task_workers import TASK_TYPE, WorkerBackend, Workers
 
 pytestmark = [pytest.mark.chaos, pytest.mark.fleet]
 
@@ -54,8 +53,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
     directory = tmp_path_factory.mktemp("rabbitmq-close")
     with redis_server(directory) as records, rabbitmq_vhost() as vhost:
         url = f"amqp://guest:guest@127.0.0.1:5672/{quote(vhost, safe='')}"
-        workers = Workers(directory, WorkerBackend(url, cancel_store=f"{records.url}?prefix=chaos:records:"))
-        try:
+        with Workers(directory, WorkerBackend(url, cancel_store=f"{records.url}?prefix=chaos:records:")) as workers:
             for n in range(WORKERS):
                 workers.start(f"worker-{n}", "--prefetch", str(PREFETCH), "--task-seconds", str(TASK_SECONDS))
             workers.wait_ready()
@@ -89,17 +87,14 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
             drained_in = time.monotonic() - started
             workers.stop()
             yield Observed(workers, closes, closed, drained_in)
-        finally:
-            workers.terminate_all()
-            print(workers.report())
 
 
 def test_the_broker_closes_the_workers_connections(observed: Observed) -> None:
     print(f"client connections closed per close: {observed.connections_closed}")
     assert all(count >= WORKERS for count in observed.connections_closed)
-    for worker in observed.workers.workers:
+    for worker in observed.workers.members:
         log = worker.log.read_text(errors="replace")
-        assert log.count("CONNECTION_FORCED") + log.count("reconnecting") >= len(CLOSE_AFTER), worker.log_tail()
+        assert log.count("CONNECTION_FORCED") + log.count("reconnecting") >= len(CLOSE_AFTER), worker.tail()
 
 
 def test_the_workers_reconnect_and_every_task_runs(observed: Observed) -> None:
@@ -109,7 +104,7 @@ def test_the_workers_reconnect_and_every_task_runs(observed: Observed) -> None:
     print(f"{TASKS} + {AFTER} tasks drained in {observed.drained_in:.1f}s across {len(CLOSE_AFTER)} closes; "
           f"after the last close {len(after_last)} ran "
           f"({sum(e['n'] < TASKS for e in after_last)} of the first {TASKS}), on {sorted(ran_by)}")
-    assert ran_by == {w.name for w in observed.workers.workers}, "a worker did not come back after the last close"
+    assert ran_by == {w.name for w in observed.workers.members}, "a worker did not come back after the last close"
 
 
 def test_a_task_runs_twice_only_where_its_ack_was_lost_with_the_connection(observed: Observed) -> None:

@@ -1,6 +1,6 @@
 """A Redis master SIGKILLed under a fleet, and failed over: on a private Sentinel group and on a private cluster.
 
-Three scheduler processes (tests/support/fleet_instance.py) run a per-second job whose body works 0.3 s, on a
+Three scheduler processes (tests/support/fleet_instance) run a per-second job whose body works 0.3 s, on a
 topology of this module's own (tests/support/scale_out.py: never the shared one, which the suite beside this one
 uses). A fourth actor, the test, SIGKILLs the master that holds the job's lock right after a tick fired, waits
 for the replica to be promoted, and starts the dead node again as a replica of the new master (as an operator or a

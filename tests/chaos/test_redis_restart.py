@@ -1,6 +1,6 @@
 """A Redis server SIGKILLed and started again on its port while a fleet runs on it, twice.
 
-Three scheduler processes (tests/support/fleet_instance.py) run a per-second job and two task worker processes
+Three scheduler processes (tests/support/fleet_instance) run a per-second job and two task worker processes
 (tests/tasks/task_worker.py) consume tasks, all on a redis-server of this module's own, without persistence:
 it comes back empty. Each outage is placed in the middle of a second (no fire is in flight when the server
 dies) and lasts ``DOWN_FOR`` (and until every instance has logged it); the server then restarts in the middle
@@ -27,8 +27,7 @@ from tests.chaos.fleets import (
 )
 from tests.ops.test_fleet_control import at_fraction
 from tests.support import next_whole_second_after, wait_until
-from tests.tasks.test_task_workers import TASK_TYPE, WorkerBackend
-from tests.tasks.test_task_workers import Fleet as Workers
+from tests.tasks.test_task_workers import TASK_TYPE, WorkerBackend, Workers
 from tests.test_fleet import Fleet
 
 pytestmark = [pytest.mark.chaos, pytest.mark.fleet]
@@ -64,7 +63,7 @@ def _ran_task(workers: Workers, n: int) -> dict[str, Any] | None:
 def _outage(server: RedisServer, fleet: Fleet, workers: Workers, producer: TaskQueue, number: int) -> Outage:
     at_fraction(0.3, 0.6)
     killed = server.kill()
-    wait_until(lambda: all(len(log_lines(i, UNREACHABLE)) >= number for i in fleet.instances), timeout=20,
+    wait_until(lambda: all(len(log_lines(i, UNREACHABLE)) >= number for i in fleet.members), timeout=20,
                what="every instance to log that the store is unreachable")
     time.sleep(max(0.0, killed + DOWN_FOR - 0.5 - time.time()))  # the outage's length is the point here
     at_fraction(0.3, 0.6)
@@ -74,7 +73,7 @@ def _outage(server: RedisServer, fleet: Fleet, workers: Workers, producer: TaskQ
     restarted_at = _utc(restarted)
     first_run = wait_until(lambda: first_run_after(fleet, restarted_at), timeout=10,
                            what="a tick to run after the restart")
-    wait_until(lambda: all(len(log_lines(i, BACK)) >= number for i in fleet.instances), timeout=10,
+    wait_until(lambda: all(len(log_lines(i, BACK)) >= number for i in fleet.members), timeout=10,
                what="every instance to log that the store is back")
     return Outage(_utc(killed), restarted_at, first_run, ran["started_at"] - restarted)
 
@@ -147,11 +146,11 @@ def test_task_workers_run_a_task_within_one_tick_of_the_restart(observed: Observ
 
 
 def test_each_outage_logs_one_error_and_one_back_line_per_instance(observed: Observed) -> None:
-    for instance in observed.fleet.instances:
-        assert len(log_lines(instance, UNREACHABLE)) == OUTAGES, instance.log_tail()
-        assert len(log_lines(instance, BACK)) == OUTAGES, instance.log_tail()
+    for instance in observed.fleet.members:
+        assert len(log_lines(instance, UNREACHABLE)) == OUTAGES, instance.tail()
+        assert len(log_lines(instance, BACK)) == OUTAGES, instance.tail()
         errors = [line for line in log_lines(instance, " ERROR ") if UNREACHABLE not in line]
         assert errors == [], f"{instance.name}: other errors: {errors}"
-    for worker in observed.workers.workers:
+    for worker in observed.workers.members:
         print(f"{worker.name}: {len(log_lines(worker, ' WARNING '))} warnings, {len(log_lines(worker, ' ERROR '))} "
               f"errors over {OUTAGES} outages")

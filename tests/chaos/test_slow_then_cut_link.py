@@ -1,6 +1,6 @@
 """The link between the instances and Redis turns slow (200 ms each way), then breaks for 5 s, then heals.
 
-Three scheduler processes (tests/support/fleet_instance.py) reach a redis-server of this module's own through a
+Three scheduler processes (tests/support/fleet_instance) reach a redis-server of this module's own through a
 TcpProxy (tests/support/tcp_proxy.py) in a process of its own (ProxyProcess: the test's polling never slows the link):
 first at full speed, then with ``LATENCY`` added to every chunk in each direction, then cut (open connections
 reset, new ones refused) for ``CUT_FOR``, then healed (no latency, accepting again). The module runs that
@@ -46,37 +46,33 @@ class Observed:
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
     directory = tmp_path_factory.mktemp("slow-then-cut")
-    with redis_server(directory) as server, ProxyProcess("127.0.0.1", server.port) as proxy:
-        fleet = Fleet(directory, f"redis://127.0.0.1:{proxy.port}/0?prefix=chaos:lock:")
-        try:
-            for name in INSTANCES:
-                fleet.start(name)
-            fleet.wait_ready()
-            wait_until(lambda: len([r for r in fleet.records() if r["outcome"] == "succeeded"]) >= 2,
-                       timeout=10, what="two ticks run at full speed")
-            at_fraction(0.3, 0.6)
-            proxy.latency = LATENCY
-            slow_from = now()
-            last_slow = next_whole_second_after(slow_from) + timedelta(seconds=SLOW_TICKS - 1)
-            wait_until(lambda: last_slow in {r["fire_time"] for r in fleet.records() if r["outcome"] in RAN},
-                       timeout=SLOW_TICKS + 10, what=f"{SLOW_TICKS} ticks run through the slow link")
-            at_fraction(0.9, 0.95)  # a tick's acquire and release (two slow round trips) are done by then
-            proxy.cut()
-            cut_at = now()
-            time.sleep(CUT_FOR)  # the cut's length is the point here
-            proxy.latency = 0.0
-            proxy.restore()
-            healed_at = now()
-            wait_until(lambda: first_run_after(fleet, healed_at), timeout=10, what="a tick to run after the heal")
-            wait_until(lambda: all(log_lines(i, BACK) for i in fleet.instances), timeout=10,
-                       what="every instance to log that the store is back")
-            wait_until(lambda: first_run_after(fleet, healed_at + timedelta(seconds=2)), timeout=10,
-                       what="two more ticks after the heal")
-            fleet.stop()
-            yield Observed(fleet, slow_from, cut_at, healed_at)
-        finally:
-            fleet.terminate_all()
-            print(fleet.report())
+    with (redis_server(directory) as server, ProxyProcess("127.0.0.1", server.port) as proxy,
+          Fleet(directory, f"redis://127.0.0.1:{proxy.port}/0?prefix=chaos:lock:") as fleet):
+        for name in INSTANCES:
+            fleet.start(name)
+        fleet.wait_ready()
+        wait_until(lambda: len([r for r in fleet.records() if r["outcome"] == "succeeded"]) >= 2,
+                   timeout=10, what="two ticks run at full speed")
+        at_fraction(0.3, 0.6)
+        proxy.latency = LATENCY
+        slow_from = now()
+        last_slow = next_whole_second_after(slow_from) + timedelta(seconds=SLOW_TICKS - 1)
+        wait_until(lambda: last_slow in {r["fire_time"] for r in fleet.records() if r["outcome"] in RAN},
+                   timeout=SLOW_TICKS + 10, what=f"{SLOW_TICKS} ticks run through the slow link")
+        at_fraction(0.9, 0.95)  # a tick's acquire and release (two slow round trips) are done by then
+        proxy.cut()
+        cut_at = now()
+        time.sleep(CUT_FOR)  # the cut's length is the point here
+        proxy.latency = 0.0
+        proxy.restore()
+        healed_at = now()
+        wait_until(lambda: first_run_after(fleet, healed_at), timeout=10, what="a tick to run after the heal")
+        wait_until(lambda: all(log_lines(i, BACK) for i in fleet.members), timeout=10,
+                   what="every instance to log that the store is back")
+        wait_until(lambda: first_run_after(fleet, healed_at + timedelta(seconds=2)), timeout=10,
+                   what="two more ticks after the heal")
+        fleet.stop()
+        yield Observed(fleet, slow_from, cut_at, healed_at)
 
 
 def test_every_tick_runs_once_through_the_slow_link(observed: Observed) -> None:
@@ -106,9 +102,9 @@ def test_the_fleet_runs_the_first_tick_after_the_link_heals(observed: Observed) 
     first = first_run_after(observed.fleet, observed.healed_at)
     assert first is not None
     assert first["fire_time"] == next_whole_second_after(observed.healed_at)
-    for instance in observed.fleet.instances:
-        assert len(log_lines(instance, UNREACHABLE)) == 1, instance.log_tail()
-        assert len(log_lines(instance, BACK)) == 1, instance.log_tail()
+    for instance in observed.fleet.members:
+        assert len(log_lines(instance, UNREACHABLE)) == 1, instance.tail()
+        assert len(log_lines(instance, BACK)) == 1, instance.tail()
 
 
 def test_no_tick_runs_twice_through_a_slow_then_broken_link(observed: Observed) -> None:

@@ -31,14 +31,9 @@ AUTOSTART_OFF = r"MUTEXCRON\['AUTOSTART'\] is off, so serving process (\d+) runs
 def fleet_site(directory: Path) -> Iterator[Site]:
     """A site on a SQLite file, migrated; its processes are stopped (and their logs printed, shown by pytest only
     if the test failed) afterwards."""
-    with sqlite_database(directory) as database:
-        site = Site(directory, database)
-        try:
-            site.migrate()
-            yield site
-        finally:
-            site.stop_all()
-            print(site.report())
+    with sqlite_database(directory) as database, Site(directory, database) as site:
+        site.migrate()
+        yield site
 
 
 def server_program(name: str) -> str:

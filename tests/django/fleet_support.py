@@ -20,12 +20,13 @@ import urllib.request
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tests.support.fleet import Launcher, Member
 from tests.support.servers import free_port as free_port  # the fleet tests import it from here
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,86 +147,24 @@ def postgres_database() -> Iterator[Database]:
 # -- processes ------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Proc:
-    """A process started in a session (and process group) of its own, its output in a log file."""
-
-    name: str
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-    def tail(self, lines: int = 60) -> str:
-        return "\n".join(self.text().splitlines()[-lines:])
+class Proc(Member):
+    """A process of the fleet test site, in a process group of its own; ready once it started its scheduler."""
 
     def started_pids(self) -> list[int]:
         """The pid of every "mutexcron scheduler started in process <pid>" line, in order."""
         return [int(m.group(1)) for m in STARTED.finditer(self.text())]
 
-    def assert_alive(self) -> None:
-        assert self.process.poll() is None, f"{self.name} exited with {self.process.returncode}:\n{self.tail()}"
-
-    def signal_group(self, signum: int) -> None:
-        with suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signum)
-
-    def stop(self, signum: int = signal.SIGTERM, timeout: float = 15) -> int | None:
-        """Signal the whole group once, then :meth:`wait_exit`."""
-        if self.process.poll() is None:
-            self.signal_group(signum)
-        return self.wait_exit(timeout)
-
-    def wait_exit(self, timeout: float = 15) -> int | None:
-        """Wait for the exit (no new signal); SIGKILL the group if it is still there. Returns the exit status,
-        None if it had to be killed. Whatever is left of the group (a runserver child, a worker) is killed."""
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.signal_group(signal.SIGKILL)
-            self.process.wait()
-            return None
-        self.signal_group(signal.SIGKILL)
-        return self.process.returncode
+    def ready(self) -> list[int]:
+        return self.started_pids()
 
 
-@dataclass
-class Site:
-    """The processes of one test, sharing one database and one ledger directory."""
+class Site(Launcher[Proc]):
+    """The processes of one test, sharing one database and one ledger directory (``FLEET_LEDGER_DIR``)."""
 
-    directory: Path
-    database: Database
-    procs: list[Proc] = field(default_factory=list)
-
-    @property
-    def ledgers(self) -> Path:
-        path = self.directory / "ledgers"
-        path.mkdir(exist_ok=True)
-        return path
-
-    def env(self, **extra: str) -> dict[str, str]:
-        env = dict(os.environ)
-        env.pop("DJANGO_SETTINGS_MODULE", None)  # the processes use tests.django.fleet_settings
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        env["PYTHONUNBUFFERED"] = "1"
-        env["FLEET_LEDGER_DIR"] = str(self.ledgers)
-        env.update(self.database.env)
-        env.update(extra)
-        return env
-
-    def spawn(self, name: str, command: list[str], **env: str) -> Proc:
-        log = self.directory / f"{name}.log"
-        with log.open("wb") as output:
-            process = subprocess.Popen(command, cwd=ROOT, env=self.env(**env), stdout=output,
-                                       stderr=subprocess.STDOUT, start_new_session=True)
-        proc = Proc(name, process, log)
-        self.procs.append(proc)
-        return proc
+    def __init__(self, directory: Path, database: Database) -> None:
+        self.database, self.ledgers = database, directory / "ledgers"
+        self.ledgers.mkdir(exist_ok=True)
+        super().__init__(directory, Proc, {"FLEET_LEDGER_DIR": str(self.ledgers), **database.env})
 
     def run(self, name: str, command: list[str], timeout: float = 60, **env: str) -> Proc:
         """Run a command to its end (``manage.py migrate`` ...); fails the test if it fails."""
@@ -243,16 +182,6 @@ class Site:
 
     def migrate(self, **env: str) -> Proc:
         return self.run("migrate", self.manage("migrate", "--noinput"), **env)
-
-    def stop_all(self) -> None:
-        for proc in self.procs:
-            if proc.process.poll() is None:
-                proc.signal_group(signal.SIGTERM)
-        for proc in self.procs:
-            proc.wait_exit(timeout=10)
-
-    def report(self) -> str:
-        return "\n".join(f"--- {p.name} (pid {p.pid}, exit {p.process.poll()}):\n{p.tail()}" for p in self.procs)
 
     # -- what the processes did --
 
@@ -275,13 +204,8 @@ class Site:
 def postgres_site(directory: Path) -> Iterator[Site]:
     """A Site on a fresh PostgreSQL database; its processes are stopped (and their logs printed, shown by pytest
     if the test failed) and the database dropped afterwards."""
-    with postgres_database() as database:
-        site = Site(directory, database)
-        try:
-            yield site
-        finally:
-            site.stop_all()
-            print(site.report())
+    with postgres_database() as database, Site(directory, database) as site:
+        yield site
 
 
 def assert_each_tick_once(site: Site, window: list[datetime], instances: set[str]) -> dict[str, Any]:

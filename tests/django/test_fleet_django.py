@@ -55,12 +55,8 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Databas
 
 @pytest.fixture
 def site(tmp_path: Path, database: Database) -> Iterator[Site]:
-    site = Site(tmp_path, database)
-    try:
+    with Site(tmp_path, database) as site:
         yield site
-    finally:
-        site.stop_all()
-        print(site.report())  # shown by pytest only if the test failed
 
 
 def test_every_tick_runs_exactly_once_across_three_django_processes(site: Site) -> None:
@@ -101,13 +97,7 @@ def run_the_fleet(site: Site, *, sample: Callable[[], None] = lambda: None, **en
     names = {f"instance-{n}" for n in range(1, INSTANCES + 1)}
     command = site.manage("mutexcron", "run")
     procs = [site.spawn(name, command, FLEET_INSTANCE=name, **env) for name in sorted(names)]
-
-    def all_started() -> bool:
-        for proc in procs:
-            proc.assert_alive()
-        return all(proc.started_pids() for proc in procs)
-
-    wait_until(all_started, timeout=15, what="every instance to start its scheduler")
+    site.wait_ready(procs, timeout=15)
     for proc in procs:
         assert proc.started_pids() == [proc.pid], f"{proc.name}: {proc.started_pids()} (pid {proc.pid})"
     first = next_whole_second_after(now())
@@ -117,13 +107,9 @@ def run_the_fleet(site: Site, *, sample: Callable[[], None] = lambda: None, **en
         return site.ticks_run_since(first) >= MIN_TICKS + 1
 
     wait_until(ran_enough, timeout=MIN_TICKS + 8, what=f"{MIN_TICKS + 1} ticks run after every instance started")
-    for proc in procs:
-        proc.assert_alive()
+    site.assert_all_alive(procs)
     stopped_waiting = now()
-    for proc in procs:
-        proc.signal_group(signal.SIGTERM)
-    for proc in procs:
-        assert proc.wait_exit(timeout=15) == 0, f"{proc.name} did not stop cleanly:\n{proc.tail()}"
+    site.stop(procs, timeout=15)
 
     # Ticks at least a second before the stop were fired (and recorded) by every instance.
     window = whole_seconds(first, (stopped_waiting - timedelta(seconds=1)).replace(microsecond=0))

@@ -22,14 +22,9 @@ pytestmark = pytest.mark.fleet
 
 @pytest.fixture
 def site(tmp_path: Path) -> Iterator[Site]:
-    with sqlite_database(tmp_path) as database:
-        site = Site(tmp_path, database)
-        try:
-            site.migrate()
-            yield site
-        finally:
-            site.stop_all()
-            print(site.report())  # shown by pytest only if the test failed
+    with sqlite_database(tmp_path) as database, Site(tmp_path, database) as site:
+        site.migrate()
+        yield site
 
 
 def scrape(url: str) -> dict[tuple[str, str], float] | None:

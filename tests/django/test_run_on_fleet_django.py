@@ -42,26 +42,14 @@ def test_each_tick_runs_once_on_the_django_workers_even_when_one_is_killed_mid_b
     workers = [site.spawn(f"worker-{n}", site.manage("mutexcron", "worker"), **ENV) for n in range(2)]
     schedulers = [site.spawn(f"instance-{n}", site.manage("mutexcron", "run"), FLEET_INSTANCE=f"instance-{n}", **ENV)
                   for n in range(3)]
-
-    def all_started() -> bool:
-        for proc in workers + schedulers:
-            proc.assert_alive()
-        return (all("mutexcron task worker" in w.text() for w in workers)
-                and all(s.started_pids() for s in schedulers))
-
-    wait_until(all_started, timeout=30, what="every instance and worker to start")
+    site.wait_ready(workers, timeout=30, ready=lambda worker: "mutexcron task worker" in worker.text())
+    site.wait_ready(schedulers, timeout=30)
     held = hold_and_kill(site, workers)
-    for proc in schedulers:
-        proc.signal_group(signal.SIGTERM)
-    for proc in schedulers:
-        assert proc.wait_exit(timeout=20) == 0, f"{proc.name} did not stop cleanly:\n{proc.tail()}"
+    site.stop(schedulers, timeout=20)
     wait_until(lambda: not site.database.query(
         f"SELECT id FROM mutexcron_jobrun WHERE job_name = '{JOB}' AND outcome = 'enqueued'"), 20,
         "every enqueued tick's run to be recorded")
-    for proc in workers:
-        if proc.process.poll() is None:
-            proc.signal_group(signal.SIGTERM)
-            assert proc.wait_exit(timeout=20) == 0, f"{proc.name} did not stop cleanly:\n{proc.tail()}"
+    site.stop(workers, timeout=20)
     judge(site, held)
 
 

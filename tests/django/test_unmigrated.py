@@ -40,12 +40,8 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Databas
 
 @pytest.fixture
 def site(database: Database, tmp_path: Path) -> Iterator[Site]:
-    site = Site(tmp_path, database)
-    try:
+    with Site(tmp_path, database) as site:
         yield site
-    finally:
-        site.stop_all()
-        print(site.report())  # shown by pytest only if the test failed
 
 
 @pytest.fixture
@@ -58,7 +54,7 @@ def alias(database: Database, django_db_blocker: Any) -> Iterator[str]:
 
 def manage(site: Site, *arguments: str) -> tuple[int, str]:
     """``manage.py <arguments>`` on the site, no scheduler autostarted, run to its end: exit status and output."""
-    proc = site.spawn(f"{len(site.procs)}-{'-'.join(arguments)}", site.manage(*arguments), FLEET_AUTOSTART="0")
+    proc = site.spawn(f"{len(site.members)}-{'-'.join(arguments)}", site.manage(*arguments), FLEET_AUTOSTART="0")
     code = proc.wait_exit(timeout=60)
     assert code is not None, f"manage.py {' '.join(arguments)} did not finish:\n{proc.tail()}"
     return code, proc.text()

@@ -25,7 +25,7 @@ from tests.nemesis.faults import Fault, plan
 from tests.nemesis.history import HistoryWriter, JobSpec, RunConfig, read_history
 from tests.nemesis.report import around, render
 from tests.nemesis.servers import STORES, Settings, Store, Undo, store_for
-from tests.support import wait_until
+from tests.support.fleet import Launcher, LedgerMember
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEDULERS = [f"s{n}" for n in range(1, 7)]
@@ -55,7 +55,8 @@ class Harness:
     def __init__(self, config: RunConfig, store: Store, directory: Path) -> None:
         self.config, self.store, self.directory = config, store, directory
         self.history = HistoryWriter(directory / "harness.jsonl", "harness")
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.fleet = Launcher(directory, LedgerMember)
+        self.processes: dict[str, LedgerMember] = {}  # the running process of each name
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.clockshift = directory / "clockshift.so"
@@ -69,30 +70,20 @@ class Harness:
 
     def spawn(self, proc: str, role: str) -> None:
         settings: Settings = self.store.settings(proc in PROXIED)
-        env = {**os.environ, **settings.env, "PYTHONPATH": str(ROOT)}
+        env = dict(settings.env)
         if role in ("scheduler", "worker"):  # its wall clock can be jumped (the clock_jump fault)
             (self.directory / f"clock-{proc}").write_text("0\n")
             env.update(LD_PRELOAD=str(self.clockshift), NEMESIS_CLOCK_FILE=str(self.directory / f"clock-{proc}"))
         config = "config-proxied.json" if proc in PROXIED else "config.json"
-        with (self.directory / f"{proc}.log").open("ab") as log:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "tests.nemesis.workload", role, "--proc", proc, "--dir", str(self.directory),
-                 "--config", config], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        member = self.fleet.spawn(proc, [sys.executable, "-m", "tests.nemesis.workload", role, "--proc", proc,
+                                         "--dir", str(self.directory), "--config", config], **env)
         with self.lock:
-            self.processes[proc] = process
-        self.history.write("spawn", target=proc, pid=process.pid, role=role)
+            self.processes[proc] = member
+        self.history.write("spawn", target=proc, pid=member.pid, role=role)
 
     def wait_ready(self, timeout: float = 180.0) -> None:
         """Until every process has written its "ready" line (a dozen imports on two CPUs take a while)."""
-        def ready() -> bool:
-            for proc, process in self.processes.items():
-                if process.poll() is not None:
-                    log = (self.directory / f"{proc}.log").read_text(errors="replace")
-                    raise RuntimeError(f"{proc} exited {process.returncode} while starting:\n{log[-3000:]}")
-            ledgers = [self.directory / f"{proc}.jsonl" for proc in self.processes]
-            return all(path.exists() and '"event": "ready"' in path.read_text() for path in ledgers)
-
-        wait_until(ready, timeout, "every process of the fleet to start")
+        self.fleet.wait_ready(list(self.processes.values()), timeout)
 
     def role(self, proc: str) -> str:
         return {"s": "scheduler", "w": "worker", "p": "producer"}.get(proc[0], "operator")
@@ -101,7 +92,7 @@ class Harness:
         """Note (and start again) a process that exits by itself: a crash is in the report."""
         while not self.stopping.wait(0.5):
             with self.lock:
-                exited = [(proc, process) for proc, process in self.processes.items() if process.poll() is not None]
+                exited = [(proc, member.process) for proc, member in self.processes.items() if not member.alive()]
             for proc, process in exited:
                 if self.stopping.is_set():
                     return
@@ -131,13 +122,13 @@ class Harness:
         proc = fault.target
         if fault.kind == "kill":
             with self.lock:
-                process = self.processes.pop(proc)
+                process = self.processes.pop(proc).process
             process.send_signal(signal.SIGKILL)
             process.wait(10)
             self.history.write("exit", target=proc, pid=process.pid, how="SIGKILL")
             return lambda: self.spawn(proc, self.role(proc))
         if fault.kind == "stop":
-            process = self.processes[proc]
+            process = self.processes[proc].process
             process.send_signal(signal.SIGSTOP)
             return lambda: process.send_signal(signal.SIGCONT)
         if fault.kind == "clock_jump":
@@ -168,16 +159,9 @@ class Harness:
         self.stopping.set()
         with self.lock:
             processes = dict(self.processes)
-        for process in processes.values():
-            process.send_signal(signal.SIGCONT)
-            process.send_signal(signal.SIGTERM)
-        for proc, process in processes.items():
-            try:
-                code = process.wait(20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                code = process.wait(10)
-            self.history.write("exit", target=proc, pid=process.pid, how=f"exit {code}", crashed=False)
+        codes = self.fleet.stop(list(processes.values()), timeout=20, clean=False)
+        for (proc, member), code in zip(processes.items(), codes, strict=True):
+            self.history.write("exit", target=proc, pid=member.pid, how=f"exit {code}", crashed=False)
 
 
 def build(args: argparse.Namespace) -> tuple[RunConfig, Path]:

@@ -1,7 +1,7 @@
 """Alerts across a fleet of real OS processes (issue 10): an overdue or failing job raises one alert for the
 whole fleet, however many instances notice it, and one "recovered" once a run succeeds again.
 
-Three tests/support/fleet_instance.py processes run one per-second job on Redis and on PostgreSQL (the Django store);
+Three tests/support/fleet_instance processes run one per-second job on Redis and on PostgreSQL (the Django store);
 each writes the alerts its listeners got to its own ledger. For the overdue case a fourth process, the
 operator, holds the job's lock as a hung holder would, then forces it open.
 """
@@ -24,7 +24,7 @@ ALERTS = ("--alert-after", "2", "--sync-interval", "0.2")
 
 
 def alerts(of: ControlFleet) -> Counter[str]:
-    return Counter(entry["kind"] for instance in of.instances for entry in instance.entries("alert"))
+    return Counter(entry["kind"] for instance in of.members for entry in instance.entries("alert"))
 
 
 def skips_since(of: ControlFleet, outcome: str) -> int:

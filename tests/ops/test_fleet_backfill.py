@@ -1,4 +1,4 @@
-"""Two operators backfill the same range at once, each in its own OS process (``fleet_instance.py --operator``),
+"""Two operators backfill the same range at once, each in its own OS process (``fleet_instance --operator``),
 on Redis and on PostgreSQL (the Django store): every tick of the range runs exactly once in total, neither
 backfill stops early while the other holds the job's lock for longer than its lease, and the two counts
 ``Scheduler.backfill`` returns add up to the range's ticks (issue 21)."""
@@ -12,7 +12,6 @@ import pytest
 
 from tests.ops.test_fleet_control import (  # noqa: F401 - fixtures
     ControlFleet,
-    Operator,
     fleet,
     postgres_store,
     store,
@@ -29,9 +28,8 @@ def test_two_backfills_of_one_range_at_once_run_each_tick_once(fleet: ControlFle
     # Each body works 10 ms: the range (180 ticks) takes longer than the job's lease of 2 s, the longest one
     # backfill waits for the job's lock while the other holds it ticking on. A backfill whose peer stalls for a
     # lease without taking a tick stops (docs/backfill.md): 2 s outlasts a process starved on a loaded machine.
-    operators = [fleet._spawn(Operator, f"operator-{n}", "--operator", "--body-seconds", "0.01", "--lease", "2")
-                 for n in range(2)]
-    wait_until(lambda: all(o.entries("ready") for o in operators), timeout=15, what="the operators to be ready")
+    operators = [fleet.operator(f"operator-{n}", "--body-seconds", "0.01", "--lease", "2") for n in range(2)]
+    fleet.wait_ready(operators, timeout=15)
     end = START + TICKS * timedelta(seconds=1)
     command = f"backfill {START.isoformat()} {end.isoformat()}\n".encode()
     for operator in operators:  # both at once: each is blocked reading its input

@@ -33,10 +33,8 @@ def test_ticks_missed_while_the_whole_fleet_was_down_are_caught_up_by_policy(
     ready = fleet.wait_ready()
     # Three more instances, built (their imports done) while the first one runs, wait at a gate: they start
     # together once the fleet has been down for three ticks, however slowly a loaded machine built them.
-    gate = fleet.directory / "gate"
-    restarted = [fleet.start(f"instance-{n}", *job, "--start-gate", str(gate)) for n in range(3)]
-    wait_until(lambda: all(i.entries("waiting") for i in restarted), timeout=30,
-               what="the new instances to be built")
+    restarted = [fleet.start(f"instance-{n}", *job, "--start-gate", str(fleet.gate)) for n in range(3)]
+    fleet.wait_built(restarted, timeout=30)
     wait_until(lambda: len([r for r in fleet.runs() if r["fire_time"] > ready]) >= 2,
                timeout=3 * PERIOD.total_seconds(), what="the first instance to run two ticks")
     fleet.stop([first])
@@ -45,7 +43,7 @@ def test_ticks_missed_while_the_whole_fleet_was_down_are_caught_up_by_policy(
     next_tick = missed[-1] + PERIOD
     wait_until(lambda: now() >= missed[-1] + timedelta(milliseconds=100), timeout=4 * PERIOD.total_seconds(),
                what="three ticks to pass with no instance running")
-    gate.touch()
+    fleet.gate.touch()
     wait_until(lambda: all(any(r["fire_time"] == next_tick for r in i.records()) for i in restarted),
                timeout=2 * PERIOD.total_seconds(), what="every new instance to fire the next tick")
     fleet.stop(restarted)  # each one shut down cleanly: it was alive all along

@@ -1,8 +1,8 @@
 """Steering a fleet of real OS processes at run time (issue 9): pause and resume, a schedule change (catch-up after
 the whole fleet was down: tests/ops/test_fleet_catch_up.py).
 
-The instances are tests/support/fleet_instance.py processes, as in tests/test_fleet.py, on Redis and on PostgreSQL
-through the Django store (``django://``). The operator is a fourth process (``fleet_instance.py --operator``)
+The instances are tests/support/fleet_instance processes, as in tests/test_fleet.py, on Redis and on PostgreSQL
+through the Django store (``django://``). The operator is a fourth process (``fleet_instance --operator``)
 whose never-started Scheduler pauses, resumes or re-times the job on a line of its standard input and writes,
 once the call returned, when it was called and when it returned. The tests judge the fleet from the ledgers,
 polled with deadlines. Operator actions are placed in time, never waited out: a pause or resume in the middle
@@ -13,9 +13,6 @@ the next tick, so that the store itself must refuse that tick of the old schedul
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.support import next_whole_second_after, wait_until
-from tests.test_fleet import INSTANCE_SCRIPT, ROOT, Fleet, Instance, assert_no_fire_ran_twice, now
+from tests.test_fleet import Fleet, Instance, assert_no_fire_ran_twice, now
 
 pytestmark = pytest.mark.fleet
 
@@ -80,7 +77,7 @@ def store(request: pytest.FixtureRequest) -> Store:
 
 
 class Operator(Instance):
-    """``fleet_instance.py --operator``: one action a line on its standard input."""
+    """``fleet_instance --operator``: one action a line on its standard input."""
 
     def do(self, command: str, timeout: float = 10.0) -> dict[str, Any]:
         """Send ``command`` and wait for its answer; "called" and "at" (returned) as datetimes."""
@@ -95,27 +92,12 @@ class Operator(Instance):
 
 class ControlFleet(Fleet):
     def __init__(self, directory: Path, store: Store) -> None:
-        super().__init__(directory, store.url)
-        self.store = store
+        super().__init__(directory, store.url, store.options, store.env)
 
-    def start(self, name: str, *options: str) -> Instance:
-        return self._spawn(Instance, name, *options)
-
-    def operator(self) -> Operator:
-        return self._spawn(Operator, "operator", "--operator")
-
-    def _spawn(self, kind: type[Instance], name: str, *options: str) -> Any:
-        ledger, log = self.directory / f"{name}.jsonl", self.directory / f"{name}.log"
-        env = {**os.environ, **(self.store.env or {})}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        command = [sys.executable, str(INSTANCE_SCRIPT), "--store", self.store.url, "--instance", name,
-                   "--ledger", str(ledger), *self.store.options, *options]
-        with log.open("wb") as output:
-            process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.PIPE if kind is Operator else subprocess.DEVNULL)
-        instance = kind(name, process, ledger, log)
-        self.instances.append(instance)
-        return instance
+    def operator(self, name: str = "operator", *options: str) -> Operator:
+        operator = self.start(name, "--operator", *options, kind=Operator, stdin=True)
+        assert isinstance(operator, Operator)
+        return operator
 
     def runs(self) -> list[dict[str, Any]]:
         return [r for r in self.records() if r["outcome"] in RAN]
@@ -123,12 +105,8 @@ class ControlFleet(Fleet):
 
 @pytest.fixture
 def fleet(tmp_path: Path, store: Store) -> Iterator[ControlFleet]:
-    fleet = ControlFleet(tmp_path, store)
-    try:
+    with ControlFleet(tmp_path, store) as fleet:
         yield fleet
-    finally:
-        fleet.terminate_all()
-        print(fleet.report())  # shown by pytest only if the test failed
 
 
 def fraction(moment: datetime) -> float:
@@ -187,16 +165,15 @@ def test_no_run_starts_while_paused_and_runs_resume_within_two_ticks(fleet: Cont
 
 
 def test_after_a_schedule_change_no_old_tick_runs_and_each_new_tick_runs_once(fleet: ControlFleet) -> None:
-    gate = fleet.directory / "gate"
     instances = [fleet.start(f"instance-{n}", "--sync-interval", str(SYNC_INTERVAL.total_seconds()),
-                             "--start-gate", str(gate)) for n in range(3)]
+                             "--start-gate", str(fleet.gate)) for n in range(3)]
     operator = fleet.operator()
-    wait_until(lambda: all(i.entries("waiting") for i in instances), timeout=15, what="the instances to be built")
+    fleet.wait_built(instances, timeout=15)
     # Started together early in a second, each instance reads the store's schedules that far into every
     # second (every sync_interval from its start). A change made later in a second lands after each one's
     # read and before the next tick: each fires that tick for the old schedule, and the store must refuse it.
     at_fraction(0.05, 0.15)
-    gate.touch()
+    fleet.gate.touch()
     ready = fleet.wait_ready()
     reads = max(fraction(i.entries("ready")[0]["at"]) for i in instances)
     assert reads < 0.6, f"the instances took {reads:.3f}s into the second to start"

@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 T = TypeVar("T")
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = 5.0, what: str = "", interval: float = 0.02) -> T:
+def wait_until(predicate: Callable[[], T | Literal[False] | None], timeout: float = 5.0, what: str = "",
+               interval: float = 0.02) -> T:
     """Poll ``predicate`` until it returns something truthy (returned) or ``timeout`` seconds pass (fail)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -90,23 +89,6 @@ def read_ledger(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
 
 
-@dataclass
-class LedgerProcess:
-    """A test's OS process, its ledger and its log (stdout and stderr)."""
-
-    name: str
-    process: subprocess.Popen[bytes]
-    ledger: Path
-    log: Path
-
-    def entries(self, event: str | None = None) -> list[dict[str, Any]]:
-        return [e for e in read_ledger(self.ledger) if event is None or e["event"] == event]
-
-    def log_tail(self, lines: int = 40) -> str:
-        text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
-
 _span_exporter: Any = None
 
 
@@ -135,7 +117,7 @@ class FireThreads:
     ``thread_finished`` after each fire (a store whose connections are per thread closes the thread's own)."""
 
     def thread_finished(self) -> None:
-        """Overridden by a store whose connections are per thread (see LockStoreContract)."""
+        """Overridden by a store whose connections are per thread (see ControlSchedulerContract)."""
 
     @contextmanager
     def each_fire(self) -> Iterator[None]:

@@ -14,9 +14,7 @@ marker) blocks:
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -26,64 +24,35 @@ from typing import Any
 
 import pytest
 
-from tests.support import LedgerProcess, wait_until
+from tests.support import wait_until
+from tests.support.fleet import Launcher, LedgerMember
 from tests.support.held_body import HOLD_MARKER, STALL_MARKER
 
 pytestmark = pytest.mark.fleet
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "tests" / "tasks" / "run_on_process.py"
+SCRIPT = Path(__file__).resolve().parent / "run_on_process.py"
 VISIBILITY = 2.0  # seconds: the worker's visibility timeout of the job task type
 BEFORE, AFTER = 3, 3  # bodies completed before the hold, and after the held tick's retry
 EARLY = 0.05  # seconds: how much earlier than its ledger entry a body's take-over may be
 
 
-class OffloadFleet:
+class OffloadFleet(Launcher[LedgerMember]):
     """The processes of one test: schedulers and workers, each with its ledger and log in ``directory``."""
 
     def __init__(self, directory: Path, store: str, tasks: str, lease: float = 10.0) -> None:
-        self.directory, self.store, self.tasks, self.lease = directory, store, tasks, lease
-        self.procs: dict[str, LedgerProcess] = {}
+        super().__init__(directory, LedgerMember)
+        self.store, self.tasks, self.lease = store, tasks, lease
 
-    def start(self, role: str, name: str) -> LedgerProcess:
-        ledger, log = self.directory / f"{name}.jsonl", self.directory / f"{name}.log"
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        command = [sys.executable, str(SCRIPT), "--role", role, "--name", name, "--ledger", str(ledger),
-                   "--store", self.store, "--tasks", self.tasks, "--visibility-timeout", str(VISIBILITY),
-                   "--lease", str(self.lease)]
-        with log.open("wb") as output:
-            process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)
-        self.procs[name] = proc = LedgerProcess(name, process, ledger, log)
-        return proc
+    def start(self, role: str, name: str) -> LedgerMember:
+        return self.spawn(name, [sys.executable, str(SCRIPT), "--role", role, "--name", name, "--ledger",
+                                 str(self.ledger(name)), "--store", self.store, "--tasks", self.tasks,
+                                 "--visibility-timeout", str(VISIBILITY), "--lease", str(self.lease)])
+
+    def role(self, prefix: str) -> list[LedgerMember]:
+        return [proc for proc in self.members if proc.name.startswith(prefix)]
 
     def entries(self, event: str, prefix: str = "") -> list[dict[str, Any]]:
-        return [entry for name, proc in self.procs.items() if name.startswith(prefix) for entry in proc.entries(event)]
-
-    def wait_ready(self) -> None:
-        def ready() -> bool:
-            for proc in self.procs.values():
-                assert proc.process.poll() is None, f"{proc.name} exited:\n{proc.log_tail()}"
-            return all(proc.entries("ready") for proc in self.procs.values())
-
-        wait_until(ready, 30, "every process to start")
-
-    def stop(self, prefix: str) -> None:
-        stopping = [proc for name, proc in self.procs.items()
-                    if name.startswith(prefix) and proc.process.poll() is None]
-        for proc in stopping:
-            proc.process.send_signal(signal.SIGTERM)
-        for proc in stopping:
-            assert proc.process.wait(20) == 0, f"{proc.name} did not stop cleanly:\n{proc.log_tail()}"
-
-    def kill_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.process.poll() is None:
-                proc.process.kill()
-                proc.process.wait()
-
-    def report(self) -> str:
-        return "\n".join(f"--- {p.name} (exit {p.process.poll()}):\n{p.log_tail()}" for p in self.procs.values())
+        return [entry for proc in self.role(prefix) for entry in proc.entries(event)]
 
 
 # The leases the configuration accepts for VISIBILITY: equal to it (the shortest), and well over it.
@@ -93,15 +62,11 @@ LEASES = [pytest.param(VISIBILITY, id="lease=visibility"), pytest.param(5 * VISI
 @pytest.fixture(params=LEASES)
 def fleet(request: pytest.FixtureRequest, tmp_path: Path, redis_url: str,
           redis_tasks_url: str) -> Iterator[OffloadFleet]:
-    fleet = OffloadFleet(tmp_path, redis_url, redis_tasks_url, lease=request.param)
-    try:
+    with OffloadFleet(tmp_path, redis_url, redis_tasks_url, lease=request.param) as fleet:
         yield fleet
-    finally:
-        fleet.kill_all()
-        print(fleet.report())  # shown by pytest only if the test failed
 
 
-def start_the_fleet(fleet: OffloadFleet) -> list[LedgerProcess]:
+def start_the_fleet(fleet: OffloadFleet) -> list[LedgerMember]:
     """Two workers and three schedulers, all ready; the workers."""
     workers = [fleet.start("worker", f"worker-{n}") for n in range(2)]
     for n in range(3):
@@ -143,7 +108,7 @@ def test_a_worker_stopped_past_its_lease_loses_the_tick_to_one_that_starts_after
     judge_the_run(fleet, held, redone=successor)
 
 
-def hold_and_kill_a_worker(fleet: OffloadFleet, workers: list[LedgerProcess]) -> dict[str, Any]:
+def hold_and_kill_a_worker(fleet: OffloadFleet, workers: list[LedgerMember]) -> dict[str, Any]:
     """Once BEFORE bodies completed, let the next body hold, SIGKILL its worker, and wait for the held tick's
     body to complete on the other worker, then for AFTER more; returns the holding entry."""
     wait_until(lambda: len(fleet.entries("body")) >= BEFORE, 20, f"{BEFORE} bodies to complete")
@@ -165,11 +130,11 @@ def hold_and_kill_a_worker(fleet: OffloadFleet, workers: list[LedgerProcess]) ->
 def judge_the_run(fleet: OffloadFleet, held: dict[str, Any], redone: dict[str, Any] | None = None) -> None:
     """Schedulers stopped, every enqueued tick's body is awaited; then each ran exactly once (the held tick: by the
     other worker, ``redone`` its start if known)."""
-    fleet.stop("scheduler")
+    fleet.stop(fleet.role("scheduler"), timeout=20)
     enqueued = {e["fire_time"]: e for e in fleet.entries("record", "scheduler") if e["outcome"] == "enqueued"}
     wait_until(lambda: set(enqueued) <= {e["fire_time"] for e in fleet.entries("body")}, 20,
                "every enqueued tick's body to complete")
-    fleet.stop("worker")
+    fleet.stop(fleet.role("worker"), timeout=20)
     winners = Counter(e["fire_time"] for e in fleet.entries("record", "scheduler") if e["outcome"] == "enqueued")
     assert [tick for tick, count in winners.items() if count > 1] == [], "a tick enqueued twice"
     bodies = Counter(e["fire_time"] for e in fleet.entries("body"))

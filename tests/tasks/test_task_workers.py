@@ -10,9 +10,7 @@ pytest request to a :class:`WorkerBackend` (the URL of that test's own tasks, an
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -25,12 +23,12 @@ from typing import Any
 import pytest
 
 from mutexcron.tasks import TaskQueue, TaskStatus
-from tests.support import LedgerProcess, wait_until
+from tests.support import wait_until
+from tests.support.fleet import Launcher, LedgerMember
 
 pytestmark = pytest.mark.fleet
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-WORKER_SCRIPT = ROOT / "tests" / "tasks" / "task_worker.py"
+WORKER_SCRIPT = Path(__file__).resolve().parent / "task_worker.py"
 TASK_TYPE = "workers.task"
 
 
@@ -63,57 +61,39 @@ def worker_backend(request: pytest.FixtureRequest) -> WorkerBackend:
 # -- the fleet -----------------------------------------------------------------------------------------
 
 
-class Worker(LedgerProcess):
+class Worker(LedgerMember):
     def cpu_seconds(self) -> float:
         """Ask the worker for its CPU time (SIGUSR1) and wait for the answer in its ledger."""
         before = len(self.entries("cpu"))
         self.process.send_signal(signal.SIGUSR1)
-        entries = wait_until(lambda: (found := self.entries("cpu")) and len(found) > before and found,
+        entries = wait_until(lambda: found if len(found := self.entries("cpu")) > before else None,
                              timeout=5, what=f"{self.name} to report its CPU time")
-        return entries[-1]["user"] + entries[-1]["system"]
+        return float(entries[-1]["user"] + entries[-1]["system"])
 
 
-class Fleet:
-    """The worker processes of one test; whatever happens, teardown terminates every one of them."""
+class Workers(Launcher[Worker]):
+    """The worker processes of one test, on ``backend``."""
 
     def __init__(self, directory: Path, backend: WorkerBackend) -> None:
-        self.directory, self.backend = directory, backend
-        self.workers: list[Worker] = []
+        super().__init__(directory, Worker, backend.env)
+        self.backend = backend
 
     def start(self, name: str, *options: str) -> Worker:
-        ledger, log = self.directory / f"{name}.jsonl", self.directory / f"{name}.log"
-        env = dict(os.environ) | self.backend.env
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        command = [sys.executable, str(WORKER_SCRIPT), "--url", self.backend.url, "--worker", name,
-                   "--ledger", str(ledger), *options]
-        if self.backend.cancel_store:
-            command += ["--cancel-store", self.backend.cancel_store]
-        with log.open("wb") as output:
-            process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)
-        worker = Worker(name, process, ledger, log)
-        self.workers.append(worker)
-        return worker
-
-    def wait_ready(self, timeout: float = 20.0) -> None:
-        def ready() -> bool:
-            for worker in self.workers:
-                assert worker.process.poll() is None, (
-                    f"{worker.name} exited with {worker.process.returncode}:\n{worker.log_tail()}")
-            return all(worker.entries("ready") for worker in self.workers)
-
-        wait_until(ready, timeout, "every worker to be ready", interval=0.05)
+        cancel_store = ("--cancel-store", self.backend.cancel_store) if self.backend.cancel_store else ()
+        return self.spawn(name, [sys.executable, str(WORKER_SCRIPT), "--url", self.backend.url, "--worker", name,
+                                 "--ledger", str(self.ledger(name)), *options, *cancel_store])
 
     def wait_idle(self, timeout: float = 15.0) -> None:
         """Return once every worker is past its start-up: its CPU time stopped growing (by less than 20 ms
         between two reports at least 0.2 s apart), as it does once the worker sleeps on its backend."""
-        last = {worker.name: worker.cpu_seconds() for worker in self.workers}
+        last = {worker.name: worker.cpu_seconds() for worker in self.members}
         reported = time.monotonic()
 
         def idle() -> bool:
             nonlocal reported
             if time.monotonic() - reported < 0.2:
                 return False
-            now = {worker.name: worker.cpu_seconds() for worker in self.workers}
+            now = {worker.name: worker.cpu_seconds() for worker in self.members}
             reported = time.monotonic()
             quiet = all(now[name] - last[name] < 0.02 for name in now)
             last.update(now)
@@ -122,40 +102,13 @@ class Fleet:
         wait_until(idle, timeout, "every worker to go idle after its start-up", interval=0.05)
 
     def ran(self) -> list[dict[str, Any]]:
-        return [entry for worker in self.workers for entry in worker.entries("ran")]
-
-    def stop(self, workers: list[Worker] | None = None, timeout: float = 10.0) -> None:
-        """SIGTERM, then check each one shut down cleanly (exit 0 and a "stopped" line)."""
-        stopping = [w for w in (workers or self.workers) if w.process.poll() is None]
-        for worker in stopping:
-            worker.process.send_signal(signal.SIGTERM)
-        for worker in stopping:
-            assert worker.process.wait(timeout) == 0, f"{worker.name} failed to stop:\n{worker.log_tail()}"
-            assert worker.entries("stopped"), f"{worker.name} wrote no 'stopped' line"
-
-    def terminate_all(self) -> None:
-        for worker in self.workers:
-            if worker.process.poll() is None:
-                worker.process.send_signal(signal.SIGTERM)
-        for worker in self.workers:
-            try:
-                worker.process.wait(8)
-            except subprocess.TimeoutExpired:
-                worker.process.kill()
-                worker.process.wait()
-
-    def report(self) -> str:
-        return "\n".join(f"--- {w.name} (exit {w.process.poll()}):\n{w.log_tail()}" for w in self.workers)
+        return [entry for worker in self.members for entry in worker.entries("ran")]
 
 
 @pytest.fixture
-def fleet(tmp_path: Path, worker_backend: WorkerBackend) -> Iterator[Fleet]:
-    fleet = Fleet(tmp_path, worker_backend)
-    try:
+def fleet(tmp_path: Path, worker_backend: WorkerBackend) -> Iterator[Workers]:
+    with Workers(tmp_path, worker_backend) as fleet:
         yield fleet
-    finally:
-        fleet.terminate_all()
-        print(fleet.report())  # shown by pytest only if the test failed
 
 
 @pytest.fixture
@@ -168,7 +121,7 @@ def producer(worker_backend: WorkerBackend) -> Iterator[TaskQueue]:
 # -- the tests -----------------------------------------------------------------------------------------
 
 
-def test_every_task_runs_exactly_once_across_four_workers(fleet: Fleet, producer: TaskQueue) -> None:
+def test_every_task_runs_exactly_once_across_four_workers(fleet: Workers, producer: TaskQueue) -> None:
     workers = [fleet.start(f"worker-{n}") for n in range(4)]
     fleet.wait_ready()
     count = 2000
@@ -193,7 +146,7 @@ def test_every_task_runs_exactly_once_across_four_workers(fleet: Fleet, producer
 
 
 def test_a_killed_workers_task_is_run_by_another_after_the_visibility_timeout(
-    fleet: Fleet, producer: TaskQueue
+    fleet: Workers, producer: TaskQueue
 ) -> None:
     visibility = 1.0
     workers = [fleet.start(f"worker-{n}", "--visibility-timeout", str(visibility)) for n in range(4)]
@@ -227,7 +180,7 @@ def test_a_killed_workers_task_is_run_by_another_after_the_visibility_timeout(
     assert len(fleet.ran()) == 1
 
 
-def test_a_task_that_kills_its_workers_fails_after_max_attempts(fleet: Fleet, producer: TaskQueue) -> None:
+def test_a_task_that_kills_its_workers_fails_after_max_attempts(fleet: Workers, producer: TaskQueue) -> None:
     """At least once must not mean forever: a task whose every attempt kills its worker is given up
     (failed, with why) once its attempts are used, instead of killing the fleet one worker at a time."""
     options = ("--visibility-timeout", "1", "--max-attempts", "2")
@@ -243,7 +196,7 @@ def test_a_task_that_kills_its_workers_fails_after_max_attempts(fleet: Fleet, pr
     fleet.stop([w for w in workers if w.process.poll() is None])
 
 
-def test_idle_workers_use_almost_no_cpu(fleet: Fleet, producer: TaskQueue) -> None:
+def test_idle_workers_use_almost_no_cpu(fleet: Workers, producer: TaskQueue) -> None:
     """One worker knows of a task due in an hour, the other of nothing: both sleep without polling."""
     producer.schedule(TASK_TYPE, {"n": 0}, delay=timedelta(hours=1))
     workers = [fleet.start(f"worker-{n}") for n in range(2)]
@@ -263,7 +216,7 @@ def test_idle_workers_use_almost_no_cpu(fleet: Fleet, producer: TaskQueue) -> No
 
 
 def test_a_task_scheduled_by_another_process_wakes_sleeping_workers_at_once(
-    fleet: Fleet, producer: TaskQueue
+    fleet: Workers, producer: TaskQueue
 ) -> None:
     """Workers that know of nothing due sleep (up to their max_sleep: 1 to 60 s); a task scheduled by this
     process, due now, starts within tens of milliseconds each time, however long they slept."""
@@ -286,7 +239,7 @@ def test_a_task_scheduled_by_another_process_wakes_sleeping_workers_at_once(
     fleet.stop()
 
 
-def test_workers_start_tasks_on_time(fleet: Fleet, producer: TaskQueue) -> None:
+def test_workers_start_tasks_on_time(fleet: Workers, producer: TaskQueue) -> None:
     for n in range(3):
         fleet.start(f"worker-{n}")
     fleet.wait_ready()
