@@ -62,12 +62,13 @@ def seed_after_migrate(using: str = "default", **_: Any) -> None:
 
     from .conf import get_settings
 
-    store = get_settings().build_store()
-    if store.database_alias == using:  # a store whose lock rows live in the database just migrated
+    with get_settings().open_store() as store:
+        if store.database_alias != using:  # only a store whose lock rows live in the database just migrated
+            return
         try:
             created = store.seed(default_registry.names())
         except StoreUnavailable as error:
             logger.warning("lock rows not seeded in database %r: %s", using, error)
             return
-        if created:
-            logger.info("seeded %d lock row(s) in database %r", created, using)
+    if created:
+        logger.info("seeded %d lock row(s) in database %r", created, using)

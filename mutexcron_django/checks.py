@@ -5,6 +5,8 @@ workers' visibility timeout and databases that lack mutexcron's migrations (warn
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
@@ -17,10 +19,10 @@ from django.db.migrations.executor import MigrationExecutor
 from mutexcron import default_registry
 from mutexcron.errors import ControlNotSupported, DuplicateJobError, MutexcronError
 from mutexcron.stores import LockStore, supports_control
-from mutexcron.tasks import TaskBackend
+from mutexcron.tasks import TaskBackend, TaskQueue
 from mutexcron.tasks.records.base import TaskRecordStore
 
-from .conf import get_settings
+from .conf import MutexcronSettings, get_settings
 from .discovery import declaration_errors, declaration_messages
 from .health import health_report
 from .sql.databases import migrate_command
@@ -64,30 +66,28 @@ def check_orphan_locks_in_the_database(app_configs: Any = None, databases: Any =
     ``migrate``, the test runner): a plain ``check`` or runserver's must not need a database."""
     if databases is None:
         return []
-    store = get_settings().build_store()
-    if store.database_alias is None or store.database_alias not in databases:  # not a store in the database
-        return []
-    try:
-        return _orphans(store)
-    except MutexcronError:  # the table does not exist yet (before migrate)
-        return []
+    with get_settings().open_store() as store:
+        if store.database_alias is None or store.database_alias not in databases:  # not a store in the database
+            return []
+        try:
+            return _orphans(store)
+        except MutexcronError:  # the table does not exist yet (before migrate)
+            return []
 
 
 @register(TAG, deploy=True)
 def check_store(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     """mutexcron.W002 (deploy): the lock store cannot be reached; W001 for Redis and MongoDB stores."""
-    store = get_settings().build_store()
-    try:
-        store.ping()
-        return [] if store.database_alias is not None else _orphans(store)  # W001 in the database: the check above
-    except MutexcronError as error:
-        return [Warning(
-            f"the lock store {store!r} cannot be reached: {error}",
-            hint="Jobs are skipped (skipped_store_error) until it can; check MUTEXCRON['STORE'] and the server.",
-            id="mutexcron.W002",
-        )]
-    finally:
-        store.close()
+    with get_settings().open_store() as store:
+        try:
+            store.ping()
+            return [] if store.database_alias is not None else _orphans(store)  # W001 in the database: the check above
+        except MutexcronError as error:
+            return [Warning(
+                f"the lock store {store!r} cannot be reached: {error}",
+                hint="Jobs are skipped (skipped_store_error) until it can; check MUTEXCRON['STORE'] and the server.",
+                id="mutexcron.W002",
+            )]
 
 
 # Policies that may evict keys without a TTL (lock hashes, scheduled tasks, task records whose message has not
@@ -106,6 +106,17 @@ _EVICTION_RISKS: dict[str, tuple[tuple[frozenset[str], str], ...]] = {
                     "not retried (pending and failed records have no TTL and stay)"),
     ),
 }
+
+
+@contextmanager
+def _task_queue(conf: MutexcronSettings) -> Iterator[TaskQueue | None]:
+    """A queue built from the ``MUTEXCRON["TASKS"]`` URLs for one check (it connects to nothing until asked), closed
+    afterwards; None without TASKS, or with a TaskBackend object (the user's)."""
+    if "TASKS" not in getattr(settings, "MUTEXCRON", {}) or not isinstance(conf.tasks.backend, str):
+        yield None
+        return
+    with conf.tasks.build_queue() as queue:
+        yield queue
 
 
 def _eviction_warning(what: str, part: LockStore | TaskBackend | TaskRecordStore | None) -> list[Warning]:
@@ -135,18 +146,12 @@ def check_redis_eviction(app_configs: Any = None, **kwargs: Any) -> list[Warning
 
     Says nothing where CONFIG GET is not allowed or the server cannot be reached."""
     conf = get_settings()
-    store = conf.build_store()
-    try:
+    with conf.open_store() as store:
         warnings = _eviction_warning("the lock store", store)
-    finally:
-        store.close()
-    if "TASKS" in getattr(settings, "MUTEXCRON", {}) and isinstance(conf.tasks.backend, str):
-        queue = conf.tasks.build_queue()  # connects to nothing until asked
-        try:
+    with _task_queue(conf) as queue:
+        if queue is not None:
             warnings += _eviction_warning("the task backend", queue.backend)
             warnings += _eviction_warning("the task cancel store", queue.backend.record_store)
-        finally:
-            queue.close()
     return warnings
 
 
@@ -191,23 +196,14 @@ _checked_by_database_check: list[str] | None = None  # the ``databases`` of the 
 
 def _databases_in_use() -> set[str]:
     """The aliases of the databases that hold this app's tables in use: the SQL lock store's and the django:// task
-    backend's and cancel store's (a store object from the settings is not closed here)."""
+    backend's and cancel store's."""
     conf = get_settings()
-    aliases: set[str] = set()
-    store = conf.build_store()
-    try:
-        if isinstance(store, DjangoLockStore):
-            aliases.add(store.using)
-    finally:
-        if isinstance(conf.store, str):
-            store.close()
-    if "TASKS" in getattr(settings, "MUTEXCRON", {}) and isinstance(conf.tasks.backend, str):
-        queue = conf.tasks.build_queue()  # connects to nothing until asked
-        try:
+    with conf.open_store() as store:
+        aliases = {store.using} if isinstance(store, DjangoLockStore) else set()
+    with _task_queue(conf) as queue:
+        if queue is not None:
             parts = (queue.backend, queue.backend.record_store)
             aliases.update(part.using for part in parts if isinstance(part, DjangoTaskBackend | DjangoTaskRecords))
-        finally:
-            queue.close()
     return aliases
 
 

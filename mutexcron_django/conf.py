@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, fields, replace
 from datetime import timedelta
 from typing import Any
@@ -12,7 +13,6 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from mutexcron import _options
-from mutexcron.cron import resolve_timezone
 from mutexcron.errors import StoreConfigError
 from mutexcron.plugins import class_for_scheme
 from mutexcron.stores import SCHEMES as STORE_SCHEMES
@@ -132,6 +132,18 @@ class MutexcronSettings:
             hint = "" if known else _did_you_mean(scheme or "", _url_choices("://", STORE_SCHEMES))
             raise ImproperlyConfigured(f"MUTEXCRON['STORE']: {error}{hint}") from None
 
+    @contextmanager
+    def open_store(self) -> Iterator[LockStore]:
+        """The store for one use: built from a URL, it is closed afterwards; a LockStore object of the settings is
+        the user's, shared with the rest of the process, and stays open."""
+        store = self.build_store()
+        try:
+            yield store
+        finally:
+            if isinstance(self.store, str):
+                with suppress(Exception):  # closing may fail on a dead connection: it is dropped all the same
+                    store.close()
+
 
 def _fail(key: str, message: str) -> ImproperlyConfigured:
     return ImproperlyConfigured(f"MUTEXCRON[{key!r}] {message}")
@@ -156,27 +168,28 @@ def get_settings() -> MutexcronSettings:
     if not isinstance(values["AUTOSTART"], bool):
         raise _fail("AUTOSTART", f"must be True or False, not {values['AUTOSTART']!r}")
     timezone = values["TIMEZONE"] or settings.TIME_ZONE or "UTC"
-    try:
-        resolve_timezone(timezone)
-    except ValueError:
-        raise _fail("TIMEZONE", f"is not a known time zone: {timezone!r}") from None
-    instance_id = values["INSTANCE_ID"]
-    if instance_id is not None and (not isinstance(instance_id, str) or not instance_id.strip()):
-        raise _fail("INSTANCE_ID", f"must be a non-empty string or None, not {instance_id!r}")
+    _options.zone(timezone, what="MUTEXCRON['TIMEZONE']", error=ImproperlyConfigured)
+    instance_id = _options.instance_id(values["INSTANCE_ID"], what="MUTEXCRON['INSTANCE_ID']",
+                                       error=ImproperlyConfigured)
     retention = values["HISTORY_RETENTION"]
     if retention is not None and (not isinstance(retention, timedelta) or retention <= timedelta(0)):
         raise _fail("HISTORY_RETENTION", f"must be a positive timedelta or None, not {retention!r}")
-    modules = values["MODULES"]
-    if not isinstance(modules, list | tuple) or not all(isinstance(m, str) and m for m in modules):
-        raise _fail("MODULES", f'must be a list of module names such as ["cron"], not {modules!r}')
+    modules = _module_names(values["MODULES"], "MUTEXCRON['MODULES']", example="cron")
     sync_interval = _options.duration(values["SYNC_INTERVAL"], what="MUTEXCRON['SYNC_INTERVAL']",
                                       error=ImproperlyConfigured, allow_zero=False)
     max_workers = _options.count(values["MAX_WORKERS"], what="MUTEXCRON['MAX_WORKERS']", error=ImproperlyConfigured,
                                  maximum=1000)
     metrics, tracing = _telemetry(values, "METRICS"), _telemetry(values, "TRACING")
     tasks = replace(_tasks_settings(values["TASKS"]), metrics=metrics, tracing=tracing)
-    return MutexcronSettings(store, values["AUTOSTART"], timezone, instance_id, retention, tuple(modules),
+    return MutexcronSettings(store, values["AUTOSTART"], timezone, instance_id, retention, modules,
                              tasks, sync_interval, metrics, tracing, max_workers)
+
+
+def _module_names(value: object, what: str, *, example: str) -> tuple[str, ...]:
+    """``value`` as the names of the modules to import: a list (or tuple) of non-empty strings."""
+    if not isinstance(value, list | tuple) or not all(isinstance(m, str) and m for m in value):
+        raise ImproperlyConfigured(f'{what} must be a list of module names such as ["{example}"], not {value!r}')
+    return tuple(value)
 
 
 def _did_you_mean(value: str, choices: dict[str, str]) -> str:
@@ -284,11 +297,9 @@ def _tasks_settings(tasks: object) -> TasksSettings:
             hint = _did_you_mean(typed, _url_choices(values["CANCEL_STORE"], {*CANCEL_STORE_SCHEMES, "django"}))
             raise _task_fail("CANCEL_STORE", f'must be "django" or a redis://… URL, not {shown(cancel_store)}{hint}')
 
-    modules = values["MODULES"]
-    if not isinstance(modules, list | tuple) or not all(isinstance(m, str) and m for m in modules):
-        raise _task_fail("MODULES", f'must be a list of module names such as ["tasks"], not {modules!r}')
+    modules = _module_names(values["MODULES"], "MUTEXCRON['TASKS']['MODULES']", example="tasks")
     visibility = _options.duration(values["JOB_VISIBILITY_TIMEOUT"], error=ImproperlyConfigured, allow_zero=False,
                                    what="MUTEXCRON['TASKS']['JOB_VISIBILITY_TIMEOUT']")
     if not isinstance(values["REQUIRE_HANDLERS"], bool):
         raise _task_fail("REQUIRE_HANDLERS", f"must be True or False, not {values['REQUIRE_HANDLERS']!r}")
-    return TasksSettings(spec, cancel_store, tuple(modules), visibility, values["REQUIRE_HANDLERS"])
+    return TasksSettings(spec, cancel_store, modules, visibility, values["REQUIRE_HANDLERS"])

@@ -11,23 +11,23 @@ import os
 import threading
 from contextlib import suppress
 
-from django.core.exceptions import ImproperlyConfigured
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
 from mutexcron import default_registry
+from mutexcron.contrib import endpoints
 from mutexcron.cron import resolve_timezone
 from mutexcron.ops.checkup import HealthReport, check_health
 from mutexcron.stores import LockStore
 
 from .conf import MutexcronSettings, get_settings
+from .views import http_response
 
 __all__ = ["DETAIL_PERMISSION", "health_report", "health_view", "process_store"]
 
 logger = logging.getLogger("mutexcron.django")
 DETAIL_PERMISSION = "mutexcron.view_lock"  # who sees job names and errors, as on the admin's Locks page
-UNAVAILABLE = {"status": "unavailable"}
 
 _lock = threading.Lock()
 _cached: tuple[int, str, LockStore] | None = None  # (pid, the STORE setting it was built from, the store)
@@ -37,13 +37,8 @@ def health_report() -> HealthReport:
     """One read of the configured store (built for this call: a command's), judged as the app's schedulers
     judge it."""
     conf = get_settings()
-    store = conf.build_store()
-    try:
+    with conf.open_store() as store:
         return check_health(store, default_registry, default_zone=resolve_timezone(conf.timezone))
-    finally:
-        if isinstance(conf.store, str):  # built here; a LockStore object in settings is shared
-            with suppress(Exception):
-                store.close()
 
 
 def process_store(conf: MutexcronSettings) -> LockStore:
@@ -79,19 +74,15 @@ def _may_see_details(request: HttpRequest) -> bool:
 @require_safe
 def health_view(request: HttpRequest) -> HttpResponse:
     """GET/HEAD: 200 or 503 with the report as JSON; only the status for callers without ``mutexcron.view_lock``;
-    503 ``{"status": "unavailable"}`` when no report can be made (the store cannot be built: the detail is logged)."""
-    try:
-        conf = get_settings()
-        report = check_health(process_store(conf), default_registry, default_zone=resolve_timezone(conf.timezone))
-    except ImproperlyConfigured as error:  # the detail names settings and hosts: for the log only
-        logger.error("mutexcron health view: no report: %s", error)
-        return JsonResponse(UNAVAILABLE, status=503)
-    except Exception:
-        logger.exception("mutexcron health view: no report")
-        return JsonResponse(UNAVAILABLE, status=503)
-    detail = _may_see_details(request)
-    return JsonResponse(report.as_json(detail=detail), status=200 if report.ok else 503,
-                        json_dumps_params={"indent": 2} if detail else None)
+    503 ``{"status": "unavailable"}`` when no report can be made (the store cannot be built: the detail, which names
+    settings and hosts, is only logged)."""
+    return http_response(endpoints.health_answer(_process_report, detail=_may_see_details(request), log=logger))
+
+
+def _process_report() -> HealthReport:
+    """One read of this process's store (:func:`process_store`), judged as the app's schedulers judge it."""
+    conf = get_settings()
+    return check_health(process_store(conf), default_registry, default_zone=resolve_timezone(conf.timezone))
 
 
 def health_json(report: HealthReport) -> str:

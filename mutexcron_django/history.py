@@ -22,8 +22,6 @@ writer holds a lock while it waits for another.
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,6 +32,7 @@ from django.db.models.functions import Concat
 from mutexcron import Outcome, RunRecord
 
 from .models import JobRun, PauseSpan
+from .sql.databases import DELETE_BATCH, Pruned, delete_in_batches
 
 __all__ = ["PRUNE_BATCH", "Pruned", "fire_entry", "fold", "note_pause", "prune", "take_over", "tick_key", "write"]
 
@@ -43,8 +42,7 @@ FOLDED = (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.TIMED_OUT, Outcome.SKIPPED_
 WORKER_RAN = (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.TIMED_OUT)  # with a task id: a worker's run of its body
 PLACEHOLDER = Outcome.SKIPPED_ALREADY_RAN  # a tick row that no run has upgraded (yet)
 ATTEMPTS = 3  # update-or-insert rounds before a run is kept apart (its tick's row holds a run already)
-PRUNE_BATCH = 1000  # ids per DELETE: each statement locks few rows, briefly
-MAX_PRUNE_BATCHES = 100_000  # one prune deletes at most this many batches (100 million rows)
+PRUNE_BATCH = DELETE_BATCH  # ids per DELETE: each statement locks few rows, briefly
 
 
 def tick_key(job_name: str, fire_time: datetime) -> str:
@@ -167,33 +165,15 @@ def _ran_between(job_name: str, after: datetime, before: datetime, using: str) -
     return rows.exists()
 
 
-@dataclass(frozen=True)
-class Pruned:
-    """What one prune did: rows deleted, and whether it got to the end (not stopped by its time budget)."""
-
-    deleted: int
-    complete: bool
-
-
 def prune(cutoff: datetime, *, using: str | None = None, batch: int = PRUNE_BATCH,
           budget: float | None = None) -> Pruned:
     """Delete the history that started before ``cutoff`` (and pause spans that ended before it), ``batch``
     ids per DELETE, each its own transaction, so no statement holds the table long. With ``budget``
     (seconds), stop after the batch that exceeds it; the next prune goes on."""
-    alias = using or router.db_for_write(JobRun)
-    deadline = None if budget is None else time.monotonic() + budget
-    old = JobRun.objects.using(alias).filter(started_at__lt=cutoff).order_by()
-    deleted = 0
-    for _ in range(MAX_PRUNE_BATCHES):
-        ids = list(old.values_list("pk", flat=True)[:batch])
-        if ids:
-            with transaction.atomic(using=alias):
-                deleted += JobRun.objects.using(alias).filter(pk__in=ids).delete()[0]
-        if len(ids) < batch:
-            break
-        if deadline is not None and time.monotonic() >= deadline:
-            return Pruned(deleted, complete=False)
-    span_alias = using or router.db_for_write(PauseSpan)
-    with transaction.atomic(using=span_alias):
-        PauseSpan.objects.using(span_alias).filter(ended_at__lt=cutoff).delete()
-    return Pruned(deleted, complete=True)
+    old = JobRun.objects.using(using or router.db_for_write(JobRun)).filter(started_at__lt=cutoff)
+    pruned = delete_in_batches(old, batch=batch, budget=budget, own_transactions=True)
+    if pruned.complete:
+        span_alias = using or router.db_for_write(PauseSpan)
+        with transaction.atomic(using=span_alias):
+            PauseSpan.objects.using(span_alias).filter(ended_at__lt=cutoff).delete()
+    return pruned

@@ -5,7 +5,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import time
 from datetime import datetime, timedelta
 
 from django.core.exceptions import ImproperlyConfigured
@@ -21,15 +20,15 @@ from . import history, signals
 from .conf import get_settings
 from .models import JobRun
 from .per_process import PerProcess, fresh_connections
-from .sql.databases import migrate_advice
+from .sql.databases import NowAndThen, migrate_advice
 
 logger = logging.getLogger("mutexcron.django")
 
 _exit_hook_registered = False
-_last_prune: float | None = None
 _history_failing = False
 PRUNE_EVERY = 3600.0  # seconds between automatic history prunes in one process
 PRUNE_BUDGET = 1.0  # seconds one automatic prune may take (in batches); the next record goes on
+_prunes = NowAndThen(PRUNE_EVERY)
 
 
 def build_scheduler() -> Scheduler:
@@ -171,12 +170,8 @@ def _history_ok() -> None:
 
 
 def _prune_now_and_then() -> None:
-    global _last_prune
-    now = time.monotonic()
-    if _last_prune is None or now - _last_prune >= PRUNE_EVERY:
-        _last_prune = now
-        if not _prune(budget=PRUNE_BUDGET).complete:
-            _last_prune = None  # more to delete: the next record goes on, a budget at a time
+    if _prunes.due() and not _prune(budget=PRUNE_BUDGET).complete:
+        _prunes.again()  # more to delete: the next record goes on, a budget at a time
 
 
 def prune_history(now: datetime | None = None) -> int:

@@ -1,4 +1,5 @@
-"""mutexcron's views (``mutexcron_django.urls``)."""
+"""mutexcron's views (``mutexcron_django.urls``): what :mod:`mutexcron.contrib.endpoints` answers, as Django
+responses."""
 
 from __future__ import annotations
 
@@ -8,14 +9,16 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
+from mutexcron.contrib import endpoints
+
 from .conf import get_settings
 
 logger = logging.getLogger("mutexcron.django")
 
-_TEXT = "text/plain; charset=utf-8"
-# What an unauthenticated scraper learns of a bad configuration: the detail (setting names, hosts) is logged.
-UNAVAILABLE = "mutexcron metrics are unavailable: the configuration has an error (see the server's log)\n"
-NEEDS_EXTRA = "mutexcron metrics need prometheus-client: pip install 'mutexcron[prometheus]'\n"
+
+def http_response(answer: endpoints.Answer) -> HttpResponse:
+    """An endpoint's answer as a Django response."""
+    return HttpResponse(answer.body, status=answer.status, content_type=answer.content_type)
 
 
 @require_GET
@@ -26,19 +29,13 @@ def metrics(request: HttpRequest) -> HttpResponse:
     try:
         enabled = get_settings().metrics
     except ImproperlyConfigured as error:  # METRICS = True without prometheus-client, or another bad key
-        logger.error("mutexcron metrics view: %s", error)
-        return HttpResponse(UNAVAILABLE if _has_the_extra() else NEEDS_EXTRA, status=503, content_type=_TEXT)
-    if not enabled:
-        return HttpResponse("mutexcron metrics are off: set MUTEXCRON['METRICS'] = True\n", status=404,
-                            content_type=_TEXT)
-    try:
-        from mutexcron.telemetry.metrics import render
-    except ImportError as missing:
-        logger.error("mutexcron metrics view: %s", missing)
-        return HttpResponse(NEEDS_EXTRA, status=503, content_type=_TEXT)
-    _watch_pending_tasks()
-    body, content_type = render(request.headers.get("Accept", ""))
-    return HttpResponse(body, content_type=content_type)
+        if _has_the_extra():
+            return http_response(endpoints.unavailable("metrics", str(error), log=logger))
+        return http_response(endpoints.needs_extra(error, log=logger))
+    if enabled:
+        _watch_pending_tasks()
+    return http_response(endpoints.metrics(enabled, request.headers.get("Accept", ""),
+                                           how_to_enable="set MUTEXCRON['METRICS'] = True"))
 
 
 def _has_the_extra() -> bool:

@@ -2,7 +2,7 @@
 oldest first, as a backfill, in the job's zone and on its effective schedule; refuses too long a range before
 anything runs; runs nothing new when the range is run again; waits for the job's scheduled run; stops at a pause.
 
-Mixed into :class:`tests.contract.LockContract`, so every store runs it against its real server (the tests that
+Mixed into :class:`tests.contract.SchedulerContract`, so every store runs it against its real server (the tests that
 need the control plane, to pause or re-schedule the job, are skipped on a store without one).
 """
 
@@ -31,7 +31,7 @@ class BackfillContract(FireThreads):
     store: LockStore
 
     def thread_finished(self) -> None:
-        """Overridden by a store whose connections are per thread (see LockContract)."""
+        """Overridden by a store whose connections are per thread (see SchedulerContract)."""
 
     def _control(self) -> ControlStore:
         if not isinstance(self.store, ControlStore):

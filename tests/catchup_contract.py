@@ -1,7 +1,7 @@
 """The catch-up part of the lock store contract: a scheduler on the store catching up a long backlog of one job
 keeps every other job on time, and runs the backlog on one worker thread, each tick once and in order.
 
-Mixed into :class:`tests.contract.LockStoreContract`, so every store runs it against its real server.
+Mixed into :class:`tests.contract.ControlSchedulerContract`, so every store runs it against its real server.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 ``timeout + lease``, after which another instance runs the next tick; a tick won later than its job's
 ``start_deadline`` is ``skipped_late``, counted as taken, and the lock free for the next tick.
 
-Mixed into :class:`tests.contract.LockContract`, so every store runs it against its real server (the test of the
+Mixed into :class:`tests.contract.SchedulerContract`, so every store runs it against its real server (the test of the
 outcome a lock document keeps needs the control plane and is skipped on a store without one).
 """
 
@@ -31,7 +31,7 @@ class RunLimitsContract:
     store: LockStore
 
     def thread_finished(self) -> None:
-        """Overridden by a store whose connections are per thread (see LockContract)."""
+        """Overridden by a store whose connections are per thread (see SchedulerContract)."""
 
     def _scheduler(self, registry: Registry, instance_id: str) -> Scheduler:
         # No busy grace: a refused fire is recorded at once, so that the test asks again on its own deadline.

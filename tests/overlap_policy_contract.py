@@ -2,7 +2,7 @@
 run going runs once that run ends (one such tick kept), or tells the running body to stop and runs once it released.
 Each instance is a Scheduler of its own on the same store, each tick run with ``run_tick`` in a thread of its own.
 
-Mixed into :class:`tests.contract.LockStoreContract`, so every store with the control plane proves it.
+Mixed into :class:`tests.contract.ControlSchedulerContract`, so every store with the control plane proves it.
 Several OS processes on Redis and PostgreSQL: tests/scheduling/test_overlap_fleet.py.
 """
 
@@ -74,7 +74,7 @@ class OverlapPolicyContract:
     store: LockStore
 
     def thread_finished(self) -> None:
-        """Overridden by a store whose connections are per thread (see LockContract)."""
+        """Overridden by a store whose connections are per thread (see SchedulerContract)."""
 
     @pytest.fixture
     def caplog_info(self, caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:

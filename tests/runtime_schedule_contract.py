@@ -2,7 +2,7 @@
 tick once, follows a redefinition, stops when removed, and carries the run options of a declared job (its timeout
 and busy policy applied by whichever instance runs it), on a real store (define() itself: control_contract).
 
-Mixed into :class:`tests.contract.LockStoreContract`, so every store runs it against its real server.
+Mixed into :class:`tests.contract.ControlSchedulerContract`, so every store runs it against its real server.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ is not run with the new definition; a manual run or a fire on an instance whose 
 is refused in the store's acquire itself (no such job, a stale skip), revives nothing, and is never taken for a store
 outage.
 
-Mixed into :class:`tests.contract.LockStoreContract`, so every store runs it against its real server (the task queue
-of the worker test is the test Redis, under the test's own key prefix).
+Mixed into :class:`tests.contract.ControlSchedulerContract`, so every store runs it against its real server (the
+task queue of the worker test is the test Redis, under the test's own key prefix).
 """
 
 from __future__ import annotations

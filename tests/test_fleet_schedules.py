@@ -1,7 +1,7 @@
 """Run-time schedules on a fleet of real OS processes: one added by an operator process runs on a three-instance
 fleet each tick once, within the instances' sync_interval, and stops when removed (on Redis and on PostgreSQL).
 
-The instances and the operator are tests/support/fleet_instance.py processes (tests/ops/test_fleet_control.py);
+The instances and the operator are tests/support/fleet_instance processes (tests/ops/test_fleet_control.py);
 the operator's ``add NAME SPEC`` stores a schedule calling the instances' allowed target, which writes a body line.
 """
 

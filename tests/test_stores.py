@@ -1,5 +1,5 @@
-"""Every lock store passes the same contract (tests/contract.py), against the real servers; the control verbs, built
-once on the stores' primitives, are proven on the memory store."""
+"""Every lock store passes the same contracts (tests/contract.py), against the real servers; the control verbs, built
+once on the stores' primitives, are proven whole on the memory store and by a sample on each real one."""
 
 from __future__ import annotations
 
@@ -12,16 +12,16 @@ import pytest
 from mutexcron.stores import AcquireRequest, AcquireStatus, Acquisition, LockStore, MemoryLockStore, store_from_url
 from mutexcron.stores.mongo import MongoLockStore
 from mutexcron.stores.redis import RedisLockStore
-from tests.contract import LockStoreContract, StoreContract, VerbsContract
+from tests.contract import ControlSchedulerContract, StoreContract, VerbsContract, VerbsSampleContract
 
 
-class TestMemoryLockStore(LockStoreContract, VerbsContract):
+class TestMemoryLockStore(StoreContract, VerbsContract, ControlSchedulerContract):
     @pytest.fixture(autouse=True)
     def _store(self) -> None:
         self.store = MemoryLockStore()
 
 
-class TestRedisLockStore(LockStoreContract):
+class TestRedisLockStore(StoreContract, VerbsSampleContract, ControlSchedulerContract):
     @pytest.fixture(autouse=True)
     def _store(self, redis_url: str) -> Iterator[None]:
         self.store = store_from_url(redis_url)
@@ -29,7 +29,7 @@ class TestRedisLockStore(LockStoreContract):
         self.store.close()
 
 
-class TestRedisClusterLockStore(LockStoreContract):
+class TestRedisClusterLockStore(StoreContract, VerbsSampleContract, ControlSchedulerContract):
     """The contract on the shared Redis Cluster (3 masters, 3 replicas): each job's hash is in its own slot."""
 
     @pytest.fixture(autouse=True)
@@ -39,7 +39,7 @@ class TestRedisClusterLockStore(LockStoreContract):
         self.store.close()
 
 
-class TestRedisSentinelLockStore(LockStoreContract):
+class TestRedisSentinelLockStore(StoreContract, VerbsSampleContract, ControlSchedulerContract):
     """The contract on the master that the shared Sentinel group names."""
 
     @pytest.fixture(autouse=True)
@@ -60,7 +60,7 @@ class TestRedisLockStoreWaitingForReplicas(StoreContract):
         self.store.close()
 
 
-class TestMongoLockStore(LockStoreContract):
+class TestMongoLockStore(StoreContract, VerbsSampleContract, ControlSchedulerContract):
     @pytest.fixture(autouse=True)
     def _store(self, mongo_url: str) -> Iterator[None]:
         self.store = store_from_url(mongo_url)

@@ -10,15 +10,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
-from ..cron import iter_fire_times
+from ..cron import CronTrigger, iter_fire_times
 from ..definitions import with_stored
 from ..errors import StoreUnavailable
 from ..registry import Job, Registry
 from ..stores import LockState, LockStore, require_control
 from .control import effective_trigger
 
-__all__ = ["JobLine", "Listing", "iso", "listing_json", "listing_text", "lock_state", "read_listing", "table",
-           "when"]
+__all__ = ["JobLine", "Listing", "iso", "job_line", "listing_json", "listing_text", "lock_state", "read_listing",
+           "table", "unread_listing", "when"]
 
 
 def when(value: datetime | None, zone: tzinfo = UTC) -> str:
@@ -49,22 +49,42 @@ def lock_state(state: LockState | None, now: datetime) -> str:
 
 @dataclass(frozen=True)
 class JobLine:
-    """A declared job as listed: the schedule and zone it fires on, its next fire and its lock document."""
+    """A declared job as listed: the trigger it fires on, its next fire and its lock document. ``error`` says why
+    the store's schedule override could not be read (the line then shows the code's schedule)."""
 
     job: Job
-    spec: str
-    zone: tzinfo
+    trigger: CronTrigger
     next_fire: datetime | None
     state: LockState | None
+    error: str | None = None
+
+    @property
+    def spec(self) -> str:
+        return str(self.trigger.spec)
+
+    @property
+    def zone(self) -> tzinfo:
+        return self.trigger.timezone
 
     @property
     def overridden(self) -> bool:
-        return self.state is not None and self.state.schedule is not None
+        return self.error is None and self.state is not None and self.state.schedule is not None
+
+
+def job_line(job: Job, state: LockState | None, default_zone: tzinfo, now: datetime) -> JobLine:
+    """``job``'s line given its lock document ``state``: its next fire after ``now`` on the store's override,
+    or on the code's schedule if this process cannot read the override."""
+    try:
+        trigger, error = effective_trigger(job, state, default_zone), None
+    except ValueError as problem:  # CronSpecError, or a zone this process does not know
+        trigger, error = job.trigger(default_zone), str(problem)
+    return JobLine(job, trigger, next(iter_fire_times(trigger, now), None), state, error)
 
 
 @dataclass(frozen=True)
 class Listing:
-    """What ``list`` read: ``now`` is the store's clock (this machine's if the store could not be read)."""
+    """What ``list`` read: ``now`` is the store's clock (this machine's if the store could not be read);
+    ``locks`` every lock document, by name."""
 
     store: str
     timezone: tzinfo
@@ -72,30 +92,39 @@ class Listing:
     orphans: list[LockState]
     now: datetime
     error: str | None
+    locks: dict[str, LockState] = dataclasses.field(default_factory=dict)
 
     def paused(self) -> list[JobLine]:
         return [line for line in self.jobs if line.state is not None and line.state.is_paused(self.now)]
+
+    def status(self, state: LockState | None) -> str:
+        """:func:`lock_state` of ``state`` on the store's clock; ``unknown`` if the store could not be read."""
+        return "unknown" if self.error is not None else lock_state(state, self.now)
 
 
 def read_listing(store: LockStore, registry: Registry, default_zone: tzinfo, now: datetime) -> Listing:
     """Read every lock of ``store`` once; a store that cannot be reached gives a listing with ``error``, one
     without the control plane raises ControlNotSupported."""
     controls = require_control(store, "list its locks")
-    locks: dict[str, LockState] = {}
-    store_now, error = now, None
     try:
         locks = {state.name: state for state in controls.locks()}
         store_now = store.now()
     except StoreUnavailable as problem:
-        locks, error = {}, str(problem)
-    jobs, shown = [], with_stored(registry, locks)  # the declared jobs and the run-time schedules of the store
-    for job in shown:
-        state = locks.get(job.name)
-        trigger = effective_trigger(job, state, default_zone)
-        jobs.append(JobLine(job, str(trigger.spec), trigger.timezone, next(iter_fire_times(trigger, now), None),
-                            state))
-    orphans = [state for name, state in sorted(locks.items()) if name not in shown and state.definition is None]
-    return Listing(repr(store), default_zone, jobs, orphans, store_now, error)
+        return unread_listing(repr(store), registry, default_zone, now, str(problem))
+    return _listing(Listing(repr(store), default_zone, [], [], store_now, None, locks), registry, now)
+
+
+def unread_listing(store: str, registry: Registry, default_zone: tzinfo, now: datetime, error: str) -> Listing:
+    """The listing of a store that could not be read (``error``): the declared jobs, without their locks."""
+    return _listing(Listing(store, default_zone, [], [], now, error), registry, now)
+
+
+def _listing(read: Listing, registry: Registry, now: datetime) -> Listing:
+    """``read`` with its jobs (the declared jobs and the run-time schedules of its locks) and orphan locks."""
+    shown = with_stored(registry, read.locks)
+    jobs = [job_line(job, read.locks.get(job.name), read.timezone, now) for job in shown]
+    orphans = [state for name, state in sorted(read.locks.items()) if name not in shown and state.definition is None]
+    return dataclasses.replace(read, jobs=jobs, orphans=orphans)
 
 
 # -- JSON -------------------------------------------------------------------------------------------------
@@ -174,7 +203,7 @@ def listing_text(listing: Listing, *, command: str, no_jobs: str, orphans: str) 
                 line.job.name + (" (run-time)" if line.job.runtime else ""),
                 line.spec + (f" (override v{_state(line).schedule_version})" if line.overridden else ""),
                 str(line.zone), when(line.next_fire, line.zone),
-                "unknown" if failed else lock_state(line.state, now) + (" (paused)" if halted else ""),
+                listing.status(line.state) + (" (paused)" if halted else ""),
                 (known.locked_by or "-") if known is not None and taken else "-",
                 when(known.lock_until) if known is not None and taken else "-",
                 when(known.last_fire_time) if known is not None else "-",

@@ -316,8 +316,10 @@ class RedisLockStore(RedisClient, LockStore, ControlStore):
         return documents
 
     def now(self) -> datetime:
+        """The server's clock in whole milliseconds, as the store keeps times: a state a control verb computes on it
+        is the state read back."""
         seconds, micros = self._call(self.client.time)
-        return datetime.fromtimestamp(seconds, UTC) + timedelta(microseconds=micros)
+        return datetime.fromtimestamp(seconds, UTC) + timedelta(milliseconds=micros // 1000)
 
 
 # How each field of a LockState (but its name) is read from the hash's text, by its declared type; a missing field

@@ -7,11 +7,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
 from ..errors import MutexcronError
 
 __all__ = ["JOB_TASK_TYPE", "MAX_TRACE_CONTEXT_CHARS", "NewTask", "PayloadError", "TaskError", "TaskInfo",
-           "TaskStatus", "UnknownTaskType", "decode_trace_context", "encode_trace_context"]
+           "TaskStatus", "UnknownTaskType", "decode_result", "decode_trace_context", "encode_result",
+           "encode_trace_context"]
 
 # The trace context a task carries (its JSON text) is at most this long: a W3C traceparent is 55 characters,
 # a full tracestate 512; baggage and the like are kept only while they fit.
@@ -46,6 +48,22 @@ def stored_payload(text: str) -> object:
         return json.loads(text)
     except ValueError:
         return text
+
+
+def encode_result(result: Mapping[str, Any]) -> str:
+    """A result document (what a task's result slot keeps: ``TaskBackend.store_result``) as compact JSON text."""
+    return json.dumps(dict(result), separators=(",", ":"))
+
+
+def decode_result(text: str | None) -> dict[str, Any]:
+    """The result document :func:`encode_result` kept, or {} for none or for text that is not a JSON object."""
+    if not text:
+        return {}
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def _header_text(value: object, longest: int) -> bool:

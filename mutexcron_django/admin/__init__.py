@@ -11,10 +11,8 @@ with ``forms`` and ``schedules``), ``schedule_admin`` (run-time schedules, with 
 from __future__ import annotations
 
 from .control_views import PAUSE_PERMISSION, RETIME_PERMISSION
-from .display import format_duration
 from .history_admin import JobRunAdmin
 from .lock_admin import FORCE_UNLOCK_PERMISSION, LockAdmin
-from .lock_rows import STATUS_LABELS, LockRow, StoreSnapshot, build_rows, last_runs, read_store, run_job_now
 from .schedule_admin import ScheduleAdmin
 from .task_admin import ScheduledTaskAdmin
 
@@ -22,16 +20,8 @@ __all__ = [
     "FORCE_UNLOCK_PERMISSION",
     "PAUSE_PERMISSION",
     "RETIME_PERMISSION",
-    "STATUS_LABELS",
     "JobRunAdmin",
     "LockAdmin",
-    "LockRow",
     "ScheduleAdmin",
     "ScheduledTaskAdmin",
-    "StoreSnapshot",
-    "build_rows",
-    "format_duration",
-    "last_runs",
-    "read_store",
-    "run_job_now",
 ]

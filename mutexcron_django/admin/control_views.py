@@ -22,8 +22,10 @@ from django.utils import timezone as dj_timezone
 
 from mutexcron import Job, default_registry
 from mutexcron.cron import resolve_timezone
+from mutexcron.definitions import with_stored
 from mutexcron.errors import JobDefinitionError, MutexcronError
 from mutexcron.ops import control
+from mutexcron.ops.listing import job_line
 from mutexcron.registry import validate_job_name
 from mutexcron.scheduling.backfill import effective_trigger
 from mutexcron.stores import LockState, require_control
@@ -33,7 +35,7 @@ from ..models import Lock, Schedule
 from .backfill import BackfillForm, start_backfill
 from .display import show_time
 from .forms import PauseForm, ScheduleForm
-from .lock_rows import known_jobs, open_store
+from .lock_rows import open_store
 from .pages import LivePageAdmin
 from .schedules import JobSchedule, job_schedule, paused_line
 
@@ -120,12 +122,13 @@ class LockControlAdmin(LivePageAdmin[Lock]):
         with open_store() as (conf, store):
             state, now = require_control(store, f"read the lock of job {name!r}").lock(name), store.now()
         job = self._job(name, state)
-        return state, now, job_schedule(job, state, resolve_timezone(conf.timezone)) if job else None
+        return state, now, job_schedule(job_line(job, state, resolve_timezone(conf.timezone), now)) if job else None
 
     @staticmethod
     def _job(name: str, state: LockState | None) -> Job | None:
-        """Job ``name``: declared in code, or the run-time schedule its document ``state`` defines (else None)."""
-        jobs = known_jobs({name: state} if state is not None else {})
+        """Job ``name``: declared in code, or the run-time schedule its document ``state`` defines (else None), as
+        every scheduler builds them."""
+        jobs = with_stored(default_registry, {name: state} if state is not None else {})
         return jobs.get(name) if name in jobs else None
 
     def _undeclared(self, request: HttpRequest, what: str) -> HttpResponse:

@@ -77,14 +77,9 @@ class LockAdmin(LockControlAdmin):
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
-        snapshot = read_store()
-        try:
-            conf = get_settings()
-            scheduler_timezone = resolve_timezone(conf.timezone)
-        except ImproperlyConfigured as error:
-            snapshot.error = snapshot.error or str(error)
-            scheduler_timezone = resolve_timezone("UTC")
-        rows = build_rows(snapshot, scheduler_timezone=scheduler_timezone, now=dj_timezone.now())
+        now = dj_timezone.now()
+        listing = read_store(now)
+        rows = build_rows(listing, now)
         history_url = ""
         if request.user.has_perm(f"{self.opts.app_label}.view_jobrun") or request.user.has_perm(
             f"{self.opts.app_label}.change_jobrun"
@@ -98,9 +93,9 @@ class LockAdmin(LockControlAdmin):
             "declared_count": sum(1 for row in rows if not row.orphan and not row.runtime),
             "runtime_count": sum(1 for row in rows if row.runtime),
             "orphan_count": sum(1 for row in rows if row.orphan and not row.runtime),
-            "store": snapshot,
-            "scheduler_timezone": zone_name(scheduler_timezone),
-            "store_time": show_time(snapshot.now),
+            "store": {"description": listing.store, "error": listing.error},
+            "scheduler_timezone": zone_name(listing.timezone),
+            "store_time": "" if listing.error else show_time(listing.now),
             "can_run": self.has_change_permission(request),
             "can_force_unlock": self.has_force_unlock_permission(request),
             "run_url": reverse("admin:mutexcron_lock_run", current_app=self.admin_site.name),

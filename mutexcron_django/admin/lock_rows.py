@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, tzinfo
+from datetime import datetime
 from urllib.parse import urlencode
 
 from django.contrib.admin.utils import quote
@@ -23,12 +23,11 @@ from django.urls import reverse
 from django.utils.safestring import SafeString
 
 from mutexcron import Job, LockBusy, RunRecord, default_registry
-from mutexcron.cron import iter_fire_times
-from mutexcron.definitions import with_stored
+from mutexcron.cron import resolve_timezone
 from mutexcron.errors import MutexcronError
 from mutexcron.ops.alerts import Problem
-from mutexcron.registry import Registry
-from mutexcron.stores import LockState, LockStore, require_control
+from mutexcron.ops.listing import Listing, read_listing, unread_listing
+from mutexcron.stores import LockState, LockStore
 
 from .. import runtime
 from ..conf import MutexcronSettings, get_settings
@@ -42,55 +41,39 @@ logger = logging.getLogger("mutexcron.django")
 
 @contextmanager
 def open_store() -> Iterator[tuple[MutexcronSettings, LockStore]]:
-    """The configured store, closed afterwards (unless settings hold a shared LockStore object)."""
+    """The settings and their store (:meth:`MutexcronSettings.open_store`: closed afterwards unless it is a shared
+    LockStore object)."""
     conf = get_settings()
-    store = conf.build_store()
-    try:
+    with conf.open_store() as store:
         yield conf, store
-    finally:
-        if isinstance(conf.store, str):  # we built it; a LockStore object in settings is shared
-            with suppress(Exception):
-                store.close()
 
 
-def known_jobs(states: dict[str, LockState]) -> Registry:
-    """The declared jobs and the run-time schedules ``states`` define, as every scheduler builds them (a
-    schedule whose target this process does not allow is left out, and logged)."""
-    return with_stored(default_registry, states)
-
-
-@dataclass
-class StoreSnapshot:
-    """What the Locks page shows about the store: its lock documents and clock, or why it could not be read."""
-
-    description: str = ""
-    states: dict[str, LockState] = dataclasses.field(default_factory=dict)
-    now: datetime | None = None
-    error: str | None = None
-
-
-def read_store() -> StoreSnapshot:
-    """Every lock document and the store's clock; an unreachable or misconfigured store gives ``error``."""
-    snapshot = StoreSnapshot()
+def read_store(now: datetime) -> Listing:
+    """The configured store's listing (:func:`~mutexcron.ops.listing.read_listing`: every lock document read once,
+    the jobs they make, the store's clock), without the store's secrets. A store that cannot be built or read
+    (misconfigured, unreachable, no control plane) gives ``error`` and the declared jobs without their locks."""
     conf: MutexcronSettings | None = None
+    store, zone = "", resolve_timezone("UTC")
     try:
-        with open_store() as (conf, store):
-            snapshot.description = without_store_secrets(repr(store), conf)
-            snapshot.states = {state.name: state for state in require_control(store, "list its locks").locks()}
-            snapshot.now = store.now()
+        conf = get_settings()
+        zone = resolve_timezone(conf.timezone)
+        with open_store() as (conf, built):
+            store = repr(built)
+            listing = read_listing(built, default_registry, zone, now)
     except (ImproperlyConfigured, MutexcronError) as error:
-        snapshot.error = without_store_secrets(str(error), conf)
+        listing = unread_listing(store, default_registry, zone, now, str(error))
     except Exception as error:  # a custom store's bug must not take the page down either
         logger.exception("mutexcron admin: reading the lock store failed")
-        snapshot.error = without_store_secrets(f"{type(error).__name__}: {error}", conf)
-    return snapshot
+        listing = unread_listing(store, default_registry, zone, now, f"{type(error).__name__}: {error}")
+    masked = None if listing.error is None else without_store_secrets(listing.error, conf)
+    return dataclasses.replace(listing, store=without_store_secrets(listing.store, conf), error=masked)
 
 
-STATUS_LABELS = {
+STATUS_LABELS = {  # by the listing's lock_state
     "held": "Locked",
     "expired": "Lease expired",  # locked, but its holder stopped renewing: the next fire takes it
     "free": "Free",
-    "missing": "No lock yet",  # no lock document: seeded at scheduler start, created by the first run
+    "unseeded": "No lock yet",  # no lock document: seeded at scheduler start, created by the first run
     "unknown": "Unknown",  # the store could not be read
 }
 
@@ -185,39 +168,29 @@ def _history_filter_url(job_name: str) -> str:
     return reverse("admin:mutexcron_jobrun_changelist") + "?" + urlencode({"job_name__exact": job_name})
 
 
-def _status(snapshot: StoreSnapshot, state: LockState | None) -> str:
-    """The row's key in :data:`STATUS_LABELS`."""
-    if snapshot.error is not None:
-        return "unknown"
-    if state is None:
-        return "missing"
-    if snapshot.now is not None and state.is_held(snapshot.now):
-        return "held"
-    return "expired" if state.locked else "free"
-
-
-def build_rows(snapshot: StoreSnapshot, *, scheduler_timezone: tzinfo, now: datetime) -> list[LockRow]:
-    jobs = {job.name: job for job in known_jobs(snapshot.states)}
-    names = sorted(set(jobs) | set(snapshot.states))
+def build_rows(listing: Listing, now: datetime) -> list[LockRow]:
+    """One row per job of ``listing`` and per other lock document (an orphan, or a run-time schedule this process
+    cannot build), by name; ``now`` is when its next fires are counted from."""
+    lines = {line.job.name: line for line in listing.jobs}
+    names = sorted(set(lines) | set(listing.locks))
     runs = last_runs(names)
     rows = []
     for name in names:
-        job, state = jobs.get(name), snapshot.states.get(name)
-        schedule = job_schedule(job, state, scheduler_timezone) if job else None
+        line, state = lines.get(name), listing.locks.get(name)
+        schedule = job_schedule(line) if line else None
         fires = schedule.fires(now) if schedule else []
-        next_fire = next(iter_fire_times(schedule.trigger, now), None) if schedule else None
-        status = _status(snapshot, state)
+        status = listing.status(state)
         lease_left = ""
-        if status == "held" and state is not None and state.lock_until and snapshot.now:
-            lease_left = format_duration(state.lock_until - snapshot.now)
+        if status == "held" and state is not None and state.lock_until:
+            lease_left = format_duration(state.lock_until - listing.now)
         run = runs.get(name)
         rows.append(LockRow(
             name=name,
-            job=job,
+            job=line.job if line else None,
             timezone=schedule.zone_name if schedule else "",
-            timezone_inherited=bool(job and job.timezone is None and not (state and state.schedule_timezone)),
-            next_fire=show_time(next_fire, schedule.zone if schedule else None),
-            next_fire_iso=next_fire.isoformat() if next_fire else "",
+            timezone_inherited=bool(line and line.job.timezone is None and not (state and state.schedule_timezone)),
+            next_fire=show_time(line.next_fire, line.zone) if line else "",
+            next_fire_iso=line.next_fire.isoformat() if line and line.next_fire else "",
             state=state,
             status=status,
             lock_until=show_time(state.lock_until) if state and state.locked else "",
@@ -228,15 +201,15 @@ def build_rows(snapshot: StoreSnapshot, *, scheduler_timezone: tzinfo, now: date
             history_url=_history_filter_url(name),
             schedule=schedule,
             fires_title="Next fires:\n" + "\n".join(fires) if fires else "",
-            paused_line=paused_line(state, snapshot.now or now),
+            paused_line=paused_line(state, listing.now),
             job_url=reverse("admin:mutexcron_lock_history", args=[quote(name)]),
-            timeline_url=reverse("admin:mutexcron_lock_timeline", args=[quote(name)]) if job else "",
+            timeline_url=reverse("admin:mutexcron_lock_timeline", args=[quote(name)]) if line else "",
             schedule_url=reverse("admin:mutexcron_schedule_change", args=[quote(name)])
             if state is not None and state.definition is not None else "",
         ))
     timelines = build_timelines(((row.job, row.state, row.schedule.trigger) for row in rows
                                  if row.job is not None and row.schedule is not None),
-                                now=snapshot.now or now, zone=scheduler_timezone, limit=STRIP_TICKS)
+                                now=listing.now, zone=listing.timezone, limit=STRIP_TICKS)
     for row in rows:
         row.timeline = timelines.get(row.name)
     return rows

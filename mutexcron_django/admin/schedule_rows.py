@@ -1,31 +1,28 @@
-"""What the Run-time schedules page shows: each run-time schedule of the configured store, read live through a
-scheduler built from settings and never started, with its definition, spec in words, state and next fires."""
+"""What the Run-time schedules page shows: each run-time schedule of the configured store, read live as the Locks
+page reads it, with its definition, spec in words, state and next fires; and the scheduler built from settings and
+never started through which the page writes."""
 
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 
 from django.contrib.admin.utils import quote
-from django.core.exceptions import ImproperlyConfigured
 from django.urls import reverse
+from django.utils import timezone as dj_timezone
 
 from mutexcron import Scheduler, default_registry
-from mutexcron.cron import resolve_timezone
 from mutexcron.definitions import ScheduleDefinition
-from mutexcron.errors import MutexcronError
+from mutexcron.ops.listing import job_line
 from mutexcron.stores import LockState, require_control
 
-from ..conf import MutexcronSettings, get_settings
 from ..runtime import build_scheduler
-from .display import current_settings, show_time, without_store_secrets
+from .display import show_time, zone_name
+from .lock_rows import read_store
 from .schedules import JobSchedule, describe, job_schedule, paused_line
-
-logger = logging.getLogger("mutexcron.django")
 
 
 @contextmanager
@@ -100,9 +97,10 @@ def schedule_row(state: LockState, zone: tzinfo, now: datetime) -> ScheduleRow:
     except ValueError as error:
         return ScheduleRow(state, None, None, now, error=str(error))
     try:
-        schedule = job_schedule(definition.job(state.name, default_registry), state, zone)
+        job = definition.job(state.name, default_registry)
     except ValueError as error:  # JobDefinitionError: a target this process does not allow, ...
         return ScheduleRow(state, definition, None, now, error=str(error))
+    schedule = job_schedule(job_line(job, state, zone, now))
     return ScheduleRow(state, definition, schedule, now, fires=schedule.fires(now))
 
 
@@ -118,22 +116,11 @@ class ScheduleListing:
 
 
 def read_schedules() -> ScheduleListing:
-    """Every run-time schedule of the configured store; an unreachable, misconfigured or control-less store
-    gives ``error`` (the page shows it)."""
-    listing = ScheduleListing()
-    conf: MutexcronSettings | None = None
-    try:
-        conf = get_settings()
-        zone = resolve_timezone(conf.timezone)
-        listing.zone = getattr(zone, "key", None) or str(zone)
-        with settings_scheduler() as scheduler:
-            listing.store = without_store_secrets(repr(scheduler.store), conf)
-            states, store_now = scheduler.schedules(), scheduler.store.now()
-        listing.store_time = show_time(store_now)
-        listing.rows = [schedule_row(state, zone, store_now) for state in states]
-    except (ImproperlyConfigured, MutexcronError) as error:
-        listing.error = without_store_secrets(str(error), conf or current_settings())
-    except Exception as error:  # a custom store's bug must not take the page down either
-        logger.exception("mutexcron admin: reading the run-time schedules failed")
-        listing.error = without_store_secrets(f"{type(error).__name__}: {error}", conf or current_settings())
-    return listing
+    """Every run-time schedule of the configured store, read as the Locks page reads it (:func:`read_store`); an
+    unreachable, misconfigured or control-less store gives ``error`` (the page shows it)."""
+    listing = read_store(dj_timezone.now())
+    if listing.error is not None:
+        return ScheduleListing(store=listing.store, zone=zone_name(listing.timezone), error=listing.error)
+    rows = [schedule_row(state, listing.timezone, listing.now) for _, state in sorted(listing.locks.items())
+            if state.definition is not None]
+    return ScheduleListing(rows, listing.store, zone_name(listing.timezone), show_time(listing.now))

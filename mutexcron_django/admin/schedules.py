@@ -9,10 +9,8 @@ from itertools import islice
 
 from cron_descriptor import Options, get_description
 
-from mutexcron import Job
 from mutexcron.cron import MACROS, CronTrigger, iter_fire_times
-from mutexcron.errors import CronSpecError
-from mutexcron.ops.control import effective_trigger
+from mutexcron.ops.listing import JobLine
 from mutexcron.stores import LockState
 
 from .display import show_time, zone_name
@@ -59,18 +57,12 @@ class JobSchedule:
         return next_fires(self.trigger, after, count)
 
 
-def job_schedule(job: Job, state: LockState | None, default_zone: tzinfo) -> JobSchedule:
-    """The schedule ``job`` fires on given its lock document ``state``."""
-    code = job.spec.expression
-    version = state.schedule_version if state is not None else 0
-    try:
-        trigger = effective_trigger(job, state, default_zone)
-    except (CronSpecError, ValueError) as error:  # an override this process cannot read: show the code's
-        trigger = job.trigger(default_zone)
-        return JobSchedule(code, code, trigger.timezone, False, version, trigger, error=str(error))
-    overridden = state is not None and state.schedule is not None
-    spec = state.schedule if state is not None and state.schedule is not None else code
-    return JobSchedule(spec, code, trigger.timezone, overridden, version, trigger)
+def job_schedule(line: JobLine) -> JobSchedule:
+    """The schedule a job fires on, from its line of a listing (the code's, with ``error``, if the store's
+    override cannot be read)."""
+    version = line.state.schedule_version if line.state is not None else 0
+    return JobSchedule(line.spec, line.job.spec.expression, line.zone, line.overridden, version, line.trigger,
+                       error=line.error or "")
 
 
 def paused_line(state: LockState | None, now: datetime) -> str:

@@ -1,23 +1,31 @@
-"""What the three SQL backends (lock store, task backend, task record store) share about their database: the
-``django://[alias]`` URL, the alias check, and one policy for turning database errors into StoreUnavailable (a
-missing table or column named as what it is: migrations not applied, with the command that applies them)."""
+"""What the three SQL backends (lock store, task backend, task record store) and the run history share about their
+database: the ``django://[alias]`` URL, the alias check, one policy for turning database errors into
+StoreUnavailable (a missing table or column named as what it is: migrations not applied, with the command that
+applies them), and the pruning of old rows (in batches, now and then)."""
 
 from __future__ import annotations
 
 import contextlib
 import re
+import threading
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from django.db import DEFAULT_DB_ALIAS, Error, connections, router
-from django.db.models import Model
+from django.db import DEFAULT_DB_ALIAS, Error, connections, router, transaction
+from django.db.models import Model, QuerySet
 
 from mutexcron.backend_helpers import store_errors
 from mutexcron.errors import StoreConfigError, StoreUnavailable
 from mutexcron.urls import mask_url, pop_query_options, shown
 
-__all__ = ["checked_alias", "drop_broken_connection", "is_retryable", "migrate_advice", "migrate_command",
-           "not_migrated", "parse_django_url", "sql_errors"]
+__all__ = ["NowAndThen", "Pruned", "checked_alias", "delete_in_batches", "drop_broken_connection", "is_retryable",
+           "migrate_advice", "migrate_command", "not_migrated", "parse_django_url", "sql_errors"]
+
+DELETE_BATCH = 1000  # ids per DELETE: each statement locks few rows, briefly
+MAX_DELETE_BATCHES = 100_000  # one prune deletes at most this many batches (100 million rows)
 
 # A table or column that does not exist, as each database says it: PostgreSQL's SQLSTATE (undefined_table,
 # undefined_column), MySQL's and MariaDB's error numbers (ER_NO_SUCH_TABLE, ER_BAD_FIELD_ERROR), SQLite's message.
@@ -115,3 +123,54 @@ def is_retryable(error: BaseException) -> bool:
     if args and args[0] in (1205, 1213):  # MySQL/MariaDB: lock wait timeout, deadlock
         return True
     return "database is locked" in str(cause)
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """What one prune did: rows deleted, and whether it got to the end (not stopped by its time budget)."""
+
+    deleted: int
+    complete: bool
+
+
+def delete_in_batches(rows: QuerySet[Any], *, batch: int = DELETE_BATCH, budget: float | None = None,
+                      own_transactions: bool = False) -> Pruned:
+    """Delete ``rows``, ``batch`` ids per DELETE (which checks ``rows``' filter again: a row changed meanwhile
+    stays), so that no statement holds the table long; with ``own_transactions``, each DELETE in a transaction of
+    its own (a savepoint inside a caller's). With ``budget`` (seconds), stop after the batch that exceeds it."""
+    deadline = None if budget is None else time.monotonic() + budget
+    deleted = 0
+    for _ in range(MAX_DELETE_BATCHES):
+        ids = list(rows.order_by().values_list("pk", flat=True)[:batch])
+        if ids:
+            with transaction.atomic(using=rows.db) if own_transactions else contextlib.nullcontext():
+                deleted += rows.filter(pk__in=ids).delete()[0]
+        if len(ids) < batch:
+            break
+        if deadline is not None and time.monotonic() >= deadline:
+            return Pruned(deleted, complete=False)
+    return Pruned(deleted, complete=True)
+
+
+class NowAndThen:
+    """When a process's automatic prune is due: at the first call, then at most once every ``every`` seconds (one
+    caller at a time), and again at once after a prune left unfinished."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self._next: float | None = None  # time.monotonic() of the next prune; None: the next call
+        self._lock = threading.Lock()
+
+    def due(self) -> bool:
+        """True if the prune is due now: the caller makes it, and the next is ``every`` seconds away."""
+        with self._lock:
+            now = time.monotonic()
+            if self._next is not None and now < self._next:
+                return False
+            self._next = now + self.every
+            return True
+
+    def again(self) -> None:
+        """The prune was left unfinished: the next call goes on with it."""
+        with self._lock:
+            self._next = None

@@ -16,11 +16,9 @@ from .backend import (
     HAS_DJANGO_TASKS,
     TASK_TYPE,
     MutexcronTaskBackend,
-    ResultSlot,
     TaskAbandoned,
     TaskCancelled,
     cancel,
-    result_slot,
 )
 from .queue import DjangoHandlers, get_task_queue, reset_task_queue
 
@@ -29,11 +27,9 @@ __all__ = [
     "TASK_TYPE",
     "DjangoHandlers",
     "MutexcronTaskBackend",
-    "ResultSlot",
     "TaskAbandoned",
     "TaskCancelled",
     "cancel",
     "get_task_queue",
     "reset_task_queue",
-    "result_slot",
 ]

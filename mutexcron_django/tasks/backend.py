@@ -20,7 +20,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from mutexcron.backend_helpers import as_utc
-from mutexcron.tasks import NewTask, PayloadError, TaskBackend, TaskQueue, TaskStatus, task_handler
+from mutexcron.tasks import NewTask, PayloadError, TaskQueue, TaskStatus, task_handler
+from mutexcron.tasks.model import decode_result, encode_result
 
 from .queue import get_task_queue
 
@@ -37,8 +38,7 @@ try:  # Django 6.0+
 except ImportError:  # Django 5.2: no django.tasks; get_task_queue() and the worker work all the same
     HAS_DJANGO_TASKS = False
 
-__all__ = ["HAS_DJANGO_TASKS", "TASK_TYPE", "MutexcronTaskBackend", "ResultSlot", "TaskAbandoned", "TaskCancelled",
-           "cancel", "result_slot"]
+__all__ = ["HAS_DJANGO_TASKS", "TASK_TYPE", "MutexcronTaskBackend", "TaskAbandoned", "TaskCancelled", "cancel"]
 
 logger = logging.getLogger("mutexcron.django.tasks")
 
@@ -62,43 +62,16 @@ class TaskAbandoned(Exception):
 # -- where a django.tasks outcome is kept: with the mutexcron task's own record -----------------------------
 
 
-class ResultSlot:
-    """A backend's result slot (:meth:`TaskBackend.store_result` / ``load_result``); every backend has one."""
-
-    supported = True
-
-    def __init__(self, backend: TaskBackend) -> None:
-        self.backend = backend
-
-    def load(self, task_id: str) -> str | None:
-        return self.backend.load_result(task_id)
-
-    def store(self, task_id: str, text: str) -> bool:
-        return self.backend.store_result(task_id, text)
-
-
-def result_slot(backend: TaskBackend) -> ResultSlot:
-    """Where ``backend`` keeps a task's outcome: with the task's record."""
-    return ResultSlot(backend)
-
-
 def _now_text() -> str:
     return datetime.now(UTC).isoformat()
 
 
 def _load_outcome(queue: TaskQueue, task_id: str) -> dict[str, Any]:
-    text = queue.backend.load_result(task_id)
-    if not text:
-        return {}
-    try:
-        outcome = json.loads(text)
-    except ValueError:
-        return {}
-    return outcome if isinstance(outcome, dict) else {}
+    return decode_result(queue.backend.load_result(task_id))
 
 
 def _store_outcome(queue: TaskQueue, task_id: str, outcome: dict[str, Any]) -> None:
-    if not queue.backend.store_result(task_id, json.dumps(outcome, separators=(",", ":"))):
+    if not queue.backend.store_result(task_id, encode_result(outcome)):
         logger.warning("task %s: its record is gone; its django.tasks outcome was not kept", task_id)
 
 

@@ -111,7 +111,7 @@ def test_locks_page_lists_declared_jobs_with_spec_timezone_next_fire_and_state(a
     assert "Europe/Paris" in paris
     (fire,) = next_fire_times("30 6 * * 1-5", after=now, timezone="Europe/Paris")
     assert fire.strftime("%Y-%m-%d %H:%M:%S %Z") in paris
-    assert 'data-status="missing"' in paris and "No lock yet" in paris
+    assert 'data-status="unseeded"' in paris and "No lock yet" in paris
     minute = row_of(page, "admin.every_minute")
     assert "* * * * *" in minute
     assert "UTC" in minute and "(scheduler's)" in minute

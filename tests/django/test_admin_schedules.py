@@ -120,7 +120,7 @@ def test_a_store_without_a_control_plane_is_shown_as_the_pages_error(admin_clien
 
     response = admin_client.get(URL)
 
-    assert response.status_code == 200 and "list run-time schedules" in text(response)
+    assert response.status_code == 200 and "list its locks" in text(response)
     added = admin_client.post(ADD_URL, form_data())
     assert added.status_code == 200 and "Could not save" in text(added)  # the form again, its error on top
     assert "read run-time schedule 'ops.report'" in text(added)  # the operation the store cannot do

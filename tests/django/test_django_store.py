@@ -14,7 +14,7 @@ from django.db import connections
 from mutexcron.stores import AcquireRequest, AcquireStatus, store_from_url
 from mutexcron_django.models import Lock
 from mutexcron_django.sql.store import DjangoLockStore
-from tests.contract import FIRE_1, FIRE_2, LockStoreContract, StoreContract
+from tests.contract import FIRE_1, FIRE_2, ControlSchedulerContract, StoreContract, VerbsSampleContract
 from tests.django.databases import on_database
 from tests.django.session_zone import InSessionZone, session_time_zone, set_session_zone
 
@@ -34,8 +34,9 @@ class DjangoStoreVerbs(InSessionZone, StoreContract):
         connections.close_all()  # Django connections are per thread; close the thread's own
 
 
-class DjangoStoreContract(DjangoStoreVerbs, LockStoreContract):
-    """The whole contract on ``alias``: the store's own operations and the scenarios that run schedulers on it."""
+class DjangoStoreContract(DjangoStoreVerbs, VerbsSampleContract, ControlSchedulerContract):
+    """The whole contract on ``alias``: the store's own operations, a sample of the verbs and the scenarios that
+    run schedulers on it."""
 
 
 @on_database("default")

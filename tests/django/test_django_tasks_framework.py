@@ -34,11 +34,9 @@ from mutexcron.tasks import Handler, HandlerRegistry, TaskQueue, TaskStatus
 from mutexcron_django.tasks import (
     TASK_TYPE,
     MutexcronTaskBackend,
-    TaskAbandoned,
     TaskCancelled,
     get_task_queue,
     reset_task_queue,
-    result_slot,
 )
 from tests.django.jobhelpers import wait_for
 from tests.django.taskapps import djtasks
@@ -111,10 +109,6 @@ def finished(result: Any, timeout: float = 15.0) -> Any:
 
     wait_for(done, timeout=timeout, what=f"task {result.id} to finish")
     return result
-
-
-def keeps_outcomes() -> bool:
-    return result_slot(get_task_queue().backend).supported
 
 
 # -- the backend -------------------------------------------------------------------------------------------
@@ -209,9 +203,6 @@ def test_a_worker_runs_the_task_and_get_result_is_successful_with_the_return_val
     assert worker.status(result.id) == TaskStatus.SUCCEEDED
     fetched = djtasks.add.get_result(result.id)
     assert fetched.status == TaskResultStatus.SUCCESSFUL and fetched.errors == []
-    if not keeps_outcomes():
-        pytest.skip(f"{worker.backend!r} keeps no task outcome (no store_result/load_result): the status is "
-                    "right, but there is no return value, worker id or time to check")
     assert fetched.return_value == {"label": "five", "total": 5, "pair": [2, 3]}
     assert result.return_value == fetched.return_value
     assert fetched.worker_ids == [worker.worker_id] and fetched.attempts == 1
@@ -233,8 +224,7 @@ def test_run_after_defers_the_task_until_then(worker: TaskQueue) -> None:
 
     assert result.status == TaskResultStatus.SUCCESSFUL and djtasks.calls == [("add", (1, 1, "sum"))]
     assert result.task.run_after == run_after  # the result's task carries the deferral
-    if keeps_outcomes():
-        assert result.started_at >= run_after - timedelta(milliseconds=50)
+    assert result.started_at >= run_after - timedelta(milliseconds=50)
 
 
 def test_a_task_cancelled_before_it_runs_never_runs(worker: TaskQueue) -> None:
@@ -305,13 +295,9 @@ def test_a_task_that_raises_fails_with_its_exception_class_and_traceback(worker:
     with pytest.raises(ValueError, match="Task failed"):
         result.return_value  # noqa: B018
     (error,) = result.errors
-    if keeps_outcomes():
-        assert error.exception_class is ValueError
-        assert error.exception_class_path == "builtins.ValueError"
-        assert "in explode" in error.traceback and error.traceback.rstrip().endswith("ValueError: boom")
-    else:  # only the queue's record of the error
-        assert error.exception_class is TaskAbandoned
-        assert error.traceback.rstrip().endswith("ValueError: boom")
+    assert error.exception_class is ValueError
+    assert error.exception_class_path == "builtins.ValueError"
+    assert "in explode" in error.traceback and error.traceback.rstrip().endswith("ValueError: boom")
 
 
 def test_a_task_that_raises_keyboard_interrupt_fails_and_the_worker_runs_the_next_task(worker: TaskQueue) -> None:
@@ -369,17 +355,15 @@ def test_a_failed_task_retried_runs_again_and_keeps_every_attempts_error(worker:
     finished(result)
 
     assert result.status == TaskResultStatus.FAILED
-    if keeps_outcomes():
-        assert [error.exception_class for error in result.errors] == [ValueError, ValueError]
-        assert result.attempts == 2 and result.worker_ids == [worker.worker_id] * 2
+    assert [error.exception_class for error in result.errors] == [ValueError, ValueError]
+    assert result.attempts == 2 and result.worker_ids == [worker.worker_id] * 2
 
 
 def test_a_return_value_that_is_not_json_fails_the_task(worker: TaskQueue) -> None:
     result = finished(djtasks.not_json.enqueue())
 
     assert result.status == TaskResultStatus.FAILED and djtasks.calls == [("not_json", None)]
-    if keeps_outcomes():
-        assert result.errors[0].exception_class is TypeError
+    assert result.errors[0].exception_class is TypeError
 
 
 def test_a_task_that_takes_context_gets_its_result_and_attempt(redis_worker: TaskQueue) -> None:

@@ -16,6 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from mutexcron import Outcome, RunRecord
 from mutexcron_django import history, runtime
 from mutexcron_django.models import JobRun, PauseSpan
+from mutexcron_django.sql.databases import NowAndThen
 
 JOB = "tests.history.tick"
 FIRE = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -247,26 +248,26 @@ def test_a_prune_with_a_budget_stops_after_a_batch_and_the_next_goes_on() -> Non
 def test_an_automatic_prune_left_unfinished_goes_on_at_the_next_record(monkeypatch: pytest.MonkeyPatch) -> None:
     now = datetime.now(UTC)
     old_rows("default", 30, now - timedelta(days=40))
-    monkeypatch.setattr(runtime, "_last_prune", None)
+    monkeypatch.setattr(runtime, "_prunes", NowAndThen(runtime.PRUNE_EVERY))  # due at the first record
     monkeypatch.setattr(runtime, "PRUNE_BUDGET", 0)
     monkeypatch.setattr(history, "PRUNE_BATCH", 10)
     real_prune: Callable[..., history.Pruned] = history.prune
     monkeypatch.setattr(history, "prune", lambda cutoff, **kw: real_prune(cutoff, batch=10, **kw))
 
     runtime.record_history(fire("web-1", Outcome.SUCCEEDED, tick=now))
-    assert JobRun.objects.count() == 21 and runtime._last_prune is None  # one batch, then the budget ran out
+    assert JobRun.objects.count() == 21  # one batch, then the budget ran out: the next record goes on
     for second in range(1, 4):  # two more full batches, then one that finds the end
         runtime.record_history(fire("web-1", Outcome.SUCCEEDED, tick=now + timedelta(seconds=second)))
 
-    assert JobRun.objects.count() == 4 and runtime._last_prune is not None  # done: the next prune in an hour
+    assert JobRun.objects.count() == 4 and not runtime._prunes.due()  # done: the next prune in an hour
 
 
 @pytest.fixture(autouse=True)
 def _fresh_prune_clock() -> Iterator[None]:
     """No automatic prune of another test's making runs in the middle of these."""
-    saved = runtime._last_prune
+    saved = runtime._prunes
     yield
-    runtime._last_prune = saved
+    runtime._prunes = saved
 
 
 @pytest.mark.django_db

@@ -19,6 +19,7 @@ from django.utils import timezone
 from mutexcron import JobContext, Outcome, RunRecord, Scheduler
 from mutexcron_django import runtime, signals, testing
 from mutexcron_django.models import JobRun, Lock
+from mutexcron_django.sql.databases import NowAndThen
 from mutexcron_django.sql.store import DjangoLockStore
 from tests.django.jobhelpers import Declarations, wait_for
 
@@ -261,10 +262,8 @@ def test_prune_keeps_everything_without_a_retention() -> None:
 def test_recording_runs_prunes_at_most_once_per_prune_interval(
     declare: Declarations, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import time
-
     declare("@hourly", name="tests.rt.autoprune")
-    monkeypatch.setattr(runtime, "_last_prune", time.monotonic() - runtime.PRUNE_EVERY)
+    monkeypatch.setattr(runtime, "_prunes", NowAndThen(runtime.PRUNE_EVERY))  # due at the first record
     first_old = _run_started(timedelta(days=40))
 
     testing.run_tick("tests.rt.autoprune", fire_time=FIRE)

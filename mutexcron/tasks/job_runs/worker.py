@@ -3,7 +3,6 @@ under the lock it takes over from the tick token (:meth:`ControlStore.take_over`
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -32,7 +31,7 @@ from ...stores import (
 from ...telemetry import build_telemetry
 from ..backends.base import TaskBackend
 from ..handlers import Handler
-from ..model import RetryLater
+from ..model import RetryLater, decode_result, encode_result
 from ..queue import TaskQueue
 from .task import TASK_TYPE, JobTask
 
@@ -262,12 +261,7 @@ class JobRunner:
             logger.debug("job %r: lock (token %d) no longer held at release", task.job_name, token)
 
     def _result(self, task: JobTask) -> dict[str, Any]:
-        text = self._results.load_result(task.task_id) if self._results is not None else None
-        try:
-            found = json.loads(text) if text else {}
-        except ValueError:
-            return {}
-        return found if isinstance(found, dict) else {}
+        return decode_result(self._results.load_result(task.task_id) if self._results is not None else None)
 
     def _keep_result(self, task: JobTask, result: dict[str, Any], held_until: float) -> None:
         """Store a body's result, trying again while the store is down and this worker's lease on the run lasts
@@ -284,7 +278,7 @@ class JobRunner:
         if self._results is None:
             return True
         try:
-            self._results.store_result(task.task_id, json.dumps(result, separators=(",", ":")))
+            self._results.store_result(task.task_id, encode_result(result))
         except StoreUnavailable as error:
             (logger.debug if quiet else logger.warning)("task %s: could not keep the outcome of job %r: %s",
                                                         task.task_id, task.job_name, error)

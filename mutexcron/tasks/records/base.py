@@ -31,6 +31,7 @@ __all__ = [
     "TaskRecordStore",
     "Verdict",
     "cancel_store_from_url",
+    "decide_claim",
 ]
 
 DEFAULT_RETENTION = timedelta(days=7)
@@ -58,6 +59,25 @@ class Verdict(StrEnum):
 class Claim:
     verdict: Verdict
     attempts: int  # the attempt number this run is (after the claim), or the record's count
+
+
+def decide_claim(status: TaskStatus, record_gen: int, attempts: int, *, gen: int, attempt: int,
+                 redelivered: bool) -> Claim:
+    """What :meth:`TaskRecordStore.claim` decides on a live record (its ``status``, generation and ``attempts``), in
+    one place for every store that decides in Python (Redis decides in Lua, by the same rules)."""
+    if status == TaskStatus.CANCELLED:
+        return Claim(Verdict.CANCELLED, attempts)
+    if gen < record_gen:
+        return Claim(Verdict.STALE, attempts)
+    if status == TaskStatus.SUCCEEDED:
+        return Claim(Verdict.DONE, attempts)
+    if gen != record_gen:
+        return Claim(Verdict.RUN, attempt)
+    if status == TaskStatus.FAILED:
+        return Claim(Verdict.DONE, attempts)
+    if status == TaskStatus.RUNNING and not redelivered:
+        return Claim(Verdict.DUPLICATE, attempts)
+    return Claim(Verdict.RUN, attempts + 1)
 
 
 @dataclass(frozen=True)

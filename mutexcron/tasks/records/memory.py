@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 from ..._common import clip_error
 from ..model import NewTask, TaskStatus
-from .base import DEFAULT_RETENTION, Claim, TaskRecord, TaskRecordStore, Verdict, check_retention
+from .base import DEFAULT_RETENTION, Claim, TaskRecord, TaskRecordStore, Verdict, check_retention, decide_claim
 
 __all__ = ["MemoryTaskRecords"]
 
@@ -85,24 +85,13 @@ class MemoryTaskRecords(TaskRecordStore):
             if entry is None:
                 return Claim(Verdict.MISSING, 0)
             record = entry.record
-            if record.status == TaskStatus.CANCELLED:  # its message came: keep the mark for the retention only
+            claim = decide_claim(record.status, record.gen, record.attempts, gen=gen, attempt=attempt,
+                                 redelivered=redelivered)
+            if claim.verdict is Verdict.RUN:
+                entry.record = replace(record, status=TaskStatus.RUNNING, gen=gen, attempts=claim.attempts)
+            if claim.verdict in (Verdict.RUN, Verdict.CANCELLED):  # a cancelled one's message came: kept the retention
                 entry.expires_at = self._expiry()
-                return Claim(Verdict.CANCELLED, record.attempts)
-            if gen < record.gen:
-                return Claim(Verdict.STALE, record.attempts)
-            if record.status == TaskStatus.SUCCEEDED:
-                return Claim(Verdict.DONE, record.attempts)
-            if gen == record.gen:
-                if record.status == TaskStatus.FAILED:
-                    return Claim(Verdict.DONE, record.attempts)
-                if record.status == TaskStatus.RUNNING and not redelivered:
-                    return Claim(Verdict.DUPLICATE, record.attempts)
-                attempts = record.attempts + 1
-            else:
-                attempts = attempt
-            entry.record = replace(record, status=TaskStatus.RUNNING, gen=gen, attempts=attempts)
-            entry.expires_at = self._expiry()
-            return Claim(Verdict.RUN, attempts)
+            return claim
 
     def _running(self, task_id: str, gen: int) -> _Entry | None:
         entry = self._live(task_id)

@@ -1,6 +1,7 @@
 """The subcommands that inspect and operate the declared jobs, their locks and their history: ``list``,
 ``health``, ``trigger``, ``unlock``, ``seed`` and ``prune``. Each is a function of the running command (for its
-output streams); a store it opens is closed before it returns."""
+output streams); a store it builds from a URL is closed before it returns (a LockStore object of the settings is the
+user's, and stays open)."""
 
 from __future__ import annotations
 
@@ -34,13 +35,11 @@ def list_jobs(command: BaseCommand, *, as_json: bool) -> None:
     """Every declared job (schedule it fires on, time zone, next fire, lock state, pause and override) and
     the orphan locks."""
     conf = get_settings()
-    store = conf.build_store()
-    try:
-        listing = read_listing(store, default_registry, resolve_timezone(conf.timezone), django_timezone.now())
-    except ControlNotSupported as error:
-        raise CommandError(str(error)) from None
-    finally:
-        store.close()
+    with conf.open_store() as store:
+        try:
+            listing = read_listing(store, default_registry, resolve_timezone(conf.timezone), django_timezone.now())
+        except ControlNotSupported as error:
+            raise CommandError(str(error)) from None
     if as_json:
         command.stdout.write(json.dumps(listing_json(listing), indent=2))
     else:
@@ -113,56 +112,52 @@ def _report(command: BaseCommand, record: RunRecord) -> None:
 
 def unlock(command: BaseCommand, name: str, *, delete: bool, force: bool) -> None:
     """Force lock ``name`` open; with ``delete``, remove an orphan lock's document (``force``: even held)."""
-    store = get_settings().build_store()
-    try:
-        controls = require_control(store, f"{'delete' if delete else 'force-unlock'} the lock {name!r}")
-        state = controls.lock(name)
-        declared = name in default_registry
-        if state is None and not declared:
-            orphans = [s.name for s in controls.locks() if s.name not in default_registry]
-            raise CommandError(
-                f"no job named {name!r} is declared and no lock has that name "
-                f"(declared jobs: {', '.join(default_registry.names()) or 'none'}; "
-                f"orphan locks: {', '.join(orphans) or 'none'})"
-            )
-        if delete:
-            if declared:
+    with get_settings().open_store() as store:
+        try:
+            controls = require_control(store, f"{'delete' if delete else 'force-unlock'} the lock {name!r}")
+            state = controls.lock(name)
+            declared = name in default_registry
+            if state is None and not declared:
+                orphans = [s.name for s in controls.locks() if s.name not in default_registry]
                 raise CommandError(
-                    f"job {name!r} is declared: --delete is for orphan locks (its scheduler would bring the "
-                    f"document back at its next fire); to free it use: mutexcron unlock {name}"
+                    f"no job named {name!r} is declared and no lock has that name "
+                    f"(declared jobs: {', '.join(default_registry.names()) or 'none'}; "
+                    f"orphan locks: {', '.join(orphans) or 'none'})"
                 )
-            if state is not None and state.is_held(store.now()) and not force:
-                raise CommandError(
-                    f"lock {name!r} is held by {state.locked_by or 'unknown'} until {when(state.lock_until)} "
-                    "(store clock): its job may still run somewhere; wait for the lease to end, or pass --force "
-                    "(the lease stays in force after the delete either way)"
-                )
-            controls.delete(name)
-            command.stdout.write(f"deleted the orphan lock {name!r} from {store!r}")
-            return
-        holder = state.locked_by if state is not None and state.locked else None
-        if controls.force_unlock(name):
-            command.stdout.write(f"unlocked {name!r} (was held by {holder or 'unknown'})")
-        else:
-            command.stdout.write(f"{name!r} was not locked; nothing to do")
-    except StoreUnavailable as error:
-        raise _unreachable(store, error) from None
-    except ControlNotSupported as error:
-        raise CommandError(str(error)) from None
-    finally:
-        store.close()
+            if delete:
+                if declared:
+                    raise CommandError(
+                        f"job {name!r} is declared: --delete is for orphan locks (its scheduler would bring the "
+                        f"document back at its next fire); to free it use: mutexcron unlock {name}"
+                    )
+                if state is not None and state.is_held(store.now()) and not force:
+                    raise CommandError(
+                        f"lock {name!r} is held by {state.locked_by or 'unknown'} until {when(state.lock_until)} "
+                        "(store clock): its job may still run somewhere; wait for the lease to end, or pass --force "
+                        "(the lease stays in force after the delete either way)"
+                    )
+                controls.delete(name)
+                command.stdout.write(f"deleted the orphan lock {name!r} from {store!r}")
+                return
+            holder = state.locked_by if state is not None and state.locked else None
+            if controls.force_unlock(name):
+                command.stdout.write(f"unlocked {name!r} (was held by {holder or 'unknown'})")
+            else:
+                command.stdout.write(f"{name!r} was not locked; nothing to do")
+        except StoreUnavailable as error:
+            raise _unreachable(store, error) from None
+        except ControlNotSupported as error:
+            raise CommandError(str(error)) from None
 
 
 def seed(command: BaseCommand) -> None:
     """Create the missing lock documents of the declared jobs."""
-    store = get_settings().build_store()
     names = default_registry.names()
-    try:
-        created = store.seed(names)
-    except StoreUnavailable as error:
-        raise _unreachable(store, error) from None
-    finally:
-        store.close()
+    with get_settings().open_store() as store:
+        try:
+            created = store.seed(names)
+        except StoreUnavailable as error:
+            raise _unreachable(store, error) from None
     command.stdout.write(f"created {created} lock(s) for {len(names)} declared job(s) in {store!r}")
 
 

@@ -24,7 +24,7 @@ from mutexcron.urls import mask_url, seconds_option
 
 from ...models import ScheduledTask
 from ..clock import AsUTC, DbNow, aware, now_minus
-from ..databases import checked_alias, parse_django_url
+from ..databases import checked_alias, delete_in_batches, parse_django_url
 from .claims import TaskClaims
 from .consumer import DjangoConsumer, DjangoDelivery
 from .wakeups import SOCKETS, Message, WakeModes, notify, post, wake_directory, wake_payload
@@ -36,7 +36,6 @@ _wake_directory = wake_directory  # its name here before the split (tests use it
 DEFAULT_MAX_SLEEP = 1.0  # seconds; MySQL/MariaDB: producers on other machines cannot wake workers
 DEFAULT_MAX_SLEEP_NOTIFIED = 60.0  # seconds; PostgreSQL (NOTIFY), SQLite (sockets): this covers lost wake-ups
 DEFAULT_RETENTION = timedelta(days=7)
-PRUNE_CHUNK = 1000
 ENQUEUE_CHUNK = 500
 
 Status = ScheduledTask.Status
@@ -191,17 +190,8 @@ class DjangoTaskBackend(ClaimingBackend):
         """Delete succeeded and cancelled tasks that finished longer than ``older_than`` (default: the
         retention) ago; failed ones are kept until retried. Returns how many were deleted."""
         cutoff = now_minus(older_than if older_than is not None else self.retention)
-
-        def run() -> int:
-            deleted = 0
-            while True:
-                ids = list(self._tasks.filter(status__in=[Status.SUCCEEDED, Status.CANCELLED], finished_at__lt=cutoff)
-                           .values_list("pk", flat=True)[:PRUNE_CHUNK])
-                if not ids:
-                    return deleted
-                deleted += self._tasks.filter(pk__in=ids).delete()[0]
-
-        return self._call(run)
+        old = self._tasks.filter(status__in=[Status.SUCCEEDED, Status.CANCELLED], finished_at__lt=cutoff)
+        return self._call(lambda: delete_in_batches(old).deleted)
 
     # -- consuming --------------------------------------------------------------------------------
 

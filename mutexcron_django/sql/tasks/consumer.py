@@ -28,6 +28,7 @@ from mutexcron.tasks.backends.base import (
 
 from ...models import ScheduledTask
 from ..clock import DbNow, now_plus
+from ..databases import NowAndThen
 from .claims import TaskClaims
 from .wakeups import UNLISTENED_MAX_SLEEP, WAKE, Inbox, hub
 
@@ -127,7 +128,7 @@ class DjangoConsumer(ClaimingConsumer):
         self.claims = backend.claims
         self.inbox = Inbox()
         self.hub = hub(backend.using)
-        self.next_prune = time.monotonic()
+        self.prunes = NowAndThen(PRUNE_EVERY)
         self.warmed_at: float | None = None
 
     def wake(self) -> None:
@@ -197,9 +198,8 @@ class DjangoConsumer(ClaimingConsumer):
         return None
 
     def _maybe_prune(self) -> None:
-        if time.monotonic() < self.next_prune:
+        if not self.prunes.due():
             return
-        self.next_prune = time.monotonic() + PRUNE_EVERY
         try:
             deleted = self.backend.prune()
         except StoreUnavailable as error:

@@ -8,8 +8,6 @@ expires rows is described in ``docs/sql-tasks.md``.
 from __future__ import annotations
 
 import contextlib
-import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, TypedDict, TypeVar
@@ -29,17 +27,17 @@ from mutexcron.tasks.records.base import (
     TaskRecordStore,
     Verdict,
     check_retention,
+    decide_claim,
     retention_option,
 )
 
 from ...models import TaskMark
 from ..clock import AsUTC, DbNow, aware, now_plus
-from ..databases import checked_alias, parse_django_url, sql_errors
+from ..databases import NowAndThen, checked_alias, delete_in_batches, parse_django_url, sql_errors
 
 __all__ = ["DjangoTaskRecords"]
 
 PRUNE_EVERY = 600.0  # seconds between two deletions of expired rows by one store
-PRUNE_CHUNK = 1000
 FINISHED = (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED)
 # MariaDB's errors about a value, not the server: a character the column's charset lacks, compared (1267, illegal
 # mix of collations) or stored (1366, incorrect string value). Its driver raises them as OperationalError; a
@@ -59,8 +57,7 @@ class DjangoTaskRecords(TaskRecordStore):
     def __init__(self, using: str | None = None, *, retention: timedelta = DEFAULT_RETENTION) -> None:
         self.using = checked_alias(using, TaskMark)
         self.retention = check_retention(retention)
-        self._next_prune = 0.0
-        self._prune_lock = threading.Lock()
+        self._prunes = NowAndThen(PRUNE_EVERY)
 
     @classmethod
     def from_url(cls, url: str) -> DjangoTaskRecords:
@@ -175,27 +172,15 @@ class DjangoTaskRecords(TaskRecordStore):
                 row = self._marks.filter(_live(), pk=task_id).first()
                 if row is None:
                     return Claim(Verdict.MISSING, 0)
-                attempts = row.attempts
-                if row.status == TaskStatus.CANCELLED:  # its message came: keep the mark for the retention only
+                claim = decide_claim(stored_status(row.status), row.gen, row.attempts, gen=gen, attempt=attempt,
+                                     redelivered=redelivered)
+                if claim.verdict is Verdict.RUN:
+                    self._marks.filter(pk=task_id).update(status=TaskStatus.RUNNING.value, gen=gen,
+                                                          attempts=claim.attempts, expires_at=self._expiry(),
+                                                          updated_at=DbNow())
+                elif claim.verdict is Verdict.CANCELLED:  # its message came: keep the mark for the retention only
                     self._marks.filter(pk=task_id).update(expires_at=self._expiry())
-                    return Claim(Verdict.CANCELLED, attempts)
-                if gen < row.gen:
-                    return Claim(Verdict.STALE, attempts)
-                if row.status == TaskStatus.SUCCEEDED:
-                    return Claim(Verdict.DONE, attempts)
-                if gen == row.gen:
-                    if row.status == TaskStatus.FAILED:
-                        return Claim(Verdict.DONE, attempts)
-                    if row.status == TaskStatus.RUNNING and not redelivered:
-                        return Claim(Verdict.DUPLICATE, attempts)
-                    attempts += 1
-                else:
-                    attempts = attempt
-                self._marks.filter(pk=task_id).update(
-                    status=TaskStatus.RUNNING.value, gen=gen, attempts=attempts,
-                    expires_at=self._expiry(), updated_at=DbNow(),
-                )
-                return Claim(Verdict.RUN, attempts)
+                return claim
 
         return self._call(run, [task_id])
 
@@ -228,21 +213,11 @@ class DjangoTaskRecords(TaskRecordStore):
 
     def prune(self) -> int:
         """Delete expired rows; returns how many."""
-        def run() -> int:
-            deleted = 0
-            while True:
-                ids = list(self._marks.filter(expires_at__lte=DbNow()).values_list("pk", flat=True)[:PRUNE_CHUNK])
-                if not ids:
-                    return deleted
-                deleted += self._marks.filter(pk__in=ids, expires_at__lte=DbNow()).delete()[0]
-
-        return self._call(run, [])
+        return self._call(lambda: delete_in_batches(self._marks.filter(expires_at__lte=DbNow())).deleted, [])
 
     def _maybe_prune(self) -> None:
-        with self._prune_lock:
-            if time.monotonic() < self._next_prune:
-                return
-            self._next_prune = time.monotonic() + PRUNE_EVERY
+        if not self._prunes.due():
+            return
         with contextlib.suppress(StoreUnavailable):  # the next create tries again later; nothing depends on it
             self.prune()
 
