@@ -32,6 +32,7 @@ from .errors import (
     UnknownJobError,
 )
 from .ops.listing import listing_json, listing_text, read_listing, when
+from .ops.selection import LIST_OPTIONS, select, selection_of
 from .records import Outcome, RunRecord
 from .registry import default_registry
 from .scheduling.backfill import effective_trigger
@@ -277,6 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "lock, pause, override) and the store's other locks.")
     _common_options(listing, defaults=False)
     listing.add_argument("--json", action="store_true", dest="as_json", help="Print JSON instead of a table.")
+    for flags, options in LIST_OPTIONS:
+        listing.add_argument(*flags, **options)
     return parser
 
 
@@ -306,7 +309,7 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, std
         return fail(2, str(error))
     try:
         if args.subcommand == "list":
-            return _list(scheduler, as_json=args.as_json, out=out, fail=fail)
+            return _list(scheduler, vars(args), out=out, fail=fail)
         message = run_control(scheduler, args.subcommand, vars(args))
     except UsageError as error:
         return fail(2, str(error))
@@ -318,12 +321,13 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, std
     return 0
 
 
-def _list(scheduler: Scheduler, *, as_json: bool, out: TextIO, fail: Callable[[int, str], int]) -> int:
+def _list(scheduler: Scheduler, options: dict[str, Any], *, out: TextIO, fail: Callable[[int, str], int]) -> int:
     try:
         listing = read_listing(scheduler.store, scheduler.registry, scheduler.timezone, datetime.now(UTC))
     except ControlNotSupported as error:
         return fail(1, str(error))
-    if as_json:
+    listing = select(listing, selection_of(options))
+    if options["as_json"]:
         out.write(json.dumps(listing_json(listing), indent=2) + "\n")
     else:
         out.write(listing_text(

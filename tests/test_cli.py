@@ -130,6 +130,23 @@ def test_list_shows_the_apps_jobs_the_pause_and_the_override(url: str) -> None:
     assert jobs["tests.cli.morning"]["paused"] is None and jobs["tests.cli.morning"]["lock"]["state"] == "unseeded"
 
 
+def test_list_chooses_jobs_by_state_and_by_name(url: str) -> None:
+    cli("pause", JOB, "--store", url, "--app", APP)
+
+    paused = json.loads(cli("list", "--state", "paused", "--json", "--store", url, "--app", APP).stdout)
+    matched = cli("list", "--match", "tests.cli.m*", "--store", url, "--app", APP)
+
+    assert [job["name"] for job in paused["jobs"]] == [JOB] and paused["chosen"] == 1
+    assert matched.returncode == 0 and "tests.cli.morning" in matched.stdout and JOB not in matched.stdout
+
+
+def test_list_refuses_an_unknown_state_naming_it_and_the_known_ones(url: str) -> None:
+    done = cli("list", "--state", "late", "--store", url, "--app", APP)
+
+    assert done.returncode == 2 and "'late'" in done.stderr
+    assert "'failing', 'overdue', 'paused', 'running'" in done.stderr
+
+
 def test_the_store_and_the_apps_may_come_before_the_subcommand_as_well_as_after_it(url: str) -> None:
     done = cli("--store", url, "--app", APP, "pause", JOB)
 

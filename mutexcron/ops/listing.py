@@ -93,6 +93,8 @@ class Listing:
     now: datetime
     error: str | None
     locks: dict[str, LockState] = dataclasses.field(default_factory=dict)
+    chosen: int | None = None  # narrowed (mutexcron.ops.selection): how many jobs it chose, before its page
+    chosen_by: str = ""  # that selection in words
 
     def paused(self) -> list[JobLine]:
         return [line for line in self.jobs if line.state is not None and line.state.is_paused(self.now)]
@@ -147,6 +149,7 @@ def listing_json(listing: Listing) -> dict[str, Any]:
             "lock": None if listing.error else _lock_json(line.state, listing.now),
         } for line in listing.jobs],
         "orphan_locks": [_lock_json(state, listing.now) for state in listing.orphans],
+        **({"chosen": listing.chosen, "chosen_by": listing.chosen_by} if listing.chosen is not None else {}),
     }
 
 
@@ -192,7 +195,7 @@ def listing_text(listing: Listing, *, command: str, no_jobs: str, orphans: str) 
     now, failed = listing.now, listing.error is not None
     parts = [f"Store: {listing.store}"]
     if not listing.jobs:
-        parts.append(no_jobs)
+        parts.append(no_jobs if listing.chosen is None else f"No job chosen by {listing.chosen_by}.")
     else:
         rows = []
         for line in listing.jobs:
@@ -210,6 +213,8 @@ def listing_text(listing: Listing, *, command: str, no_jobs: str, orphans: str) 
             ])
         headers = ["JOB", "SCHEDULE", "TIMEZONE", "NEXT FIRE", "LOCK", "HOLDER", "LEASE UNTIL", "LAST FIRE"]
         parts.append(table(headers, rows))
+    if listing.chosen is not None and listing.jobs:
+        parts.append(f"{len(listing.jobs)} of the {listing.chosen} job(s) chosen by {listing.chosen_by}")
     paused = listing.paused()
     if paused:
         parts += ["", f"Paused jobs (no run starts until the time shown; lift with: {command} resume NAME):",

@@ -140,6 +140,20 @@ def test_list_shows_a_held_lock_with_holder_and_lease_expiry(declare: Declaratio
 
 
 @pytest.mark.django_db
+def test_list_state_running_and_match_choose_the_held_job(declare: Declarations) -> None:
+    declare("@daily", name="tests.cmd.busy")
+    declare("@daily", name="tests.cmd.idle")
+    DjangoLockStore().acquire("tests.cmd.busy", owner="web-7:123", lease=timedelta(minutes=5), fire_time=None)
+
+    running = json.loads(mutexcron("list", "--json", "--state", "running"))
+    matched = mutexcron("list", "--match", "tests.cmd.i*", "--limit", "1")
+
+    assert [job["name"] for job in running["jobs"]] == ["tests.cmd.busy"] and running["chosen"] == 1
+    assert row(matched, "tests.cmd.idle") and "tests.cmd.busy" not in matched
+    assert "1 of the 1 job(s) chosen by --match 'tests.cmd.i*' --limit 1" in matched
+
+
+@pytest.mark.django_db
 def test_list_shows_a_free_lock_with_its_last_fire(declare: Declarations) -> None:
     declare("@daily", name="tests.cmd.free")
     store = DjangoLockStore()

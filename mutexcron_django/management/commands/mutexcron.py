@@ -29,6 +29,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
+from mutexcron.ops.selection import LIST_OPTIONS, selection_of
+
 from ..subcommands import arguments, control, foreground, jobs
 from ..subcommands.arguments import Argument, Subcommand, argument, subcommand
 
@@ -74,9 +76,10 @@ class Command(BaseCommand):
         "list",
         "Show every declared job (schedule, time zone, next fire, lock state) and orphan locks.",
         argument("--json", action="store_true", dest="as_json", help="Print JSON instead of a table."),
+        *(argument(*flags, **options) for flags, options in LIST_OPTIONS),
     )
-    def list_jobs(self, *, as_json: bool = False, **_: Any) -> None:
-        jobs.list_jobs(self, as_json=as_json)
+    def list_jobs(self, *, as_json: bool = False, **options: Any) -> None:
+        jobs.list_jobs(self, as_json=as_json, selection=selection_of(options))
 
     @subcommand("run", "Run the scheduler in the foreground until SIGTERM or SIGINT (a dedicated cron process).")
     def run_scheduler(self, *, verbosity: int = 1, **_: Any) -> None:

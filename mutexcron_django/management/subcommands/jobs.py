@@ -16,6 +16,7 @@ from mutexcron import Outcome, RunRecord, default_registry
 from mutexcron.cron import resolve_timezone
 from mutexcron.errors import ControlNotSupported, LockBusy, StoreUnavailable, UnknownJobError
 from mutexcron.ops.listing import listing_json, listing_text, read_listing
+from mutexcron.ops.selection import Selection, select
 from mutexcron.stores import LockStore, require_control
 
 from ... import history, runtime
@@ -31,15 +32,16 @@ def _unreachable(store: LockStore, error: StoreUnavailable) -> CommandError:
 # -- list -------------------------------------------------------------------------------------------------
 
 
-def list_jobs(command: BaseCommand, *, as_json: bool) -> None:
-    """Every declared job (schedule it fires on, time zone, next fire, lock state, pause and override) and
-    the orphan locks."""
+def list_jobs(command: BaseCommand, *, as_json: bool, selection: Selection) -> None:
+    """The declared jobs ``selection`` chooses (schedule it fires on, time zone, next fire, lock state, pause and
+    override) and the orphan locks."""
     conf = get_settings()
     with conf.open_store() as store:
         try:
             listing = read_listing(store, default_registry, resolve_timezone(conf.timezone), django_timezone.now())
         except ControlNotSupported as error:
             raise CommandError(str(error)) from None
+    listing = select(listing, selection)
     if as_json:
         command.stdout.write(json.dumps(listing_json(listing), indent=2))
     else:
