@@ -8,6 +8,7 @@ instants so that DST changes neither repeat nor drop a fire (see :class:`CronTri
 from __future__ import annotations
 
 import calendar
+import functools
 import re
 from bisect import bisect_right
 from collections.abc import Iterator
@@ -97,49 +98,51 @@ class _SpecProblem(Exception):
 
 
 def parse_cron(expression: str, *, job_name: str | None = None) -> CronSpec:
-    """Parse a 6-field (``sec min hour dom month dow``) or 5-field cron expression or a macro.
+    """Parse a 6-field (``sec min hour dom month dow``) or 5-field cron expression or a macro; a
+    :class:`CronSpecError` names the job, the field and the bad value."""
+    try:
+        if not isinstance(expression, str):
+            raise CronSpecError(f"cron expression must be a string, not {type(expression).__name__} ({expression!r})")
+        return _parsed(" ".join(expression.split()))
+    except CronSpecError as problem:  # what is wrong with the spec, said of its job
+        raise CronSpecError(f"{f'job {job_name!r}' if job_name else 'cron expression'}: {problem}") from None
 
-    Raises :class:`CronSpecError` naming the job, the field and the bad value.
-    """
-    subject = f"job {job_name!r}" if job_name else "cron expression"
-    if not isinstance(expression, str):
-        raise CronSpecError(
-            f"{subject}: cron expression must be a string, not {type(expression).__name__} ({expression!r})"
-        )
-    text = " ".join(expression.split())
+
+# Distinct specs kept parsed, and their APScheduler triggers built: many jobs share few specs, and each is parsed
+# and compiled once, not once per job, zone and start (APScheduler compiles every field each time).
+SPECS_KEPT = 4096
+
+
+@functools.lru_cache(maxsize=SPECS_KEPT)
+def _parsed(text: str) -> CronSpec:
+    """The spec of a whitespace-normalised expression (immutable: one serves every job); CronSpecError."""
     if not text:
-        raise CronSpecError(f"{subject}: cron expression is empty")
+        raise CronSpecError("cron expression is empty")
     if text.startswith("@"):
         macro = MACROS.get(text.lower())
         if macro is None:
-            raise CronSpecError(f"{subject}: unknown cron macro {text!r}; use one of {', '.join(MACROS)}")
+            raise CronSpecError(f"unknown cron macro {text!r}; use one of {', '.join(MACROS)}")
         parts = ["0", *macro.split()]
     else:
         parts = text.split(" ")
         if len(parts) == 5:
             parts = ["0", *parts]
         elif len(parts) != 6:
-            raise CronSpecError(
-                f"{subject}: cron expression {text!r} has {len(parts)} fields; expected 5 "
-                "(min hour dom month dow) or 6 (sec min hour dom month dow)"
-            )
+            raise CronSpecError(f"cron expression {text!r} has {len(parts)} fields; expected 5 (min hour dom month "
+                                "dow) or 6 (sec min hour dom month dow)")
     try:
         values = [_expand(field, part) for field, part in zip(_FIELDS, parts, strict=True)]
     except _SpecProblem as problem:
-        raise CronSpecError(
-            f"{subject}: cron field {problem.field!r} has bad value {problem.value!r} "
-            f"in {text!r}: {problem.reason}"
-        ) from None
+        raise CronSpecError(f"cron field {problem.field!r} has bad value {problem.value!r} in {text!r}: "
+                            f"{problem.reason}") from None
     seconds, minutes, hours, days, months, cron_weekdays = values
     weekdays = tuple(sorted({day % 7 for day in cron_weekdays}))
     days_restricted = _restricts(parts[3], days, 31, other=parts[5])
     spec = CronSpec(text, seconds, minutes, hours, days, months, weekdays, days_restricted,
                     _restricts(parts[5], weekdays, 7, other=parts[3]))
     if spec.days_restricted and not spec.weekdays_restricted and not _possible_days(spec):
-        raise CronSpecError(
-            f"{subject}: cron field {_DAY.name!r} has value {parts[3]!r} that no month in {parts[4]!r} has, "
-            f"so {text!r} never fires"
-        )
+        raise CronSpecError(f"cron field {_DAY.name!r} has value {parts[3]!r} that no month in {parts[4]!r} has, "
+                            f"so {text!r} never fires")
     return spec
 
 
@@ -238,6 +241,31 @@ def _utcoffset(moment: datetime) -> timedelta:
     return moment.utcoffset() or _ZERO
 
 
+@functools.lru_cache(maxsize=SPECS_KEPT)
+def _wall_trigger(spec: CronSpec) -> BaseTrigger:
+    """APScheduler's trigger over wall-clock time (as if it were UTC) matching ``spec``'s fields; stateless, so
+    every CronTrigger of one spec shares it, whatever its zone."""
+    fields: _TimeFields = {
+        "second": _compact(spec.seconds, 0, 59),
+        "minute": _compact(spec.minutes, 0, 59),
+        "hour": _compact(spec.hours, 0, 23),
+        "month": _compact(spec.months, 1, 12),
+    }
+    days = _compact(spec.days, 1, 31)
+    weekdays = "*" if not spec.weekdays_restricted else ",".join(_APS_WEEKDAYS[d] for d in spec.weekdays)
+    if not (spec.days_restricted and spec.weekdays_restricted):
+        return _APSCronTrigger(day=days, day_of_week=weekdays, timezone=UTC, **fields)
+    # Classic cron: when both day fields are restricted, a day matches if either matches.
+    by_weekday = _APSCronTrigger(day="*", day_of_week=weekdays, timezone=UTC, **fields)
+    possible_days = _possible_days(spec)
+    if not possible_days:
+        # Days no allowed month has (``30 2``) never match; APScheduler would search every year up to 9999 for
+        # them on each call, so leave that half out.
+        return by_weekday
+    return OrTrigger([_APSCronTrigger(day=_compact(possible_days, 1, 31), day_of_week="*", timezone=UTC, **fields),
+                      by_weekday])
+
+
 class CronTrigger(BaseTrigger):
     """An APScheduler trigger for a :class:`CronSpec` in a time zone, correct across DST changes.
 
@@ -254,29 +282,7 @@ class CronTrigger(BaseTrigger):
         self._fixed = fixed_offset(self.timezone)  # a zone without changes: the fire after an instant is arithmetic
         self._last: tuple[datetime, datetime | None] | None = None  # the last (previous fire, next fire) answered
         self._minute: datetime | None = None  # a naive wall minute all fields but the second match (the last found)
-        fields: _TimeFields = {
-            "second": _compact(spec.seconds, 0, 59),
-            "minute": _compact(spec.minutes, 0, 59),
-            "hour": _compact(spec.hours, 0, 23),
-            "month": _compact(spec.months, 1, 12),
-        }
-        days = _compact(spec.days, 1, 31)
-        weekdays = "*" if not spec.weekdays_restricted else ",".join(_APS_WEEKDAYS[d] for d in spec.weekdays)
-        if spec.days_restricted and spec.weekdays_restricted:
-            # Classic cron: when both day fields are restricted, a day matches if either matches.
-            by_weekday = _APSCronTrigger(day="*", day_of_week=weekdays, timezone=UTC, **fields)
-            possible_days = _possible_days(spec)
-            if possible_days:
-                self._wall: BaseTrigger = OrTrigger([
-                    _APSCronTrigger(day=_compact(possible_days, 1, 31), day_of_week="*", timezone=UTC, **fields),
-                    by_weekday,
-                ])
-            else:
-                # Days no allowed month has (``30 2``) never match; APScheduler would search every year
-                # up to 9999 for them on each call, so leave that half out.
-                self._wall = by_weekday
-        else:
-            self._wall = _APSCronTrigger(day=days, day_of_week=weekdays, timezone=UTC, **fields)
+        self._wall = _wall_trigger(spec)
 
     def get_next_fire_time(self, previous_fire_time: datetime | None, now: datetime) -> datetime | None:
         """The first fire strictly after ``previous_fire_time``, or at/after ``now`` when there is none.

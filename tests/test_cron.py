@@ -17,6 +17,7 @@ from croniter import CroniterBadDateError, croniter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mutexcron import cron
 from mutexcron.cron import MACROS, CronSpec, CronTrigger, iter_fire_times, next_fire_times, parse_cron
 from mutexcron.errors import CronSpecError
 
@@ -1091,3 +1092,35 @@ def test_asked_again_with_an_equal_time_of_the_other_fold_the_trigger_answers_fo
     assert after_first.astimezone(UTC) == datetime(2024, 11, 3, 5, 40, tzinfo=UTC)
     assert after_second.astimezone(UTC) == datetime(2024, 11, 3, 7, 0, tzinfo=UTC)  # 02:00 EST
     assert trigger.get_next_fire_time(first_pass, now) == after_first
+
+
+# -- one parse and one APScheduler trigger per distinct spec ------------------------------------------------------
+
+
+def test_a_spec_is_parsed_once_and_shared_by_every_job_that_uses_it() -> None:
+    assert parse_cron("0 6 * * *", job_name="a") is parse_cron(" 0  6 * * * ", job_name="b")
+
+
+def test_a_spec_error_names_the_job_asking_even_when_another_asked_before() -> None:
+    for job in ("first.job", "second.job"):
+        with pytest.raises(CronSpecError, match=f"job '{job}': cron field 'minute' has bad value '61'"):
+            parse_cron("61 * * * *", job_name=job)
+
+
+def test_triggers_of_one_spec_in_any_zone_share_one_apscheduler_trigger(monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[dict[str, object]] = []
+    original = cron._APSCronTrigger
+
+    def counting(**fields: object) -> object:
+        built.append(fields)
+        return original(**fields)
+
+    monkeypatch.setattr(cron, "_APSCronTrigger", counting)
+    spec = parse_cron("7 13 3 3 *")  # a spec no other test uses
+    after = datetime(2026, 1, 1, tzinfo=UTC)
+    fires = {zone: CronTrigger(spec, ZoneInfo(zone)).next_after(after)
+             for _ in range(100) for zone in ("UTC", "Asia/Tokyo", "America/New_York")}
+
+    assert len(built) == 1
+    assert fires["Asia/Tokyo"] == datetime(2026, 3, 3, 13, 7, tzinfo=ZoneInfo("Asia/Tokyo"))
+    assert fires["America/New_York"] == datetime(2026, 3, 3, 13, 7, tzinfo=ZoneInfo("America/New_York"))

@@ -3,13 +3,14 @@ words, its zone and its next fires; and a pause in one line."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from itertools import islice
 
 from cron_descriptor import Options, get_description
 
-from mutexcron.cron import MACROS, CronTrigger, iter_fire_times
+from mutexcron.cron import MACROS, SPECS_KEPT, CronTrigger, iter_fire_times
 from mutexcron.ops.listing import JobLine
 from mutexcron.stores import LockState
 
@@ -18,8 +19,10 @@ from .display import show_time, zone_name
 PREVIEW_COUNT = 5
 
 
+@functools.lru_cache(maxsize=SPECS_KEPT)
 def describe(spec: str) -> str:
-    """``spec`` in plain English (cron-descriptor; six fields are seconds first, as in mutexcron); "" if it cannot."""
+    """``spec`` in plain English (cron-descriptor; six fields are seconds first, as in mutexcron); "" if it cannot.
+    Kept per spec: a page of many jobs shares few specs, and cron-descriptor reads its catalogue at each call."""
     options = Options()
     options.use_24hour_time_format = True
     try:

@@ -402,3 +402,19 @@ def test_the_jobs_page_lists_the_changes_made_on_the_schedules_page(admin_client
     page = text(admin_client.get(f"{LOCKS_URL}{NAME}/history/"))
 
     assert "Added: reports.send" in page and "Disabled (paused until enabled)" in page
+
+
+def test_a_spec_is_described_once_however_many_rows_show_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mutexcron_django.admin import schedules
+
+    calls: list[str] = []
+    original = schedules.get_description
+
+    def counting(expression: str, options: Any) -> str:
+        calls.append(expression)
+        return original(expression, options)
+
+    monkeypatch.setattr(schedules, "get_description", counting)
+    texts = {schedules.describe("11 22 1 1 *") for _ in range(50)}  # a spec no other test describes
+
+    assert texts == {"At 22:11, on day 1 of the month, only in January"} and len(calls) == 1
