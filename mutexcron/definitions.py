@@ -5,6 +5,7 @@ stored data names a target, never a dotted path to import. See docs/schedules.md
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import logging
@@ -139,33 +140,46 @@ def _duration(seconds: object) -> timedelta | None:
         raise ValueError(f"not a number of seconds: {shown(seconds)}") from None
 
 
+@functools.lru_cache(maxsize=1024)
+def _inspected(func: Callable[..., Any]) -> inspect.Signature:
+    return inspect.signature(func)
+
+
+def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
+    """``func``'s signature, inspected once per target (many schedules share few targets; an unhashable callable
+    object each time); None for one without (a builtin)."""
+    inspecting: Callable[[Callable[..., Any]], inspect.Signature] = _inspected
+    try:
+        hash(func)
+    except TypeError:
+        inspecting = inspect.signature
+    try:
+        return inspecting(func)
+    except (TypeError, ValueError):
+        return None
+
+
 class RuntimeCall:
     """A run-time schedule's body: ``target(**kwargs)`` (with ``ctx=`` the JobContext if the target takes
     ``ctx``), or ``target.enqueue(**kwargs)`` for a django.tasks Task."""
+
+    __signature__ = inspect.Signature([inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD)])
 
     def __init__(self, name: str, target: Callable[..., Any], kwargs: dict[str, Any]) -> None:
         self.name, self.target, self.kwargs = name, target, kwargs
         self.__module__ = getattr(target, "__module__", __name__)  # Job.location names the target
         self.__qualname__ = f"target {name}"
-
-    def _function(self) -> Callable[..., Any]:
-        return getattr(self.target, "func", self.target) if _is_task(self.target) else self.target
-
-    def _takes_ctx(self) -> bool:
-        try:
-            return "ctx" in inspect.signature(self._function()).parameters and not _is_task(self.target)
-        except (TypeError, ValueError):
-            return False
+        self._signature = _signature(getattr(target, "func", target) if _is_task(target) else target)
+        self._takes_ctx = (self._signature is not None and "ctx" in self._signature.parameters
+                           and not _is_task(target))
 
     def check(self, what: str) -> None:
         """JobDefinitionError if ``kwargs`` do not fit the target's signature."""
-        try:
-            signature = inspect.signature(self._function())
-        except (TypeError, ValueError):
+        if self._signature is None:
             return  # a builtin without a signature: its call will say
-        given = dict(self.kwargs, ctx=None) if self._takes_ctx() and "ctx" not in self.kwargs else self.kwargs
+        given = dict(self.kwargs, ctx=None) if self._takes_ctx and "ctx" not in self.kwargs else self.kwargs
         try:
-            signature.bind(**given)
+            self._signature.bind(**given)
         except TypeError as error:
             raise JobDefinitionError(f"{what}: kwargs {shown(self.kwargs)} do not fit target {self.name!r}: "
                                      f"{error}") from None
@@ -173,7 +187,7 @@ class RuntimeCall:
     def __call__(self, ctx: JobContext) -> Any:
         if _is_task(self.target):
             return cast("Any", self.target).enqueue(**self.kwargs)  # a django.tasks Task
-        if self._takes_ctx() and "ctx" not in self.kwargs:
+        if self._takes_ctx and "ctx" not in self.kwargs:
             return self.target(ctx=ctx, **self.kwargs)
         return self.target(**self.kwargs)
 

@@ -4,6 +4,7 @@ processes: tests/test_fleet_schedules.py)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -23,7 +24,7 @@ from mutexcron import (
     default_registry,
     mutex_cron,
 )
-from mutexcron.definitions import MAX_DEFINITION
+from mutexcron.definitions import MAX_DEFINITION, ScheduleDefinition
 from mutexcron.stores import LockStore, MemoryLockStore
 
 TICK = datetime(2026, 3, 1, 6, 0, tzinfo=UTC)
@@ -317,3 +318,23 @@ def test_list_shows_a_run_time_schedule_as_a_job_and_not_as_an_orphan(scheduler:
     listing = read_listing(store, scheduler.registry, UTC, TICK)
     assert [(line.job.name, line.job.runtime, line.spec) for line in listing.jobs] == [("report", True, "0 6 * * *")]
     assert listing.orphans == []
+
+
+def test_a_target_shared_by_many_schedules_has_its_signature_inspected_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    inspected: list[object] = []
+    original = inspect.signature
+
+    def counting(func: Any, *args: Any, **kwargs: Any) -> inspect.Signature:
+        inspected.append(func)
+        return original(func, *args, **kwargs)
+
+    def notify(to: str, ctx: Any = None) -> None:
+        """A target no other test allows: its signature has not been inspected yet."""
+
+    jobs = Registry()
+    jobs.allow(notify, "tests.notify")
+    monkeypatch.setattr(inspect, "signature", counting)
+    built = [ScheduleDefinition("tests.notify", "0 6 * * *", {"to": f"customer-{n}"}).job(f"notify.{n}", jobs)
+             for n in range(200)]
+
+    assert len(built) == 200 and inspected.count(notify) == 1
