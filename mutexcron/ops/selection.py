@@ -49,7 +49,8 @@ class Selection:
         """Whether it leaves any job out (a listing then says how many it chose)."""
         return bool(self.states or self.match is not None or self.limit is not None or self.offset)
 
-    def names(self, name: str) -> bool:
+    def matches(self, name: str) -> bool:
+        """Whether ``name`` matches the glob (every name does without one)."""
         return self.match is None or fnmatchcase(name, self.match)
 
     def __str__(self) -> str:
@@ -85,9 +86,9 @@ def select(listing: Listing, selection: Selection) -> Listing:
         return listing
     states, now = selection.states, listing.now
     jobs = [line for line in listing.jobs
-            if selection.names(line.job.name) and (not states or states & job_states(line, now))]
+            if selection.matches(line.job.name) and (not states or states & job_states(line, now))]
     orphans = [state for state in listing.orphans
-               if selection.names(state.name) and (not states or states & lock_states(state, now))]
+               if selection.matches(state.name) and (not states or states & lock_states(state, now))]
     end = None if selection.limit is None else selection.offset + selection.limit
     return dataclasses.replace(listing, jobs=jobs[selection.offset:end], orphans=orphans, chosen=len(jobs),
                                chosen_by=str(selection))
