@@ -89,7 +89,8 @@ class MemoryTaskRecords(TaskRecordStore):
                                  redelivered=redelivered)
             if claim.verdict is Verdict.RUN:
                 entry.record = replace(record, status=TaskStatus.RUNNING, gen=gen, attempts=claim.attempts)
-            if claim.verdict in (Verdict.RUN, Verdict.CANCELLED):  # a cancelled one's message came: kept the retention
+            if claim.verdict in (Verdict.RUN, Verdict.CANCELLED):  # claimed, or a cancelled task's message came:
+                # the record is kept for the retention from now
                 entry.expires_at = self._expiry()
             return claim
 
