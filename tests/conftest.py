@@ -14,7 +14,7 @@ import redis
 
 from mutexcron.registry import Registry
 from mutexcron.scheduling.scheduler import Scheduler
-from mutexcron.stores import LockStore, MemoryLockStore
+from mutexcron.stores import LockStore, MemoryLockStore, store_from_url
 from tests.support.scale_out import (  # noqa: F401 - the shared Redis Cluster and Sentinel group's fixtures
     cluster_server_url,
     cluster_url,
@@ -53,6 +53,14 @@ def redis_prefix(redis_server_url: str) -> Iterator[str]:
 def redis_url(redis_server_url: str, redis_prefix: str) -> str:
     """A Redis store URL whose keys are this test's alone."""
     return f"{redis_server_url}?prefix={redis_prefix}"
+
+
+@pytest.fixture
+def redis_store(redis_url: str) -> Iterator[LockStore]:
+    """A Redis lock store of this test's own (its db and prefix)."""
+    store = store_from_url(redis_url)
+    yield store
+    store.close()
 
 
 @pytest.fixture(scope="session")

@@ -57,7 +57,7 @@ def read_store(now: datetime) -> Listing:
     try:
         conf = get_settings()
         zone = resolve_timezone(conf.timezone)
-        with open_store() as (conf, built):
+        with conf.open_store() as built:
             store = repr(built)
             listing = read_listing(built, default_registry, zone, now)
     except (ImproperlyConfigured, MutexcronError) as error:

@@ -16,7 +16,7 @@ from django.utils import timezone as dj_timezone
 
 from mutexcron import Scheduler, default_registry
 from mutexcron.definitions import ScheduleDefinition
-from mutexcron.ops.listing import job_line
+from mutexcron.ops.listing import JobLine, job_line
 from mutexcron.stores import LockState, require_control
 
 from ..runtime import build_scheduler
@@ -90,17 +90,18 @@ class ScheduleRow:
         return reverse("admin:mutexcron_lock_history", args=[quote(self.name)])
 
 
-def schedule_row(state: LockState, zone: tzinfo, now: datetime) -> ScheduleRow:
-    """``state``'s row: its definition read and built as every instance builds it."""
+def schedule_row(state: LockState, line: JobLine | None, zone: tzinfo, now: datetime) -> ScheduleRow:
+    """``state``'s row: its definition read, and its job as every instance builds it (``line``: the listing's, None
+    where the listing could not build it, which this row then says why)."""
     try:
         definition = ScheduleDefinition.from_json(state.definition or "")
     except ValueError as error:
         return ScheduleRow(state, None, None, now, error=str(error))
     try:
-        job = definition.job(state.name, default_registry)
+        built = line or job_line(definition.job(state.name, default_registry), state, zone, now)
     except ValueError as error:  # JobDefinitionError: a target this process does not allow, ...
         return ScheduleRow(state, definition, None, now, error=str(error))
-    schedule = job_schedule(job_line(job, state, zone, now))
+    schedule = job_schedule(built)
     return ScheduleRow(state, definition, schedule, now, fires=schedule.fires(now))
 
 
@@ -121,6 +122,7 @@ def read_schedules() -> ScheduleListing:
     listing = read_store(dj_timezone.now())
     if listing.error is not None:
         return ScheduleListing(store=listing.store, zone=zone_name(listing.timezone), error=listing.error)
-    rows = [schedule_row(state, listing.timezone, listing.now) for _, state in sorted(listing.locks.items())
-            if state.definition is not None]
+    lines = {line.job.name: line for line in listing.jobs}
+    rows = [schedule_row(state, lines.get(name), listing.timezone, listing.now)
+            for name, state in sorted(listing.locks.items()) if state.definition is not None]
     return ScheduleListing(rows, listing.store, zone_name(listing.timezone), show_time(listing.now))

@@ -3,7 +3,6 @@ real store (Redis, this test's own key prefix), judged as ``health`` judges them
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -11,17 +10,15 @@ import pytest
 from mutexcron import Registry, mutex_cron
 from mutexcron.ops.listing import Listing, listing_json, listing_text, read_listing
 from mutexcron.ops.selection import Selection, select
-from mutexcron.stores import LockStore, store_from_url
+from mutexcron.stores import LockStore
 from tests.support import wait_until
 
 LONG = timedelta(minutes=10)
 
 
 @pytest.fixture
-def store(redis_url: str) -> Iterator[LockStore]:
-    built = store_from_url(redis_url)
-    yield built
-    built.close()
+def store(redis_store: LockStore) -> LockStore:
+    return redis_store
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from mutexcron.stores import LockStore, store_from_url
 from mutexcron.tasks import HandlerRegistry, TaskQueue
 from mutexcron.tasks.records.redis import RedisTaskRecords
 
@@ -30,14 +29,6 @@ def redis_client(redis_server_url: str) -> Iterator[redis.Redis]:
 def redis_records(redis_url: str) -> Iterator[RedisTaskRecords]:
     """A Redis task record store whose keys are this test's alone."""
     store = RedisTaskRecords.from_url(redis_url)
-    yield store
-    store.close()
-
-
-@pytest.fixture
-def redis_store(redis_url: str) -> Iterator[LockStore]:
-    """A Redis lock store of this test's own (its db and prefix)."""
-    store = store_from_url(redis_url)
     yield store
     store.close()
 
