@@ -236,8 +236,9 @@ class TaskQueue:
         with self._running_lock:
             self._running += 1
         try:
-            logger.info("task worker %s consuming %s", self.worker_id, ", ".join(types))
             with stop_on_ctrl_c(self.worker_id, self._stop_consuming) as ctrl_c:
+                # Said once Ctrl-C is handled: a Ctrl-C after this line stops the worker cleanly.
+                logger.info("task worker %s consuming %s", self.worker_id, ", ".join(types))
                 try:
                     self.backend.consume(
                         types, self._handle, self._stop,
